@@ -1,0 +1,245 @@
+"""Settings, all read from the environment with safe embedded defaults.
+
+Every variable is documented in README.md ("Configuration").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
+
+
+DATA_DIR = Path(os.environ.get("FUSION_DATA_DIR", BASE_DIR / "var")).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", False)
+_secret = os.environ.get("SECRET_KEY", "")
+if not _secret:
+    # Embedded default: a per-installation key kept in the data directory, never a
+    # constant in the source tree.
+    key_file = DATA_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    _secret = key_file.read_text().strip()
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "django_dramatiq",
+    "django_eventstream",
+    "channels",
+    "missions",
+    "validation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "fusion_site.urls"
+ASGI_APPLICATION = "fusion_site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_DIR / "fusion.sqlite3"),
+        }
+    }
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers go on while one writer commits; IMMEDIATE takes the write lock
+    # at BEGIN so two writers queue on the timeout instead of failing on upgrade.
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    # A file-backed test database: worker threads cannot share an in-memory one.
+    _db["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.sqlite3")}
+IS_SQLITE = _db["ENGINE"] == "django.db.backends.sqlite3"
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("FUSION_MAX_BODY_BYTES", 2 * 1024 * 1024)
+
+# --- REST API -------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "missions.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Fusion Missions API",
+    "DESCRIPTION": "Missions, contract assertions, tasks and the implement -> validate -> fix loop.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "ENUM_NAME_OVERRIDES": {},
+}
+
+# --- brokers and live events ----------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+EVENTS_PREFIX = os.environ.get("FUSION_EVENTS_PREFIX", "fusion")
+
+_dramatiq_middleware = [
+    "dramatiq.middleware.AgeLimit",
+    "dramatiq.middleware.TimeLimit",
+    "dramatiq.middleware.Callbacks",
+    "dramatiq.middleware.Retries",
+    "django_dramatiq.middleware.DbConnectionsMiddleware",
+]
+if REDIS_URL:
+    DRAMATIQ_BROKER = {
+        "BROKER": "dramatiq.brokers.redis.RedisBroker",
+        "OPTIONS": {"url": REDIS_URL, "namespace": f"{EVENTS_PREFIX}-dramatiq"},
+        "MIDDLEWARE": _dramatiq_middleware,
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{EVENTS_PREFIX}-asgi"},
+        }
+    }
+    EVENTSTREAM_REDIS = {"url": REDIS_URL}
+    EVENTSTREAM_REDIS_CHANNEL = f"{EVENTS_PREFIX}-events"
+else:
+    DRAMATIQ_BROKER = {
+        "BROKER": "dramatiq.brokers.stub.StubBroker",
+        "OPTIONS": {},
+        "MIDDLEWARE": _dramatiq_middleware,
+    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+DRAMATIQ_TASKS_DATABASE = "default"
+DRAMATIQ_AUTODISCOVER_MODULES = ["tasks"]
+EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
+EVENTSTREAM_CHANNELMANAGER_CLASS = "missions.streams.MissionChannelManager"
+
+# --- the loop -------------------------------------------------------------------
+FUSION_VALIDATOR_TIMEOUT = env_int("FUSION_VALIDATOR_TIMEOUT", 600)
+FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
+FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)
+FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
+FUSION_SWEEP_INTERVAL = env_int("FUSION_SWEEP_INTERVAL", 120)
+FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
+FUSION_TASK_LOG_BYTES = env_int("FUSION_TASK_LOG_BYTES", 64 * 1024)
+FUSION_EXECUTOR_TIMEOUT = env_int("FUSION_EXECUTOR_TIMEOUT", 900)
+FUSION_SNAPSHOT_DIR = Path(os.environ.get("FUSION_SNAPSHOT_DIR", DATA_DIR / "snapshots")).resolve()
+FUSION_ADMIN_USER = os.environ.get("FUSION_ADMIN_USER", "admin")
+
+
+def _load_validators() -> dict:
+    raw = os.environ.get("FUSION_VALIDATORS", "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ImproperlyConfigured(f"FUSION_VALIDATORS is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured("FUSION_VALIDATORS must be a JSON object of profiles")
+    return value
+
+
+FUSION_VALIDATORS = _load_validators()
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}, "daphne": {"level": "WARNING"}},
+}

@@ -1,0 +1,4 @@
+from rest_framework.routers import DefaultRouter
+
+router = DefaultRouter()
+urlpatterns = router.urls

@@ -1,0 +1,294 @@
+"""Mission -> Milestone -> Slice -> Feature, contract assertions, tasks, the audit log.
+
+States change only through services (`validation.loop`, `missions.services.*`); the
+models hold data and the invariants the database can enforce.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
+from django.db import models
+
+
+class TimeStamped(models.Model):
+    """`updated_at` is bumped by save(); services that use queryset.update() set it too."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class MissionStatus(models.TextChoices):
+    PLANNING = "planning"
+    ACTIVE = "active"
+    PAUSED = "paused"
+    BLOCKED = "blocked"
+    COMPLETE = "complete"
+    ARCHIVED = "archived"
+
+
+class Executor(models.TextChoices):
+    MANUAL = "manual"
+    COMMAND = "command"
+
+
+class Mission(TimeStamped):
+    key = models.SlugField(max_length=80, unique=True)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=16, choices=MissionStatus.choices, default=MissionStatus.PLANNING, db_index=True)
+    status_reason = models.TextField(blank=True, default="")
+    autopilot = models.BooleanField(default=False)
+    auto_fix = models.BooleanField(default=True, help_text="Off = report-only: failures are recorded, no fix is generated.")
+    retry_budget = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(100)])
+    workspace = models.CharField(max_length=500, blank=True, default="", help_text="Path of a local git repository.")
+    base_revision = models.CharField(max_length=80, blank=True, default="")
+    validator = models.CharField(max_length=80, default="composite", help_text="Validator profile name.")
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
+    executor_command = models.TextField(blank=True, default="")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_missions")
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="missions")
+    # Counter behind MissionEvent.seq; bumped without touching updated_at (not a user change).
+    event_seq = models.PositiveIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class MilestoneStatus(models.TextChoices):
+    PENDING = "pending"
+    ACTIVE = "active"
+    COMPLETE = "complete"
+    BLOCKED = "blocked"
+
+
+class RollupState(models.TextChoices):
+    NOT_STARTED = "not_started"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    NEEDS_COVERAGE = "needs_coverage"
+    PASSED = "passed"
+    READY = "ready"
+
+
+class Milestone(TimeStamped):
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="milestones")
+    key = models.SlugField(max_length=80)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    order = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=MilestoneStatus.choices, default=MilestoneStatus.PENDING, db_index=True)
+    validation_state = models.CharField(max_length=16, choices=RollupState.choices, default=RollupState.NOT_STARTED)
+    dependencies = models.ManyToManyField("self", symmetrical=False, blank=True, related_name="dependents")
+
+    class Meta:
+        ordering = ["mission_id", "order", "id"]
+        constraints = [models.UniqueConstraint(fields=["mission", "key"], name="milestone_key_unique_per_mission")]
+
+    def __str__(self) -> str:
+        return f"{self.mission_id}:{self.key}"
+
+
+class SliceStatus(models.TextChoices):
+    PENDING = "pending"
+    ACTIVE = "active"
+    COMPLETE = "complete"
+
+
+class Slice(TimeStamped):
+    # `mission` is denormalized from the milestone so that keys are unique per mission
+    # in the database and membership checks need one join.
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="slices", editable=False)
+    milestone = models.ForeignKey(Milestone, on_delete=models.CASCADE, related_name="slices")
+    key = models.SlugField(max_length=80)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    order = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=SliceStatus.choices, default=SliceStatus.PENDING, db_index=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["milestone_id", "order", "id"]
+        constraints = [models.UniqueConstraint(fields=["mission", "key"], name="slice_key_unique_per_mission")]
+
+    def save(self, *args, **kwargs):
+        self.mission_id = self.milestone.mission_id
+        super().save(*args, **kwargs)
+
+    def __str__(self) -> str:
+        return f"{self.mission_id}:{self.key}"
+
+
+class FeatureStatus(models.TextChoices):
+    DEFINED = "defined"
+    TRIAGED = "triaged"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    BLOCKED = "blocked"
+
+
+class LoopState(models.TextChoices):
+    IDLE = "idle"
+    IMPLEMENTING = "implementing"
+    VALIDATING = "validating"
+    NEEDS_FIX = "needs_fix"
+    PASSED = "passed"
+    BLOCKED = "blocked"
+
+
+class StopReason(models.TextChoices):
+    NONE = "", "none"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    OPERATOR = "operator"
+    VALIDATOR_UNAVAILABLE = "validator_unavailable"
+    FINGERPRINT = "fingerprint_failures"
+    VALIDATOR_BLOCKED = "validator_blocked"
+    NO_ASSERTIONS = "no_assertions"
+
+
+class Feature(TimeStamped):
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="features", editable=False)
+    slice = models.ForeignKey(Slice, on_delete=models.CASCADE, related_name="features")
+    key = models.SlugField(max_length=120)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    acceptance_criteria = models.TextField(blank=True, default="")
+    order = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=FeatureStatus.choices, default=FeatureStatus.DEFINED, db_index=True)
+    loop_state = models.CharField(max_length=16, choices=LoopState.choices, default=LoopState.IDLE, db_index=True)
+    implementation_attempts = models.PositiveIntegerField(default=0)
+    validator_attempts = models.PositiveIntegerField(default=0)
+    fix_rounds = models.PositiveIntegerField(default=0, help_text="Fix rounds charged to this feature as a lineage root.")
+    last_run = models.ForeignKey("validation.ValidatorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    generated_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="generated_fixes")
+    generated_from_run = models.ForeignKey("validation.ValidatorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="generated_features")
+    stop_reason = models.CharField(max_length=32, choices=StopReason.choices, blank=True, default="")
+    stop_detail = models.TextField(blank=True, default="")
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    assertions = models.ManyToManyField("ContractAssertion", through="FeatureAssertion", related_name="features", blank=True)
+
+    class Meta:
+        ordering = ["slice_id", "order", "id"]
+        constraints = [models.UniqueConstraint(fields=["mission", "key"], name="feature_key_unique_per_mission")]
+
+    def save(self, *args, **kwargs):
+        self.mission_id = self.slice.mission_id
+        super().save(*args, **kwargs)
+
+    def __str__(self) -> str:
+        return f"{self.mission_id}:{self.key}"
+
+
+class AssertionScope(models.TextChoices):
+    FEATURE = "feature"
+    MILESTONE = "milestone"
+
+
+class AssertionStatus(models.TextChoices):
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+
+
+class ContractAssertion(TimeStamped):
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="assertions", editable=False)
+    milestone = models.ForeignKey(Milestone, on_delete=models.CASCADE, related_name="assertions")
+    key = models.CharField(max_length=80)
+    title = models.CharField(max_length=200)
+    statement = models.TextField()
+    scope = models.CharField(max_length=16, choices=AssertionScope.choices, default=AssertionScope.FEATURE)
+    # Named check_spec because Model.check() exists; the API and mission files call it `check`.
+    check_spec = models.JSONField("check", null=True, blank=True, help_text="Deterministic check the host runs (staff only).")
+    status = models.CharField(max_length=16, choices=AssertionStatus.choices, default=AssertionStatus.PENDING, db_index=True)
+    order = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["milestone_id", "order", "id"]
+        constraints = [models.UniqueConstraint(fields=["mission", "key"], name="assertion_key_unique_per_mission")]
+
+    def save(self, *args, **kwargs):
+        self.mission_id = self.milestone.mission_id
+        super().save(*args, **kwargs)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class FeatureAssertion(models.Model):
+    feature = models.ForeignKey(Feature, on_delete=models.CASCADE, related_name="assertion_links")
+    assertion = models.ForeignKey(ContractAssertion, on_delete=models.CASCADE, related_name="feature_links")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["assertion__order", "assertion_id"]
+        constraints = [models.UniqueConstraint(fields=["feature", "assertion"], name="feature_assertion_unique")]
+
+    def clean(self) -> None:
+        if self.assertion.scope == AssertionScope.MILESTONE:
+            raise ValidationError({"assertion": "Milestone-scoped assertions cannot be linked to features."})
+        if self.assertion.mission_id != self.feature.mission_id:
+            raise ValidationError({"assertion": "The assertion belongs to another mission."})
+
+    def __str__(self) -> str:
+        return f"{self.feature_id}->{self.assertion_id}"
+
+
+class TaskStatus(models.TextChoices):
+    TODO = "todo"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Task(TimeStamped):
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="tasks")
+    feature = models.ForeignKey(Feature, null=True, blank=True, on_delete=models.CASCADE, related_name="tasks")
+    title = models.CharField(max_length=200)
+    prompt = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.TODO, db_index=True)
+    revision = models.CharField(max_length=80, blank=True, default="")
+    summary = models.TextField(blank=True, default="")
+    log = models.TextField(blank=True, default="")
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"task {self.pk}: {self.title}"
+
+
+class MissionEvent(TimeStamped):
+    """Append-only audit log; `seq` orders events within a mission."""
+
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=80, db_index=True)
+    payload = models.JSONField(default=dict, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["mission_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["mission", "seq"], name="mission_event_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.mission_id}#{self.seq} {self.type}"
+
+
+__all__ = [
+    "AssertionScope", "AssertionStatus", "ContractAssertion", "Executor", "Feature", "FeatureAssertion",
+    "FeatureStatus", "LoopState", "Milestone", "MilestoneStatus", "Mission",
+    "MissionEvent", "MissionStatus", "RollupState", "Slice", "SliceStatus", "StopReason", "Task", "TaskStatus",
+]
