@@ -1,0 +1,58 @@
+"""One exception handler: every API error is `{"code", "detail", "fields"}`."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from missions.errors import DomainError
+
+_CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+    exceptions.ParseError: "parse_error",
+    exceptions.ValidationError: "validation_error",
+}
+
+
+def _first_message(fields) -> str:
+    if isinstance(fields, dict):
+        for key, value in fields.items():
+            return f"{key}: {_first_message(value)}"
+    if isinstance(fields, list) and fields:
+        return _first_message(fields[0])
+    return str(fields)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        body = {"code": exc.code, "detail": exc.detail, "fields": exc.fields, **exc.extra}
+        return Response(body, status=exc.status)
+    if isinstance(exc, DjangoValidationError):
+        fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        return Response({"code": "validation_error", "detail": _first_message(fields), "fields": fields},
+                        status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), "error")
+    if isinstance(exc, exceptions.ValidationError):
+        fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        response.data = {"code": code, "detail": _first_message(fields), "fields": fields}
+    else:
+        response.data = {"code": code, "detail": str(getattr(exc, "detail", exc)), "fields": {}}
+    return response

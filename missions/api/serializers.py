@@ -1,0 +1,158 @@
+"""Input validation and output shapes. Writes go through services (see views)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from missions.models import (
+    ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, Slice, Task,
+)
+from missions.selectors import visible_missions
+
+
+class VisiblePK(serializers.PrimaryKeyRelatedField):
+    """A related object the requesting user may see; others look like missing ids."""
+
+    def __init__(self, *, model, mission_path: str, **kwargs):
+        self.model = model
+        self.mission_path = mission_path
+        super().__init__(queryset=model.objects.all(), **kwargs)
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        lookup = f"{self.mission_path}__in" if self.mission_path else "pk__in"
+        return self.model.objects.filter(**{lookup: visible_missions(user=user).values("pk")})
+
+
+class CheckField(serializers.JSONField):
+    """A deterministic check: one of the shapes of DESIGN §5.1."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value is None:
+            return None
+        from validation.checks_spec import check_spec_problems
+
+        problems = check_spec_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return value
+
+
+class MissionSerializer(serializers.ModelSerializer):
+    members = serializers.PrimaryKeyRelatedField(many=True, required=False, queryset=get_user_model().objects.all())
+    owner = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = Mission
+        fields = [
+            "id", "key", "title", "description", "status", "status_reason", "autopilot", "auto_fix", "retry_budget",
+            "workspace", "base_revision", "validator", "executor", "executor_command", "owner", "members",
+            "created_at", "updated_at",
+        ]
+        read_only_fields = ["status", "status_reason", "autopilot", "owner", "created_at", "updated_at"]
+
+
+class MilestoneSerializer(serializers.ModelSerializer):
+    mission = VisiblePK(model=Mission, mission_path="")
+    dependencies = VisiblePK(model=Milestone, mission_path="mission", many=True, required=False)
+
+    class Meta:
+        model = Milestone
+        fields = ["id", "mission", "key", "title", "description", "order", "status", "validation_state",
+                  "dependencies", "created_at", "updated_at"]
+        read_only_fields = ["status", "validation_state", "created_at", "updated_at"]
+
+    def validate(self, attrs):
+        if self.instance is not None and "mission" in attrs and attrs["mission"].pk != self.instance.mission_id:
+            raise serializers.ValidationError({"mission": ["a milestone cannot move to another mission"]})
+        return attrs
+
+
+class SliceSerializer(serializers.ModelSerializer):
+    milestone = VisiblePK(model=Milestone, mission_path="mission")
+
+    class Meta:
+        model = Slice
+        fields = ["id", "mission", "milestone", "key", "title", "description", "order", "status", "activated_at",
+                  "created_at", "updated_at"]
+        read_only_fields = ["mission", "status", "activated_at", "created_at", "updated_at"]
+
+
+class FeatureSerializer(serializers.ModelSerializer):
+    slice = VisiblePK(model=Slice, mission_path="mission")
+    assertion_keys = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Feature
+        fields = [
+            "id", "mission", "slice", "key", "title", "description", "acceptance_criteria", "order", "status",
+            "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds", "last_run", "generated_from",
+            "generated_from_run", "stop_reason", "stop_detail", "stopped_at", "assertion_keys", "created_at", "updated_at",
+        ]
+        read_only_fields = [
+            "mission", "status", "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds", "last_run",
+            "generated_from", "generated_from_run", "stop_reason", "stop_detail", "stopped_at", "created_at", "updated_at",
+        ]
+
+    def get_assertion_keys(self, obj) -> list[str]:
+        return [a.key for a in obj.assertions.all()]
+
+
+class AssertionSerializer(serializers.ModelSerializer):
+    milestone = VisiblePK(model=Milestone, mission_path="mission")
+    check = CheckField(source="check_spec", required=False, allow_null=True)
+    features = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = ContractAssertion
+        fields = ["id", "mission", "milestone", "key", "title", "statement", "scope", "check", "status", "order",
+                  "features", "created_at", "updated_at"]
+        read_only_fields = ["mission", "status", "created_at", "updated_at"]
+
+
+class LinkSerializer(serializers.Serializer):
+    assertion = serializers.CharField(help_text="Assertion id or key (in the feature's mission).")
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    feature = VisiblePK(model=Feature, mission_path="mission", required=False, allow_null=True)
+    mission = VisiblePK(model=Mission, mission_path="", required=False)
+
+    class Meta:
+        model = Task
+        fields = ["id", "mission", "feature", "title", "prompt", "status", "revision", "summary", "log", "executor",
+                  "started_at", "finished_at", "created_at", "updated_at"]
+        read_only_fields = ["status", "revision", "summary", "log", "executor", "started_at", "finished_at",
+                            "created_at", "updated_at"]
+
+    def validate(self, attrs):
+        feature, mission = attrs.get("feature"), attrs.get("mission")
+        if self.instance is None and feature is None and mission is None:
+            raise serializers.ValidationError({"mission": ["give a feature or a mission"]})
+        if feature is not None and mission is not None and feature.mission_id != mission.pk:
+            raise serializers.ValidationError({"feature": ["belongs to another mission"]})
+        return attrs
+
+
+class TaskCompleteSerializer(serializers.Serializer):
+    revision = serializers.CharField(max_length=80)
+    summary = serializers.CharField(required=False, allow_blank=True, default="", max_length=20000)
+
+
+class TaskFailSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=20000)
+
+
+class MissionEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = MissionEvent
+        fields = ["id", "mission", "seq", "type", "payload", "actor", "created_at"]
+
+
+class FeatureAssertionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = FeatureAssertion
+        fields = ["feature", "assertion", "created_at"]

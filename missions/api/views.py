@@ -1,0 +1,267 @@
+"""REST API for the planning hierarchy. Views validate and delegate to services.
+
+Visibility: every queryset is limited to missions the user owns or is a member of (staff
+see all), so someone else's object answers 404, never 403.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.shortcuts import get_object_or_404
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+
+from missions import selectors
+from missions.api import serializers as s
+from missions.api.parsers import YAMLParser
+from missions.errors import Forbidden, Invalid
+from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, Slice, Task
+from missions.services import hierarchy
+from missions.services import tasks as task_services
+from missions.services.rollup import milestone_rollup
+
+
+class MissionScopedViewSet(viewsets.ModelViewSet):
+    """Limits every query to the user's missions through `mission_path`."""
+
+    mission_path = "mission"
+    ordering_fields = ["id", "created_at", "updated_at"]
+
+    def get_queryset(self):
+        visible = selectors.visible_missions(user=self.request.user).values("pk")
+        lookup = f"{self.mission_path}__in" if self.mission_path else "pk__in"
+        return self.queryset.filter(**{lookup: visible})
+
+    def perform_destroy(self, instance):
+        with transaction.atomic():
+            instance.delete()
+
+
+class MissionFilter(filters.FilterSet):
+    class Meta:
+        model = Mission
+        fields = ["status", "key", "autopilot"]
+
+
+class MissionViewSet(MissionScopedViewSet):
+    queryset = Mission.objects.prefetch_related("members").order_by("id")
+    serializer_class = s.MissionSerializer
+    filterset_class = MissionFilter
+    mission_path = ""
+
+    def perform_create(self, serializer):
+        serializer.instance = hierarchy.mission_create(user=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        mission = serializer.instance
+        if "members" in serializer.validated_data and not self._is_owner(mission):
+            raise Forbidden("only the owner or staff may change members", code="owner_only")
+        serializer.instance = hierarchy.mission_update(mission=mission, user=self.request.user, **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        if not self._is_owner(instance):
+            raise Forbidden("only the owner or staff may delete a mission", code="owner_only")
+        super().perform_destroy(instance)
+
+    def _is_owner(self, mission: Mission) -> bool:
+        return self.request.user.is_staff or mission.owner_id == self.request.user.pk
+
+    @extend_schema(responses={200: OpenApiResponse(description="Milestones -> slices -> features with loop states and rollups.")})
+    @action(detail=True, methods=["get"])
+    def tree(self, request, pk=None):
+        from missions.api.tree import mission_tree
+
+        return Response(mission_tree(mission=self.get_object()))
+
+    @extend_schema(responses={(200, "application/yaml"): str})
+    @action(detail=True, methods=["get"])
+    def export(self, request, pk=None):
+        from django.http import HttpResponse
+
+        from missions.services import files
+
+        text = files.mission_export(mission=self.get_object())
+        response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{self.get_object().key}.yaml"'
+        return response
+
+    @extend_schema(request={"application/yaml": str, "application/json": dict}, responses={201: s.MissionSerializer, 200: s.MissionSerializer})
+    @action(detail=False, methods=["post"], url_path="import", parser_classes=[YAMLParser, JSONParser])
+    def import_(self, request):
+        if not isinstance(request.data, (dict, str)) or not request.data:
+            raise Invalid("send a mission file as YAML or JSON", code="invalid_mission_file")
+        existing = Mission.objects.filter(key=_document_key(request.data)).first()
+        if existing is not None and not selectors.visible_missions(user=request.user).filter(pk=existing.pk).exists():
+            raise Forbidden("a mission with this key exists and is not yours", code="mission_key_taken")
+        from missions.services import files
+
+        mission, changed = files.mission_import(document=request.data, user=request.user)
+        code = status.HTTP_201_CREATED if existing is None else status.HTTP_200_OK
+        return Response({**s.MissionSerializer(mission, context={"request": request}).data, "changed": changed}, status=code)
+
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        mission = self.get_object()
+        qs = MissionEvent.objects.filter(mission=mission).order_by("-seq")
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response(s.MissionEventSerializer(page, many=True).data)
+
+
+def _document_key(data) -> str | None:
+    if isinstance(data, str):
+        import yaml
+
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError:
+            return None
+    if isinstance(data, dict) and isinstance(data.get("mission"), dict):
+        key = data["mission"].get("key")
+        return key if isinstance(key, str) else None
+    return None
+
+
+class MilestoneViewSet(MissionScopedViewSet):
+    queryset = Milestone.objects.select_related("mission").prefetch_related("dependencies").order_by("mission_id", "order", "id")
+    serializer_class = s.MilestoneSerializer
+    filterset_fields = ["mission", "status", "validation_state", "key"]
+
+    def perform_create(self, serializer):
+        serializer.instance = hierarchy.milestone_create(user=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = hierarchy.milestone_update(user=self.request.user, milestone=serializer.instance,
+                                                         **serializer.validated_data)
+
+    @action(detail=True, methods=["get"])
+    def validation(self, request, pk=None):
+        return Response(milestone_rollup(milestone_id=self.get_object().pk))
+
+
+class SliceViewSet(MissionScopedViewSet):
+    queryset = Slice.objects.select_related("milestone").order_by("milestone_id", "order", "id")
+    serializer_class = s.SliceSerializer
+    filterset_fields = ["mission", "milestone", "status", "key"]
+
+    def perform_create(self, serializer):
+        serializer.instance = hierarchy.slice_create(user=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = hierarchy.slice_update(user=self.request.user, slice_=serializer.instance, **serializer.validated_data)
+
+
+class FeatureViewSet(MissionScopedViewSet):
+    queryset = Feature.objects.select_related("slice").prefetch_related("assertions").order_by("slice_id", "order", "id")
+    serializer_class = s.FeatureSerializer
+    filterset_fields = ["mission", "slice", "slice__milestone", "status", "loop_state", "key", "generated_from"]
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        serializer.instance = hierarchy.feature_create(user=self.request.user, slice_=data.pop("slice"), **data)
+
+    def perform_update(self, serializer):
+        serializer.instance = hierarchy.feature_update(user=self.request.user, feature=serializer.instance,
+                                                       **serializer.validated_data)
+
+    def destroy(self, request, *args, **kwargs):
+        force = request.query_params.get("force") in ("1", "true", "yes")
+        hierarchy.feature_delete(user=request.user, feature=self.get_object(), force=force)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _assertion_from(self, feature: Feature) -> ContractAssertion:
+        body = s.LinkSerializer(data=self.request.data)
+        body.is_valid(raise_exception=True)
+        ref = body.validated_data["assertion"].strip()
+        qs = ContractAssertion.objects.filter(mission_id=feature.mission_id)
+        found = qs.filter(pk=int(ref)).first() if ref.isdigit() else qs.filter(key=ref).first()
+        if found is None:
+            raise Invalid(f"no assertion {ref!r} in this mission", code="unknown_assertion",
+                          fields={"assertion": ["unknown in this mission"]})
+        return found
+
+    @extend_schema(request=s.LinkSerializer, responses={201: s.FeatureSerializer})
+    @action(detail=True, methods=["post"])
+    def link(self, request, pk=None):
+        feature = self.get_object()
+        hierarchy.assertion_link(user=request.user, feature=feature, assertion=self._assertion_from(feature))
+        return Response(self.get_serializer(Feature.objects.get(pk=feature.pk)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.LinkSerializer, responses={200: s.FeatureSerializer})
+    @action(detail=True, methods=["post"])
+    def unlink(self, request, pk=None):
+        feature = self.get_object()
+        hierarchy.assertion_unlink(user=request.user, feature=feature, assertion=self._assertion_from(feature))
+        return Response(self.get_serializer(Feature.objects.get(pk=feature.pk)).data)
+
+
+class AssertionViewSet(MissionScopedViewSet):
+    queryset = ContractAssertion.objects.prefetch_related("features").order_by("milestone_id", "order", "id")
+    serializer_class = s.AssertionSerializer
+    filterset_fields = ["mission", "milestone", "status", "scope", "key"]
+
+    def perform_create(self, serializer):
+        serializer.instance = hierarchy.assertion_create(user=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = hierarchy.assertion_update(user=self.request.user, assertion=serializer.instance,
+                                                         **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        hierarchy.assertion_delete(user=self.request.user, assertion=instance)
+
+
+class TaskViewSet(MissionScopedViewSet):
+    queryset = Task.objects.select_related("feature").order_by("id")
+    serializer_class = s.TaskSerializer
+    filterset_fields = ["mission", "feature", "status"]
+
+    def perform_create(self, serializer):
+        serializer.instance = task_services.task_create(user=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        data = serializer.validated_data
+        if "feature" in data and data["feature"] != serializer.instance.feature:
+            raise Invalid("a task cannot move to another feature", fields={"feature": ["cannot be changed"]})
+        data.pop("mission", None)
+        with transaction.atomic():
+            hierarchy.apply_fields(serializer.instance, data)
+
+    @extend_schema(request=None, responses={200: s.TaskSerializer})
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        task = task_services.task_start(user=request.user, task=self.get_object())
+        return Response(self.get_serializer(task).data)
+
+    @extend_schema(request=s.TaskCompleteSerializer, responses={200: s.TaskSerializer})
+    @action(detail=True, methods=["post"])
+    def complete(self, request, pk=None):
+        body = s.TaskCompleteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        task = task_services.task_complete(user=request.user, task=self.get_object(), **body.validated_data)
+        return Response(self.get_serializer(task).data)
+
+    @extend_schema(request=s.TaskFailSerializer, responses={200: s.TaskSerializer})
+    @action(detail=True, methods=["post"])
+    def fail(self, request, pk=None):
+        body = s.TaskFailSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        task = task_services.task_fail(user=request.user, task=self.get_object(), **body.validated_data)
+        return Response(self.get_serializer(task).data)
+
+
+class MissionEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = MissionEvent.objects.order_by("mission_id", "seq")
+    serializer_class = s.MissionEventSerializer
+    filterset_fields = ["mission", "type"]
+
+    def get_queryset(self):
+        return self.queryset.filter(mission__in=selectors.visible_missions(user=self.request.user).values("pk"))
+
+
+def get_visible(model, *, user, pk, mission_path="mission"):
+    lookup = f"{mission_path}__in" if mission_path else "pk__in"
+    return get_object_or_404(model.objects.filter(**{lookup: selectors.visible_missions(user=user).values("pk")}), pk=pk)

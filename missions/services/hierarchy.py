@@ -1,0 +1,258 @@
+"""Create, change and delete the planning hierarchy and its contract assertions.
+
+Every function runs in one transaction, refuses what a user may not do, recomputes the
+rollups its change affects and publishes the matching event after commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from django.db import IntegrityError, transaction
+
+from missions.errors import Conflict, Invalid, StaffOnly
+from missions.events import publish_on_commit
+from missions.models import (
+    AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice, TaskStatus,
+)
+from missions.services.rollup import milestone_rollup_refresh
+
+
+def require_staff_for_code(*, user, old: Any, new: Any, field: str) -> None:
+    """Checks and executor commands execute code on the host: only staff may set them."""
+    if old == new or user is None or getattr(user, "is_staff", False):
+        return
+    raise StaffOnly(f"only staff may set {field}", fields={field: ["only staff may set this field"]})
+
+
+def apply_fields(instance, fields: dict[str, Any]) -> list[str]:
+    """Set the fields that differ and save; nothing differs -> no write at all."""
+    changed = [name for name, value in fields.items() if getattr(instance, name) != value]
+    for name in changed:
+        setattr(instance, name, fields[name])
+    if changed:
+        instance.save()
+    return changed
+
+
+def _unique_key_guard(fn):
+    """A duplicate key surfaces as the same 400 the serializer gives, never a 500."""
+    def wrapper(*args, **kwargs):
+        try:
+            with transaction.atomic():
+                return fn(*args, **kwargs)
+        except IntegrityError as exc:
+            raise Invalid("this key is already used in the mission", code="duplicate_key",
+                          fields={"key": ["already used in this mission"]}) from exc
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+# --- missions ------------------------------------------------------------------------
+
+@_unique_key_guard
+def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
+    require_staff_for_code(user=user, old="", new=fields.get("executor_command", ""), field="executor_command")
+    mission = Mission.objects.create(owner=user if user and user.is_authenticated else None, **fields)
+    if members:
+        mission.members.set(members)
+    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "change": "created"},
+                      actor_id=getattr(user, "pk", None))
+    return mission
+
+
+@_unique_key_guard
+def mission_update(*, mission: Mission, user, members: Iterable | None = None, **fields: Any) -> Mission:
+    require_staff_for_code(user=user, old=mission.executor_command,
+                           new=fields.get("executor_command", mission.executor_command), field="executor_command")
+    changed = apply_fields(mission, fields)
+    if members is not None and set(mission.members.all()) != set(members):
+        mission.members.set(members)
+        changed.append("members")
+    if changed:
+        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "changed": sorted(changed)},
+                          actor_id=getattr(user, "pk", None))
+    return mission
+
+
+# --- milestones and slices -----------------------------------------------------------
+
+def _check_dependencies(milestone: Milestone | None, mission: Mission, dependencies: Iterable[Milestone]) -> list[Milestone]:
+    deps = list(dependencies)
+    for dep in deps:
+        if dep.mission_id != mission.pk:
+            raise Invalid("a dependency belongs to another mission", fields={"dependencies": ["must be milestones of the same mission"]})
+        if milestone is not None and dep.pk == milestone.pk:
+            raise Invalid("a milestone cannot depend on itself", fields={"dependencies": ["cannot depend on itself"]})
+    if milestone is not None and _creates_cycle(milestone, deps):
+        raise Invalid("dependencies would form a cycle", code="dependency_cycle", fields={"dependencies": ["would form a cycle"]})
+    return deps
+
+
+def _creates_cycle(milestone: Milestone, deps: list[Milestone]) -> bool:
+    edges = dict.fromkeys(Milestone.objects.filter(mission_id=milestone.mission_id).values_list("id", flat=True))
+    graph: dict[int, set[int]] = {pk: set() for pk in edges}
+    for src, dst in Milestone.dependencies.through.objects.filter(from_milestone__mission_id=milestone.mission_id).values_list(
+            "from_milestone_id", "to_milestone_id"):
+        graph[src].add(dst)
+    graph[milestone.pk] = {d.pk for d in deps}
+    stack, seen = list(graph[milestone.pk]), set()
+    while stack:
+        node = stack.pop()
+        if node == milestone.pk:
+            return True
+        if node not in seen:
+            seen.add(node)
+            stack.extend(graph.get(node, ()))
+    return False
+
+
+@_unique_key_guard
+def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone] = (), **fields: Any) -> Milestone:
+    deps = _check_dependencies(None, mission, dependencies)
+    milestone = Milestone.objects.create(mission=mission, **fields)
+    milestone.dependencies.set(deps)
+    milestone_rollup_refresh(milestone_ids=[milestone.pk])
+    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "change": "milestone_created",
+                                                   "milestone": milestone.pk}, actor_id=getattr(user, "pk", None))
+    return milestone
+
+
+@_unique_key_guard
+def milestone_update(*, user, milestone: Milestone, dependencies: Iterable[Milestone] | None = None, **fields: Any) -> Milestone:
+    fields.pop("mission", None)
+    apply_fields(milestone, fields)
+    if dependencies is not None:
+        milestone.dependencies.set(_check_dependencies(milestone, milestone.mission, dependencies))
+    return milestone
+
+
+@_unique_key_guard
+def slice_create(*, user, milestone: Milestone, **fields: Any) -> Slice:
+    slice_ = Slice(milestone=milestone, **fields)
+    slice_.save()
+    publish_on_commit(milestone.mission_id, "mission:updated", {"mission": milestone.mission_id, "change": "slice_created",
+                                                                "slice": slice_.pk}, actor_id=getattr(user, "pk", None))
+    return slice_
+
+
+@_unique_key_guard
+def slice_update(*, user, slice_: Slice, **fields: Any) -> Slice:
+    milestone = fields.pop("milestone", slice_.milestone)
+    if milestone.mission_id != slice_.mission_id:
+        raise Invalid("a slice cannot move to another mission", fields={"milestone": ["must belong to the same mission"]})
+    fields["milestone"] = milestone
+    apply_fields(slice_, fields)
+    return slice_
+
+
+# --- features ------------------------------------------------------------------------
+
+def _feature_event(feature: Feature, user=None, **extra: Any) -> None:
+    publish_on_commit(feature.mission_id, "feature:updated", {
+        "feature": feature.pk, "loop_state": feature.loop_state, "status": feature.status, **extra,
+    }, actor_id=getattr(user, "pk", None))
+
+
+@_unique_key_guard
+def feature_create(*, user, slice_: Slice, assertions: Iterable[ContractAssertion] = (), **fields: Any) -> Feature:
+    feature = Feature(slice=slice_, **fields)
+    feature.save()
+    _feature_event(feature, user, change="created")
+    for assertion in assertions:
+        assertion_link(user=user, feature=feature, assertion=assertion)
+    return feature
+
+
+@_unique_key_guard
+def feature_update(*, user, feature: Feature, **fields: Any) -> Feature:
+    slice_ = fields.pop("slice", feature.slice)
+    if slice_.mission_id != feature.mission_id:
+        raise Invalid("a feature cannot move to another mission", fields={"slice": ["must belong to the same mission"]})
+    fields["slice"] = slice_
+    if apply_fields(feature, fields):
+        _feature_event(feature, user, change="edited")
+    return feature
+
+
+@transaction.atomic
+def feature_delete(*, user, feature: Feature, force: bool = False) -> None:
+    if not force and feature.tasks.filter(status=TaskStatus.IN_PROGRESS).exists():
+        raise Conflict("the feature's task is running; stop it first or delete with force",
+                       code="task_running")
+    milestone_ids = list(feature.assertions.values_list("milestone_id", flat=True).distinct())
+    mission_id, pk = feature.mission_id, feature.pk
+    feature.delete()
+    milestone_rollup_refresh(milestone_ids=milestone_ids)
+    publish_on_commit(mission_id, "feature:updated", {"feature": pk, "change": "deleted"}, actor_id=getattr(user, "pk", None))
+
+
+# --- contract assertions -------------------------------------------------------------
+
+def _assertion_payload(assertion: ContractAssertion) -> dict[str, Any]:
+    return {"assertion": assertion.pk, "key": assertion.key, "milestone": assertion.milestone_id,
+            "status": assertion.status, "scope": assertion.scope}
+
+
+@_unique_key_guard
+def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAssertion:
+    require_staff_for_code(user=user, old=None, new=fields.get("check_spec"), field="check")
+    assertion = ContractAssertion(milestone=milestone, **fields)
+    assertion.save()
+    milestone_rollup_refresh(milestone_ids=[milestone.pk])
+    publish_on_commit(milestone.mission_id, "assertion:created", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
+    return assertion
+
+
+@_unique_key_guard
+def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> ContractAssertion:
+    require_staff_for_code(user=user, old=assertion.check_spec, new=fields.get("check_spec", assertion.check_spec), field="check")
+    old_milestone = assertion.milestone_id
+    milestone = fields.get("milestone", assertion.milestone)
+    if milestone.mission_id != assertion.mission_id:
+        raise Invalid("an assertion cannot move to another mission", fields={"milestone": ["must belong to the same mission"]})
+    if fields.get("scope") == AssertionScope.MILESTONE and assertion.feature_links.exists():
+        raise Invalid("unlink the assertion from its features before making it milestone-scoped",
+                      code="linked_assertion", fields={"scope": ["the assertion is linked to features"]})
+    if apply_fields(assertion, fields):
+        milestone_rollup_refresh(milestone_ids=[old_milestone, assertion.milestone_id])
+        publish_on_commit(assertion.mission_id, "assertion:updated", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
+    return assertion
+
+
+@transaction.atomic
+def assertion_delete(*, user, assertion: ContractAssertion) -> None:
+    payload = _assertion_payload(assertion)
+    mission_id = assertion.mission_id
+    assertion.delete()
+    milestone_rollup_refresh(milestone_ids=[payload["milestone"]])
+    publish_on_commit(mission_id, "assertion:deleted", payload, actor_id=getattr(user, "pk", None))
+
+
+@transaction.atomic
+def assertion_link(*, user, feature: Feature, assertion: ContractAssertion) -> FeatureAssertion:
+    if assertion.mission_id != feature.mission_id:
+        raise Invalid("the assertion belongs to another mission", code="wrong_mission", fields={"assertion": ["not in this mission"]})
+    if assertion.scope == AssertionScope.MILESTONE:
+        raise Invalid("milestone-scoped assertions cannot be linked to features", code="milestone_scoped",
+                      fields={"assertion": ["milestone-scoped assertions cannot be linked to features"]})
+    try:
+        with transaction.atomic():
+            link = FeatureAssertion.objects.create(feature=feature, assertion=assertion)
+    except IntegrityError as exc:
+        raise Conflict(f"{assertion.key} is already linked to this feature", code="already_linked") from exc
+    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
+    publish_on_commit(feature.mission_id, "assertion:linked", {**_assertion_payload(assertion), "feature": feature.pk},
+                      actor_id=getattr(user, "pk", None))
+    return link
+
+
+@transaction.atomic
+def assertion_unlink(*, user, feature: Feature, assertion: ContractAssertion) -> None:
+    deleted, _ = FeatureAssertion.objects.filter(feature=feature, assertion=assertion).delete()
+    if not deleted:
+        raise Invalid(f"{assertion.key} is not linked to this feature", code="not_linked")
+    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
+    publish_on_commit(feature.mission_id, "assertion:unlinked", {**_assertion_payload(assertion), "feature": feature.pk},
+                      actor_id=getattr(user, "pk", None))

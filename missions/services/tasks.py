@@ -1,0 +1,119 @@
+"""Tasks: the unit of execution linked to a feature (DESIGN §4.2).
+
+Creating a task links it to its feature and moves an idle feature to `implementing`.
+Completing it records the revision and, after commit, queues `process_task_outcome`.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from missions.errors import Conflict, Invalid
+from missions.events import publish_on_commit
+from missions.models import Executor, Feature, LoopState, Mission, MissionStatus, Task, TaskStatus
+
+
+def _task_event(task: Task, actor_id: int | None, **extra) -> None:
+    publish_on_commit(task.mission_id, "task:updated", {
+        "task": task.pk, "feature": task.feature_id, "status": task.status, "revision": task.revision, **extra,
+    }, actor_id=actor_id)
+
+
+def task_prompt_for(feature: Feature) -> str:
+    lines = [f"# {feature.title}", "", feature.description.strip()]
+    if feature.acceptance_criteria.strip():
+        lines += ["", "## Acceptance criteria", feature.acceptance_criteria.strip()]
+    assertions = list(feature.assertions.all())
+    if assertions:
+        lines += ["", "## Contract assertions (what the validator will check)"]
+        lines += [f"- [{a.key}] {a.title}: {a.statement}" for a in assertions]
+    return "\n".join(lines).strip() + "\n"
+
+
+@transaction.atomic
+def task_create(*, user, title: str = "", prompt: str = "", feature: Feature | None = None,
+                mission: Mission | None = None) -> Task:
+    from validation.loop import feature_transition
+
+    mission = mission or feature.mission
+    if feature is not None:
+        feature = Feature.objects.select_for_update().get(pk=feature.pk)
+        if feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists():
+            raise Conflict("the feature already has an open task", code="task_open")
+    task = Task.objects.create(
+        mission=mission, feature=feature, title=title or (feature.title if feature else "Task"),
+        prompt=prompt or (task_prompt_for(feature) if feature else ""), executor=mission.executor,
+    )
+    actor_id = getattr(user, "pk", None)
+    _task_event(task, actor_id, change="created")
+    if feature is not None and feature.loop_state in (LoopState.IDLE, LoopState.NEEDS_FIX, LoopState.PASSED):
+        fields = {"implementation_attempts": feature.implementation_attempts + 1}
+        feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.IMPLEMENTING,
+                           cause="task_linked", actor_id=actor_id, fields=fields, payload={"task": task.pk})
+    if mission.executor == Executor.COMMAND and mission.status == MissionStatus.ACTIVE:
+        task_start(user=user, task=task)
+    return task
+
+
+@transaction.atomic
+def task_start(*, user, task: Task) -> Task:
+    task = Task.objects.select_for_update().get(pk=task.pk)
+    if task.status == TaskStatus.IN_PROGRESS:
+        return task
+    if task.status != TaskStatus.TODO:
+        raise Conflict(f"a {task.status} task cannot be started", code="illegal_task_state")
+    if task.mission.status != MissionStatus.ACTIVE:
+        raise Conflict("the mission is not active; activate or resume it first", code="mission_not_active")
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.IN_PROGRESS, started_at=timezone.now(), updated_at=timezone.now())
+    task.refresh_from_db()
+    _task_event(task, getattr(user, "pk", None), change="started")
+    if task.executor == Executor.COMMAND:
+        from missions.tasks import execute_task
+
+        transaction.on_commit(lambda: execute_task.send(task.pk))
+    return task
+
+
+@transaction.atomic
+def task_complete(*, user, task: Task, revision: str, summary: str = "", log: str | None = None) -> Task:
+    """Record the landed revision; the outcome is processed after commit (idempotently)."""
+    revision = revision.strip()
+    if not revision:
+        raise Invalid("a completed task needs the revision it landed", fields={"revision": ["required"]})
+    task = Task.objects.select_for_update().get(pk=task.pk)
+    if task.status == TaskStatus.DONE:
+        if task.revision == revision:
+            return task  # the same completion delivered twice: nothing new to do
+        raise Conflict("the task is already done at another revision", code="task_already_done",
+                       extra={"revision": task.revision})
+    if task.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
+        raise Conflict(f"a {task.status} task cannot be completed", code="illegal_task_state")
+    now = timezone.now()
+    fields = {"status": TaskStatus.DONE, "revision": revision, "summary": summary, "finished_at": now, "updated_at": now}
+    if task.started_at is None:
+        fields["started_at"] = now
+    if log is not None:
+        fields["log"] = log
+    Task.objects.filter(pk=task.pk).update(**fields)
+    task.refresh_from_db()
+    _task_event(task, getattr(user, "pk", None), change="completed")
+    from validation.tasks import process_task_outcome
+
+    transaction.on_commit(lambda: process_task_outcome.send(task.pk))
+    return task
+
+
+@transaction.atomic
+def task_fail(*, user, task: Task, reason: str = "", log: str | None = None) -> Task:
+    task = Task.objects.select_for_update().get(pk=task.pk)
+    if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.FAILED):
+        raise Conflict(f"a {task.status} task cannot fail", code="illegal_task_state")
+    now = timezone.now()
+    fields = {"status": TaskStatus.FAILED, "summary": reason, "finished_at": now, "updated_at": now}
+    if log is not None:
+        fields["log"] = log
+    Task.objects.filter(pk=task.pk).update(**fields)
+    task.refresh_from_db()
+    _task_event(task, getattr(user, "pk", None), change="failed", reason=reason[:500])
+    return task

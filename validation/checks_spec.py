@@ -1,0 +1,68 @@
+"""The shapes an assertion's deterministic `check` may take (DESIGN §5.1)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+RUN_KEYS = {"run", "expect_exit", "timeout", "expect_output", "shell"}
+FILE_KEYS = {"file", "exists", "contains", "not_contains"}
+MAX_TIMEOUT = 3600
+
+
+def _regex_problem(name: str, value: Any) -> list[str]:
+    if not isinstance(value, str):
+        return [f"{name} must be a regular expression string"]
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return [f"{name} is not a valid regular expression: {exc}"]
+    return []
+
+
+def _run_problems(spec: dict) -> list[str]:
+    problems = [f"unknown key {k!r} in a run check" for k in sorted(set(spec) - RUN_KEYS)]
+    if not isinstance(spec["run"], str) or not spec["run"].strip():
+        problems.append("run must be a non-empty command string")
+    if "expect_exit" in spec and (not isinstance(spec["expect_exit"], int) or isinstance(spec["expect_exit"], bool)):
+        problems.append("expect_exit must be an integer")
+    timeout = spec.get("timeout", 1)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT:
+        problems.append(f"timeout must be a number of seconds between 0 and {MAX_TIMEOUT}")
+    if "shell" in spec and not isinstance(spec["shell"], bool):
+        problems.append("shell must be true or false")
+    if "expect_output" in spec:
+        problems += _regex_problem("expect_output", spec["expect_output"])
+    return problems
+
+
+def _file_problems(spec: dict) -> list[str]:
+    problems = [f"unknown key {k!r} in a file check" for k in sorted(set(spec) - FILE_KEYS)]
+    path = spec["file"]
+    if not isinstance(path, str) or not path.strip():
+        return problems + ["file must be a relative path"]
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts:
+        problems.append("file must be a relative path inside the checkout")
+    tests = [k for k in ("exists", "contains", "not_contains") if k in spec]
+    if len(tests) != 1:
+        problems.append("a file check needs exactly one of exists, contains, not_contains")
+    if "exists" in spec and not isinstance(spec["exists"], bool):
+        problems.append("exists must be true or false")
+    for name in ("contains", "not_contains"):
+        if name in spec:
+            problems += _regex_problem(name, spec[name])
+    return problems
+
+
+def check_spec_problems(spec: Any) -> list[str]:
+    if not isinstance(spec, dict):
+        return ["a check must be an object"]
+    if "run" in spec and "file" in spec:
+        return ["a check is either a run check or a file check, not both"]
+    if "run" in spec:
+        return _run_problems(spec)
+    if "file" in spec:
+        return _file_problems(spec)
+    return ["a check needs 'run' or 'file'"]
