@@ -123,7 +123,8 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
     # A file-backed test database: worker threads cannot share an in-memory one.
-    _db["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.sqlite3")}
+    # Per process, so that concurrent test runs never share one file.
+    _db["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.getpid()}.sqlite3")}
 IS_SQLITE = _db["ENGINE"] == "django.db.backends.sqlite3"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -214,6 +215,8 @@ FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
 FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)
 FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
 FUSION_SWEEP_INTERVAL = env_int("FUSION_SWEEP_INTERVAL", 120)
+FUSION_RETRY_BACKOFF_MS = env_int("FUSION_RETRY_BACKOFF_MS", 2000)
+FUSION_REDRIVE_GRACE = env_int("FUSION_REDRIVE_GRACE", 30)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
 FUSION_TASK_LOG_BYTES = env_int("FUSION_TASK_LOG_BYTES", 64 * 1024)
 FUSION_EXECUTOR_TIMEOUT = env_int("FUSION_EXECUTOR_TIMEOUT", 900)

@@ -151,6 +151,7 @@ class StopReason(models.TextChoices):
     FINGERPRINT = "fingerprint_failures"
     VALIDATOR_BLOCKED = "validator_blocked"
     NO_ASSERTIONS = "no_assertions"
+    WORKSPACE_UNAVAILABLE = "workspace_unavailable"
 
 
 class Feature(TimeStamped):

@@ -24,32 +24,39 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     S.IDLE: {
         S.IMPLEMENTING: frozenset({"task_linked"}),
         S.VALIDATING: frozenset({"validate", "recovery"}),
+        S.BLOCKED: frozenset({"no_assertions", "workspace_unavailable", "fingerprint_failures"}),
+        S.PASSED: frozenset({"fingerprint_reuse"}),
     },
     S.IMPLEMENTING: {
-        S.VALIDATING: frozenset({"task_done", "validate", "recovery", "re_run"}),
-        S.BLOCKED: frozenset({"fingerprint_failures", "operator", "budget_exhausted"}),
-        S.PASSED: frozenset({"fingerprint_reuse"}),
+        S.VALIDATING: frozenset({"task_done", "validate", "recovery", "re_run", "root_revalidation"}),
+        S.BLOCKED: frozenset({"fingerprint_failures", "operator", "budget_exhausted", "no_assertions",
+                              "workspace_unavailable"}),
+        S.PASSED: frozenset({"fingerprint_reuse", "superseded"}),
     },
     S.VALIDATING: {
         S.PASSED: frozenset({"pass", "fingerprint_reuse"}),
         S.NEEDS_FIX: frozenset({"fail"}),
-        S.BLOCKED: frozenset({"blocked", "validator_unavailable", "operator", "fingerprint_failures"}),
+        S.BLOCKED: frozenset({"blocked", "validator_unavailable", "operator", "fingerprint_failures",
+                              "workspace_unavailable", "no_assertions"}),
         S.IMPLEMENTING: frozenset({"recovery", "clear"}),
     },
     S.NEEDS_FIX: {
         S.IMPLEMENTING: frozenset({"fix_created", "task_linked", "clear"}),
-        S.VALIDATING: frozenset({"validate", "re_run", "task_done", "recovery"}),
-        S.BLOCKED: frozenset({"budget_exhausted", "operator", "fingerprint_failures"}),
-        S.PASSED: frozenset({"fix_passed", "fingerprint_reuse"}),
+        S.VALIDATING: frozenset({"validate", "re_run", "task_done", "recovery", "root_revalidation"}),
+        S.BLOCKED: frozenset({"budget_exhausted", "operator", "fingerprint_failures", "no_assertions",
+                              "workspace_unavailable"}),
+        S.PASSED: frozenset({"superseded", "fingerprint_reuse"}),
     },
     S.PASSED: {
         S.IMPLEMENTING: frozenset({"clear", "task_linked"}),
         S.VALIDATING: frozenset({"re_run", "validate", "root_revalidation", "milestone_regression"}),
+        S.BLOCKED: frozenset({"fingerprint_failures", "no_assertions", "workspace_unavailable"}),
         S.NEEDS_FIX: frozenset({"milestone_regression"}),
     },
     S.BLOCKED: {
         S.IMPLEMENTING: frozenset({"clear", "resume"}),
         S.VALIDATING: frozenset({"re_run", "resume"}),
+        S.PASSED: frozenset({"fingerprint_reuse"}),
     },
 }
 

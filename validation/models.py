@@ -53,6 +53,8 @@ class ValidatorRun(TimeStamped):
     tokens_out = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # Set when a worker starts executing the run; a run whose lease has passed is reaped.
+    lease_until = models.DateTimeField(null=True, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:

@@ -55,4 +55,9 @@ def exception_handler(exc, context):
         response.data = {"code": code, "detail": _first_message(fields), "fields": fields}
     else:
         response.data = {"code": code, "detail": str(getattr(exc, "detail", exc)), "fields": {}}
+    if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        # DRF answers 403 when the first authenticator (session) offers no challenge;
+        # a missing or bad credential is a 401, with the token scheme as its challenge.
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+        response["WWW-Authenticate"] = "Token"
     return response

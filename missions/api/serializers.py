@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.validators import validate_slug
 from rest_framework import serializers
 
 from missions.models import (
@@ -64,6 +65,9 @@ class MilestoneSerializer(serializers.ModelSerializer):
         fields = ["id", "mission", "key", "title", "description", "order", "status", "validation_state",
                   "dependencies", "created_at", "updated_at"]
         read_only_fields = ["status", "validation_state", "created_at", "updated_at"]
+        # The (mission, key) constraint is reported by the service as `duplicate_key`,
+        # like every other kind; DRF's generic unique-together message would differ.
+        validators = []
 
     def validate(self, attrs):
         if self.instance is not None and "mission" in attrs and attrs["mission"].pk != self.instance.mission_id:
@@ -111,6 +115,8 @@ class AssertionSerializer(serializers.ModelSerializer):
         fields = ["id", "mission", "milestone", "key", "title", "statement", "scope", "check", "status", "order",
                   "features", "created_at", "updated_at"]
         read_only_fields = ["mission", "status", "created_at", "updated_at"]
+        # Human keys are slugs (DESIGN §3): they travel in prompts, verdicts and files.
+        extra_kwargs = {"key": {"validators": [validate_slug]}}
 
 
 class LinkSerializer(serializers.Serializer):

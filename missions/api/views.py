@@ -23,6 +23,7 @@ from missions.models import ContractAssertion, Feature, Milestone, Mission, Miss
 from missions.services import hierarchy
 from missions.services import tasks as task_services
 from missions.services.rollup import milestone_rollup
+from validation.api.views import FeatureLoopActions, MissionLifecycleActions
 
 
 class MissionScopedViewSet(viewsets.ModelViewSet):
@@ -47,7 +48,7 @@ class MissionFilter(filters.FilterSet):
         fields = ["status", "key", "autopilot"]
 
 
-class MissionViewSet(MissionScopedViewSet):
+class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
     queryset = Mission.objects.prefetch_related("members").order_by("id")
     serializer_class = s.MissionSerializer
     filterset_class = MissionFilter
@@ -137,6 +138,9 @@ class MilestoneViewSet(MissionScopedViewSet):
         serializer.instance = hierarchy.milestone_update(user=self.request.user, milestone=serializer.instance,
                                                          **serializer.validated_data)
 
+    def perform_destroy(self, instance):
+        hierarchy.milestone_delete(user=self.request.user, milestone=instance)
+
     @action(detail=True, methods=["get"])
     def validation(self, request, pk=None):
         return Response(milestone_rollup(milestone_id=self.get_object().pk))
@@ -153,8 +157,11 @@ class SliceViewSet(MissionScopedViewSet):
     def perform_update(self, serializer):
         serializer.instance = hierarchy.slice_update(user=self.request.user, slice_=serializer.instance, **serializer.validated_data)
 
+    def perform_destroy(self, instance):
+        hierarchy.slice_delete(user=self.request.user, slice_=instance)
 
-class FeatureViewSet(MissionScopedViewSet):
+
+class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
     queryset = Feature.objects.select_related("slice").prefetch_related("assertions").order_by("slice_id", "order", "id")
     serializer_class = s.FeatureSerializer
     filterset_fields = ["mission", "slice", "slice__milestone", "status", "loop_state", "key", "generated_from"]
@@ -177,7 +184,7 @@ class FeatureViewSet(MissionScopedViewSet):
         body.is_valid(raise_exception=True)
         ref = body.validated_data["assertion"].strip()
         qs = ContractAssertion.objects.filter(mission_id=feature.mission_id)
-        found = qs.filter(pk=int(ref)).first() if ref.isdigit() else qs.filter(key=ref).first()
+        found = qs.filter(pk=int(ref)).first() if ref.isascii() and ref.isdigit() else qs.filter(key=ref).first()
         if found is None:
             raise Invalid(f"no assertion {ref!r} in this mission", code="unknown_assertion",
                           fields={"assertion": ["unknown in this mission"]})

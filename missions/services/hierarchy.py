@@ -113,9 +113,9 @@ def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone
     deps = _check_dependencies(None, mission, dependencies)
     milestone = Milestone.objects.create(mission=mission, **fields)
     milestone.dependencies.set(deps)
-    milestone_rollup_refresh(milestone_ids=[milestone.pk])
     publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "change": "milestone_created",
                                                    "milestone": milestone.pk}, actor_id=getattr(user, "pk", None))
+    milestone_rollup_refresh(milestone_ids=[milestone.pk])
     return milestone
 
 
@@ -145,6 +145,27 @@ def slice_update(*, user, slice_: Slice, **fields: Any) -> Slice:
     fields["milestone"] = milestone
     apply_fields(slice_, fields)
     return slice_
+
+
+def _linked_milestone_ids(**feature_filter: Any) -> set[int]:
+    """Milestones whose rollup depends on links of the matching features."""
+    return set(ContractAssertion.objects.filter(**{f"feature_links__feature__{k}": v for k, v in feature_filter.items()})
+               .values_list("milestone_id", flat=True).distinct())
+
+
+@transaction.atomic
+def milestone_delete(*, user, milestone: Milestone) -> None:
+    # Its features may cover assertions of other milestones: their rollups change too.
+    milestone_ids = _linked_milestone_ids(slice__milestone=milestone) - {milestone.pk}
+    milestone.delete()
+    milestone_rollup_refresh(milestone_ids=milestone_ids)
+
+
+@transaction.atomic
+def slice_delete(*, user, slice_: Slice) -> None:
+    milestone_ids = _linked_milestone_ids(slice=slice_)
+    slice_.delete()
+    milestone_rollup_refresh(milestone_ids=milestone_ids)
 
 
 # --- features ------------------------------------------------------------------------
@@ -184,8 +205,8 @@ def feature_delete(*, user, feature: Feature, force: bool = False) -> None:
     milestone_ids = list(feature.assertions.values_list("milestone_id", flat=True).distinct())
     mission_id, pk = feature.mission_id, feature.pk
     feature.delete()
-    milestone_rollup_refresh(milestone_ids=milestone_ids)
     publish_on_commit(mission_id, "feature:updated", {"feature": pk, "change": "deleted"}, actor_id=getattr(user, "pk", None))
+    milestone_rollup_refresh(milestone_ids=milestone_ids)
 
 
 # --- contract assertions -------------------------------------------------------------
@@ -200,8 +221,8 @@ def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAs
     require_staff_for_code(user=user, old=None, new=fields.get("check_spec"), field="check")
     assertion = ContractAssertion(milestone=milestone, **fields)
     assertion.save()
-    milestone_rollup_refresh(milestone_ids=[milestone.pk])
     publish_on_commit(milestone.mission_id, "assertion:created", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
+    milestone_rollup_refresh(milestone_ids=[milestone.pk])
     return assertion
 
 
@@ -216,8 +237,8 @@ def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> Co
         raise Invalid("unlink the assertion from its features before making it milestone-scoped",
                       code="linked_assertion", fields={"scope": ["the assertion is linked to features"]})
     if apply_fields(assertion, fields):
-        milestone_rollup_refresh(milestone_ids=[old_milestone, assertion.milestone_id])
         publish_on_commit(assertion.mission_id, "assertion:updated", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
+        milestone_rollup_refresh(milestone_ids=[old_milestone, assertion.milestone_id])
     return assertion
 
 
@@ -226,8 +247,8 @@ def assertion_delete(*, user, assertion: ContractAssertion) -> None:
     payload = _assertion_payload(assertion)
     mission_id = assertion.mission_id
     assertion.delete()
-    milestone_rollup_refresh(milestone_ids=[payload["milestone"]])
     publish_on_commit(mission_id, "assertion:deleted", payload, actor_id=getattr(user, "pk", None))
+    milestone_rollup_refresh(milestone_ids=[payload["milestone"]])
 
 
 @transaction.atomic
@@ -242,9 +263,9 @@ def assertion_link(*, user, feature: Feature, assertion: ContractAssertion) -> F
             link = FeatureAssertion.objects.create(feature=feature, assertion=assertion)
     except IntegrityError as exc:
         raise Conflict(f"{assertion.key} is already linked to this feature", code="already_linked") from exc
-    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
     publish_on_commit(feature.mission_id, "assertion:linked", {**_assertion_payload(assertion), "feature": feature.pk},
                       actor_id=getattr(user, "pk", None))
+    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
     return link
 
 
@@ -253,6 +274,6 @@ def assertion_unlink(*, user, feature: Feature, assertion: ContractAssertion) ->
     deleted, _ = FeatureAssertion.objects.filter(feature=feature, assertion=assertion).delete()
     if not deleted:
         raise Invalid(f"{assertion.key} is not linked to this feature", code="not_linked")
-    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
     publish_on_commit(feature.mission_id, "assertion:unlinked", {**_assertion_payload(assertion), "feature": feature.pk},
                       actor_id=getattr(user, "pk", None))
+    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])

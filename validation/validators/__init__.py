@@ -1,0 +1,37 @@
+"""Validator kinds. `judge(ctx)` dispatches on the profile's kind and returns a
+candidate verdict document (a dict) plus token usage; the runner host-validates it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from validation.context import ValidationContext, ValidatorCrashed
+
+
+@dataclass
+class Judgement:
+    candidate: dict[str, Any]
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+def judge(ctx: ValidationContext) -> Judgement:
+    kind = ctx.profile["kind"]
+    if kind == "checks":
+        from validation.validators.composite import judge_checks_only
+
+        return judge_checks_only(ctx)
+    if kind == "composite":
+        from validation.validators.composite import judge_composite
+
+        return judge_composite(ctx)
+    if kind == "agent":
+        from validation.validators.agent import judge_agent
+
+        return judge_agent(ctx, ctx.assertions)
+    if kind == "command":
+        from validation.validators.command import judge_command
+
+        return judge_command(ctx, ctx.assertions)
+    raise ValidatorCrashed(f"unknown validator kind {kind!r}", code="misconfigured")

@@ -1,0 +1,122 @@
+"""Shared fixtures: real git repositories, a real Dramatiq worker, users, a mission."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import dramatiq
+import pytest
+from django.conf import settings
+
+os.environ.setdefault("FUSION_RETRY_BACKOFF_MS", "0")
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "Test",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+class Repo:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def git(self, *args: str) -> str:
+        env = {**os.environ, **GIT_ENV}
+        return subprocess.run(["git", "-C", str(self.path), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+    def write(self, rel: str, text: str) -> None:
+        target = self.path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    def commit(self, files: dict[str, str] | None = None, message: str = "change") -> str:
+        for rel, text in (files or {}).items():
+            self.write(rel, text)
+        self.git("add", "-A")
+        self.git("commit", "-q", "--allow-empty", "-m", message)
+        return self.git("rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path) -> Repo:
+    path = tmp_path / "repo"
+    path.mkdir()
+    repo = Repo(path)
+    repo.git("init", "-q", "-b", "main")
+    repo.commit({"README.md": "# project\n"}, "initial")
+    return repo
+
+
+@pytest.fixture(autouse=True)
+def _settings_for_tests(settings, tmp_path):
+    settings.FUSION_SNAPSHOT_DIR = tmp_path / "snapshots"
+    settings.FUSION_RETRY_BACKOFF_MS = 0
+    settings.FUSION_REDRIVE_GRACE = 0
+
+
+class WorkerHandle:
+    def __init__(self, broker, worker):
+        self.broker = broker
+        self.worker = worker
+
+    def drain(self, timeout: float = 60) -> None:
+        """Wait until every queue is empty and stays empty (actors enqueue follow-ups)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for queue in list(self.broker.get_declared_queues()):
+                self.broker.join(queue, timeout=int(max(deadline - time.monotonic(), 1) * 1000))
+            self.worker.join()
+            if all(self._size(q) == 0 for q in self.broker.get_declared_queues()):
+                time.sleep(0.05)
+                if all(self._size(q) == 0 for q in self.broker.get_declared_queues()):
+                    return
+        raise AssertionError("the worker did not drain in time")
+
+    def _size(self, queue: str) -> int:
+        if hasattr(self.broker, "queues"):
+            q = self.broker.queues.get(queue)
+            return q.qsize() + getattr(q, "unfinished_tasks", 0) if q is not None else 0
+        return 0
+
+
+@pytest.fixture
+def worker(transactional_db):
+    """A real Dramatiq worker on the configured broker (StubBroker embedded, Redis in CI)."""
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    w = dramatiq.Worker(broker, worker_threads=4, worker_timeout=50)
+    w.start()
+    handle = WorkerHandle(broker, w)
+    try:
+        yield handle
+    finally:
+        w.stop()
+        broker.flush_all()
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def api_for():
+    from rest_framework.test import APIClient
+
+    def make(user=None):
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+    return make
+
+
+def is_postgres() -> bool:
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")

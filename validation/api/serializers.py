@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from validation.models import FixLineage, JournalEntry, ValidatorFailure, ValidatorRun
+
+
+class FailureSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ValidatorFailure
+        fields = ["id", "assertion", "assertion_key", "message", "expected", "actual", "evidence", "created_at"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    failures = FailureSerializer(many=True, read_only=True)
+    duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = ValidatorRun
+        fields = ["id", "mission", "feature", "milestone", "scope", "status", "trigger", "implementation_attempt",
+                  "validator_attempt", "validator", "validator_config", "revision", "input_fingerprint", "summary",
+                  "blocked_reason", "error", "verdict", "reused_from", "tokens_in", "tokens_out", "started_at",
+                  "completed_at", "duration_seconds", "failures"]
+        read_only_fields = fields
+
+
+class LineageSerializer(serializers.ModelSerializer):
+    failed_assertions = serializers.SlugRelatedField(many=True, read_only=True, slug_field="key")
+
+    class Meta:
+        model = FixLineage
+        fields = ["id", "root", "source", "fix", "run", "failed_assertions", "created_at"]
+
+
+class JournalEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JournalEntry
+        fields = ["seq", "kind", "key", "payload", "sha256", "prev_sha256", "created_at"]
+
+
+class ValidateSerializer(serializers.Serializer):
+    validator = serializers.CharField(required=False, allow_blank=False, help_text="Profile override.")
+
+
+class RepairSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["clear", "re_run"])
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class AutopilotSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField()

@@ -1,0 +1,136 @@
+"""Validation runs (read-only), their journal, and the loop's operator actions."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from missions import selectors
+from missions.api.serializers import FeatureSerializer, MissionSerializer
+from validation.api import serializers as s
+from validation.models import FixLineage, ValidatorRun
+from validation.services import operator
+
+
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = ValidatorRun.objects.prefetch_related("failures").order_by("-id")
+    serializer_class = s.RunSerializer
+    filterset_fields = ["mission", "feature", "milestone", "status", "scope", "trigger"]
+    ordering_fields = ["id", "started_at", "completed_at"]
+
+    def get_queryset(self):
+        return self.queryset.filter(mission__in=selectors.visible_missions(user=self.request.user).values("pk"))
+
+    @extend_schema(responses={200: s.JournalEntrySerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def journal(self, request, pk=None):
+        run = self.get_object()
+        page = self.paginate_queryset(run.journal.order_by("seq"))
+        return self.get_paginated_response(s.JournalEntrySerializer(page, many=True).data)
+
+
+class LineageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = FixLineage.objects.prefetch_related("failed_assertions").order_by("id")
+    serializer_class = s.LineageSerializer
+    filterset_fields = ["root", "source", "fix", "run"]
+
+    def get_queryset(self):
+        return self.queryset.filter(root__mission__in=selectors.visible_missions(user=self.request.user).values("pk"))
+
+
+def loop_snapshot(feature) -> dict:
+    runs = ValidatorRun.objects.filter(feature=feature).prefetch_related("failures").order_by("-id")
+    lineage = FixLineage.objects.filter(root=feature) | FixLineage.objects.filter(fix=feature) | FixLineage.objects.filter(source=feature)
+    return {
+        "feature": feature.pk, "key": feature.key, "loop_state": feature.loop_state, "status": feature.status,
+        "implementation_attempts": feature.implementation_attempts, "validator_attempts": feature.validator_attempts,
+        "fix_rounds": feature.fix_rounds, "retry_budget": feature.mission.retry_budget,
+        "budget_left": max(feature.mission.retry_budget - feature.fix_rounds, 0),
+        "stop_reason": feature.stop_reason, "stop_detail": feature.stop_detail, "last_run": feature.last_run_id,
+        "runs": s.RunSerializer(runs, many=True).data,
+        "lineage": s.LineageSerializer(lineage.distinct().order_by("id"), many=True).data,
+    }
+
+
+class FeatureLoopActions:
+    """Mixed into the feature viewset: /api/features/{id}/validate|repair|create_fix|loop/."""
+
+    @extend_schema(request=s.ValidateSerializer, responses={202: s.RunSerializer})
+    @action(detail=True, methods=["post"])
+    def validate(self, request, pk=None):
+        body = s.ValidateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        admission = operator.feature_validate(feature=self.get_object(), user=request.user,
+                                              profile=body.validated_data.get("validator"))
+        return _admission_response(admission)
+
+    @extend_schema(request=s.RepairSerializer, responses={200: FeatureSerializer, 202: s.RunSerializer})
+    @action(detail=True, methods=["post"])
+    def repair(self, request, pk=None):
+        body = s.RepairSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        feature = self.get_object()
+        admission = operator.feature_repair(feature=feature, user=request.user, **body.validated_data)
+        if admission is None:
+            feature.refresh_from_db()
+            return Response(FeatureSerializer(feature, context={"request": request}).data)
+        return _admission_response(admission)
+
+    @extend_schema(request=None, responses={201: FeatureSerializer})
+    @action(detail=True, methods=["post"])
+    def create_fix(self, request, pk=None):
+        fix = operator.feature_create_fix(feature=self.get_object(), user=request.user)
+        return Response(FeatureSerializer(fix, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["get"])
+    def loop(self, request, pk=None):
+        return Response(loop_snapshot(self.get_object()))
+
+
+def _admission_response(admission) -> Response:
+    body = {"outcome": admission.outcome, "detail": admission.detail,
+            "run": s.RunSerializer(admission.run).data if admission.run else None}
+    if admission.run is not None:
+        body.update(id=admission.run.pk, status=admission.run.status, validator_attempt=admission.run.validator_attempt,
+                    implementation_attempt=admission.run.implementation_attempt)
+    return Response(body, status=status.HTTP_202_ACCEPTED if admission.outcome == "started" else status.HTTP_200_OK)
+
+
+class MissionLifecycleActions:
+    """Mixed into the mission viewset: activate, pause, resume, autopilot."""
+
+    def _lifecycle(self, request, fn, **kwargs):
+        mission = fn(mission=self.get_object(), user=request.user, **kwargs)
+        return Response(MissionSerializer(mission, context={"request": request}).data)
+
+    @extend_schema(request=None, responses={200: MissionSerializer})
+    @action(detail=True, methods=["post"])
+    def activate(self, request, pk=None):
+        from missions.services.lifecycle import mission_activate
+
+        return self._lifecycle(request, mission_activate)
+
+    @extend_schema(request=None, responses={200: MissionSerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        from missions.services.lifecycle import mission_pause
+
+        return self._lifecycle(request, mission_pause)
+
+    @extend_schema(request=None, responses={200: MissionSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        from missions.services.lifecycle import mission_resume
+
+        return self._lifecycle(request, mission_resume)
+
+    @extend_schema(request=s.AutopilotSerializer, responses={200: MissionSerializer})
+    @action(detail=True, methods=["post"])
+    def autopilot(self, request, pk=None):
+        from missions.services.lifecycle import mission_set_autopilot
+
+        body = s.AutopilotSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._lifecycle(request, mission_set_autopilot, enabled=body.validated_data["enabled"])

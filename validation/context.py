@@ -1,0 +1,50 @@
+"""What a validator receives (DESIGN §5): a frozen description of the feature at one
+revision and the path of its read-only checkout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AssertionSpec:
+    key: str
+    title: str
+    statement: str
+    check: dict[str, Any] | None
+    scope: str = "feature"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "title": self.title, "statement": self.statement, "check": self.check}
+
+
+@dataclass
+class ValidationContext:
+    run_id: int
+    mission_key: str
+    feature_key: str
+    feature_title: str
+    feature_description: str
+    assertions: list[AssertionSpec]
+    revision: str
+    checkout: Path
+    profile: dict[str, Any]
+    task_summary: str = ""
+    log_tail: str = ""
+    diff: str = ""
+    replay: Any = None  # a journal replayer serves answers instead of live calls
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(a.key for a in self.assertions)
+
+
+class ValidatorCrashed(Exception):
+    """The validator could not produce a verdict (transient or not): the run is `error`."""
+
+    def __init__(self, message: str, *, code: str = "validator_error"):
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,83 @@
+"""The run journal: every check, model call, tool call and host decision as a
+hash-chained `JournalEntry` (payload canonicalized with RFC 8785, sha256)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+from django.db import IntegrityError, transaction
+
+from validation.models import JournalEntry
+
+
+def canonical(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+def sha256_of(value: Any) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def entry_hash(*, seq: int, kind: str, key: str, payload: Any, prev: str) -> str:
+    return sha256_of({"seq": seq, "kind": kind, "key": key, "payload": payload, "prev": prev})
+
+
+class JournalIntegrityError(Exception):
+    def __init__(self, message: str, *, seq: int | None = None):
+        super().__init__(message)
+        self.seq = seq
+
+
+def _jsonable(payload: Any) -> Any:
+    # RFC 8785 has no floats beyond IEEE doubles and no non-string keys: normalize first.
+    import json
+
+    return json.loads(json.dumps(payload, default=str))
+
+
+def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEntry:
+    payload = _jsonable(payload)
+    for _attempt in range(5):
+        last = JournalEntry.objects.filter(run_id=run_id).order_by("-seq").values("seq", "sha256").first()
+        seq = (last["seq"] + 1) if last else 1
+        prev = last["sha256"] if last else ""
+        digest = entry_hash(seq=seq, kind=kind, key=key, payload=payload, prev=prev)
+        try:
+            with transaction.atomic():
+                return JournalEntry.objects.create(run_id=run_id, seq=seq, kind=kind, key=key[:200], payload=payload,
+                                                   sha256=digest, prev_sha256=prev)
+        except IntegrityError:
+            continue  # another writer took this seq; chain onto its entry
+    raise JournalIntegrityError(f"could not append to the journal of run {run_id}")
+
+
+@dataclass
+class ChainReport:
+    ok: bool
+    entries: int
+    first_bad_seq: int | None = None
+    message: str = ""
+
+
+def verify_chain(run_id: int) -> ChainReport:
+    prev = ""
+    count = 0
+    for entry in JournalEntry.objects.filter(run_id=run_id).order_by("seq").iterator():
+        count += 1
+        expected = entry_hash(seq=entry.seq, kind=entry.kind, key=entry.key, payload=entry.payload, prev=prev)
+        if entry.seq != count or entry.prev_sha256 != prev or entry.sha256 != expected:
+            return ChainReport(False, count, entry.seq, f"journal entry {entry.seq} ({entry.kind} {entry.key}) does not verify")
+        prev = entry.sha256
+    return ChainReport(True, count)
+
+
+def entries(run_id: int, *, kind: str | None = None, key: str | None = None):
+    qs = JournalEntry.objects.filter(run_id=run_id).order_by("seq")
+    if kind:
+        qs = qs.filter(kind=kind)
+    if key is not None:
+        qs = qs.filter(key=key)
+    return qs

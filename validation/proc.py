@@ -1,0 +1,102 @@
+"""Subprocess adapter: scrubbed environment, a timeout that kills the whole process
+group, and captured output capped to its tail. Every command the host runs for checks,
+command validators and executors goes through `run_command`."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Only these survive the scrub; everything else (SECRET_KEY, DATABASE_URL, API keys, …)
+# never reaches a command the host runs.
+KEPT_ENV = ("LANG", "LC_ALL", "TZ", "TERM")
+
+
+class CommandError(Exception):
+    """The command could not be started at all (permanent)."""
+
+
+@dataclass
+class CommandResult:
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    truncated: bool
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.exit_code == 0
+
+
+def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -> dict[str, str]:
+    interpreter_dir = str(Path(sys.executable).parent)
+    env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
+    # The interpreter the service runs with comes first, so `python` finds it.
+    env["PATH"] = os.pathsep.join([interpreter_dir, "/usr/local/bin", "/usr/bin", "/bin"])
+    env["HOME"] = home or tempfile.gettempdir()
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _argv(command: str | list[str], shell: bool) -> list[str] | str:
+    if shell:
+        return command if isinstance(command, str) else shlex.join(command)
+    if isinstance(command, list):
+        return command
+    argv = shlex.split(command)
+    if not argv:
+        raise CommandError("empty command")
+    return argv
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_command(command: str | list[str], *, cwd: Path, timeout: float, max_output: int,
+                shell: bool = False, stdin: str | None = None, env: dict[str, str] | None = None) -> CommandResult:
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(
+                _argv(command, shell), cwd=str(cwd), shell=shell, env=env or scrubbed_env(),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot start {command!r}: {exc}") from exc
+        timed_out = False
+        try:
+            if stdin is not None:
+                proc.communicate(stdin.encode(), timeout=timeout)
+            else:
+                proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BrokenPipeError:
+            pass
+        _kill_group(proc)  # also reaps children left behind by a command that exited
+        proc.wait()
+        output, truncated = _tail(out, max_output)
+    return CommandResult(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
+                         truncated=truncated, duration=time.monotonic() - started)
+
+
+def _tail(fh, limit: int) -> tuple[str, bool]:
+    size = fh.seek(0, os.SEEK_END)
+    truncated = size > limit
+    fh.seek(max(size - limit, 0))
+    text = fh.read().decode("utf-8", errors="replace")
+    return (("[… output truncated, last %d bytes shown]\n" % limit) + text if truncated else text), truncated

@@ -1,0 +1,48 @@
+"""Secret redaction for anything shown to people or models: evidence, events, fix
+descriptions, journal views."""
+
+from __future__ import annotations
+
+import os
+import re
+
+REDACTED = "[REDACTED]"
+PATTERNS = [
+    re.compile(r"(?i)\b(api[_-]?key|secret|token|password|passwd|authorization)\b(\s*[:=]\s*|\s+)(['\"]?)[^\s'\"]{6,}\3"),
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}\b"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}\b"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
+    re.compile(r"(?i)\b(postgres(?:ql)?|mysql|redis|amqp)://[^\s:/@]+:[^\s@/]+@"),
+]
+SECRET_ENV_HINTS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "DATABASE_URL", "REDIS_URL")
+
+
+def _env_secrets() -> list[str]:
+    values = []
+    for name, value in os.environ.items():
+        if any(h in name.upper() for h in SECRET_ENV_HINTS) and len(value) >= 8:
+            values.append(value)
+    return values
+
+
+def redact(text: str) -> str:
+    if not text:
+        return text
+    for value in _env_secrets():
+        text = text.replace(value, REDACTED)
+    for pattern in PATTERNS:
+        text = pattern.sub(_replacement, text)
+    return text
+
+
+def _replacement(match: re.Match) -> str:
+    if match.re.groups >= 2 and match.group(2) is not None:
+        return f"{match.group(1)}{match.group(2)}{REDACTED}"
+    return REDACTED
+
+
+def bounded(text: str, limit: int = 4000) -> str:
+    text = redact(text or "")
+    return text if len(text) <= limit else text[: limit - 20] + "\n[… truncated]"

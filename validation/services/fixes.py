@@ -1,0 +1,136 @@
+"""Fix features and the retry budget (DESIGN §4.5).
+
+The budget is charged to the root of a lineage (fixes of fixes charge the root). Fix
+creation is idempotent per (source, run): the database's unique constraint decides
+between two concurrent workers, and the loser returns the winner's fix.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from missions.errors import Conflict
+from missions.events import publish_on_commit
+from missions.models import AssertionScope, Feature, FeatureAssertion, LoopState, MissionStatus, StopReason
+from validation.loop import feature_transition
+from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
+from validation.redact import bounded
+
+CAUSE_LIMIT = 12_000
+
+
+def lineage_root(feature: Feature) -> Feature:
+    seen = {feature.pk}
+    node = feature
+    while node.generated_from_id is not None:
+        if node.generated_from_id in seen:  # fail closed on a cycle: treat this node as the root
+            break
+        seen.add(node.generated_from_id)
+        node = Feature.objects.get(pk=node.generated_from_id)
+    return node
+
+
+def validation_cause(run: ValidatorRun, failures: list[ValidatorFailure]) -> str:
+    lines = ["## Validation cause", "", f"Validator run {run.pk} (revision `{run.revision[:12]}`) failed:", ""]
+    for f in failures:
+        lines += [f"### {f.assertion_key}", f"- message: {f.message}", f"- expected: {f.expected}", f"- actual: {f.actual}"]
+        for e in f.evidence[:5]:
+            lines.append(f"- evidence ({e.get('kind')}):\n\n```\n{e.get('text', '')[:1500]}\n```")
+        lines.append("")
+    return bounded("\n".join(lines), CAUSE_LIMIT)
+
+
+def _fix_key(root: Feature, round_no: int) -> str:
+    base = f"{root.key[:100]}-fix-{round_no}"
+    key, n = base, 1
+    while Feature.objects.filter(mission_id=root.mission_id, key=key).exists():
+        n += 1
+        key = f"{base}-{n}"
+    return key
+
+
+@transaction.atomic
+def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None) -> Feature | None:
+    source = Feature.objects.select_for_update().select_related("mission", "slice").get(pk=source_id)
+    existing = FixLineage.objects.filter(source=source, run_id=run_id).select_related("fix").first()
+    if existing is not None:
+        return existing.fix
+    run = ValidatorRun.objects.get(pk=run_id)
+    if run.status != RunStatus.FAILED:
+        raise Conflict("only a failed run can produce a fix", code="run_not_failed")
+    root = lineage_root(source)
+    if root.pk != source.pk:
+        root = Feature.objects.select_for_update().get(pk=root.pk)
+    if root.fix_rounds >= source.mission.retry_budget:
+        _exhaust(root, source, run, actor_id)
+        return None
+    failures = list(run.failures.select_related("assertion"))
+    try:
+        with transaction.atomic():
+            fix = _create_fix_feature(source, root, run, failures)
+    except IntegrityError:
+        return FixLineage.objects.get(source=source, run_id=run_id).fix
+    Feature.objects.filter(pk=root.pk).update(fix_rounds=root.fix_rounds + 1, updated_at=timezone.now())
+    if source.loop_state == LoopState.NEEDS_FIX:
+        feature_transition(feature=source.pk, old=LoopState.NEEDS_FIX, new=LoopState.IMPLEMENTING, cause="fix_created",
+                           actor_id=actor_id, payload={"fix": fix.pk, "run": run.pk})
+    publish_on_commit(source.mission_id, "fix-feature:created", {
+        "feature": fix.pk, "source": source.pk, "root": root.pk, "run": run.pk, "round": root.fix_rounds + 1,
+        "budget_left": max(source.mission.retry_budget - root.fix_rounds - 1, 0),
+        "assertions": [f.assertion_key for f in failures],
+    }, actor_id=actor_id)
+    if source.mission.autopilot and source.mission.status == MissionStatus.ACTIVE:
+        from missions.services.tasks import task_create
+
+        task_create(user=None, feature=fix)
+    return fix
+
+
+def _create_fix_feature(source: Feature, root: Feature, run: ValidatorRun, failures: list[ValidatorFailure]) -> Feature:
+    description = f"{source.description.strip()}\n\n{validation_cause(run, failures)}".strip()
+    fix = Feature(slice=source.slice, key=_fix_key(root, root.fix_rounds + 1), title=f"Fix: {source.title}"[:200],
+                  description=description, acceptance_criteria=source.acceptance_criteria, order=source.order,
+                  generated_from=source, generated_from_run=run)
+    fix.save()
+    lineage = FixLineage.objects.create(root=root, source=source, fix=fix, run=run)
+    failed = [f.assertion for f in failures if f.assertion is not None]
+    lineage.failed_assertions.set(failed)
+    FeatureAssertion.objects.bulk_create([FeatureAssertion(feature=fix, assertion=a) for a in failed
+                                          if a.scope == AssertionScope.FEATURE], ignore_conflicts=True)
+    return fix
+
+
+def _exhaust(root: Feature, source: Feature, run: ValidatorRun, actor_id: int | None) -> None:
+    detail = f"retry budget of {source.mission.retry_budget} fix rounds is used up (last failing run {run.pk})"
+    fields = {"stop_reason": StopReason.BUDGET_EXHAUSTED, "stop_detail": detail, "stopped_at": timezone.now()}
+    for feature in {root.pk: root, source.pk: source}.values():
+        feature.refresh_from_db()
+        if feature.loop_state in (LoopState.NEEDS_FIX, LoopState.IMPLEMENTING):
+            feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.BLOCKED, cause="budget_exhausted",
+                               actor_id=actor_id, reason=detail, fields=fields, payload={"run": run.pk, "root": root.pk})
+    publish_on_commit(root.mission_id, "mission:updated", {
+        "mission": root.mission_id, "change": "retry_budget_exhausted", "feature": root.pk, "run": run.pk,
+    }, actor_id=actor_id)
+    from validation.services.outcomes import _notify_autopilot
+
+    _notify_autopilot(root.mission_id)
+
+
+def fix_passed(*, fix: Feature, run: ValidatorRun) -> None:
+    """A fix passed: re-validate the root at the fix's revision against all its assertions."""
+    from validation.services.admission import feature_admit
+
+    root = lineage_root(fix)
+    if root.pk == fix.pk or root.loop_state in (LoopState.PASSED, LoopState.VALIDATING):
+        return
+    feature_admit(feature_id=root.pk, trigger="fix", cause="root_revalidation", revision=run.revision)
+
+
+def close_lineage(*, root: Feature) -> None:
+    """The root passed: fixes still open in its lineage are superseded."""
+    open_fixes = Feature.objects.filter(lineage_as_fix__root=root).exclude(loop_state__in=[LoopState.PASSED, LoopState.BLOCKED])
+    for fix in open_fixes.distinct():
+        if fix.loop_state in (LoopState.IMPLEMENTING, LoopState.NEEDS_FIX):
+            feature_transition(feature=fix.pk, old=fix.loop_state, new=LoopState.PASSED, cause="superseded",
+                               payload={"root": root.pk})

@@ -1,0 +1,65 @@
+"""Operator actions on a feature (DESIGN §4.8); each names the user in the audit log."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from missions.errors import Conflict, Invalid
+from missions.models import Feature, LoopState, MissionStatus
+from validation.loop import feature_transition
+from validation.models import FixLineage, RunStatus, ValidatorRun
+from validation.services.admission import Admission, feature_admit
+
+REPAIRABLE = (LoopState.BLOCKED, LoopState.PASSED, LoopState.NEEDS_FIX)
+
+
+def _require_active(feature: Feature) -> None:
+    if feature.mission.status != MissionStatus.ACTIVE:
+        raise Conflict(f"the mission is {feature.mission.status}; activate or resume it first", code="mission_not_active")
+
+
+def feature_validate(*, feature: Feature, user, profile: str | None = None) -> Admission:
+    _require_active(feature)
+    return feature_admit(feature_id=feature.pk, trigger="manual", cause="validate", actor_id=getattr(user, "pk", None),
+                         profile_name=profile, raise_conflict=True)
+
+
+@transaction.atomic
+def feature_repair(*, feature: Feature, user, mode: str, reason: str = "") -> Admission | None:
+    feature = Feature.objects.select_for_update().select_related("mission").get(pk=feature.pk)
+    actor_id = getattr(user, "pk", None)
+    if ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).exists():
+        raise Conflict("a validation of this feature is running; wait for it", code="validation_already_running")
+    if feature.loop_state not in REPAIRABLE:
+        raise Conflict(f"a feature that is {feature.loop_state} needs no repair", code="not_repairable",
+                       extra={"loop_state": feature.loop_state})
+    if mode == "clear":
+        has_task = feature.tasks.exists()
+        feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.IMPLEMENTING, cause="clear",
+                           actor_id=actor_id, reason=reason, fields={
+                               "implementation_attempts": 1 if has_task else 0, "validator_attempts": 0, "fix_rounds": 0,
+                               "stop_reason": "", "stop_detail": "", "stopped_at": None})
+        return None
+    if mode == "re_run":
+        _require_active(feature)
+        return feature_admit(feature_id=feature.pk, trigger="manual", cause="re_run", actor_id=actor_id, force=True,
+                             raise_conflict=True)
+    raise Invalid("mode must be clear or re_run", code="invalid_mode", fields={"mode": ["must be clear or re_run"]})
+
+
+@transaction.atomic
+def feature_create_fix(*, feature: Feature, user) -> Feature:
+    from validation.services.fixes import fix_create
+
+    feature = Feature.objects.select_for_update().get(pk=feature.pk)
+    run = feature.last_run
+    if feature.loop_state != LoopState.NEEDS_FIX or run is None or run.status != RunStatus.FAILED:
+        raise Conflict("only a feature whose last validation failed needs a fix", code="no_failure")
+    if FixLineage.objects.filter(source=feature, run=run).exists():
+        raise Conflict("a fix for this failure exists already", code="fix_exists")
+    fix = fix_create(source_id=feature.pk, run_id=run.pk, actor_id=getattr(user, "pk", None))
+    if fix is None:
+        raise Conflict("the retry budget is used up; the feature is blocked", code="budget_exhausted")
+    return fix
+
+

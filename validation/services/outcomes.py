@@ -1,0 +1,187 @@
+"""Completing a run (DESIGN §4.4): compare-and-swap on `running`, then the feature moves
+only if its `last_run` names this run. A late result after a reap changes nothing."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from missions.events import publish_on_commit
+from missions.models import AssertionStatus, ContractAssertion, Feature, LoopState, StopReason
+from missions.services.rollup import milestone_rollup_refresh
+from validation.loop import feature_transition
+from validation.models import RunStatus, ValidatorFailure, ValidatorRun
+from validation.redact import bounded
+from validation.verdict import Verdict
+
+RUN_STATUS = {"pass": RunStatus.PASSED, "fail": RunStatus.FAILED, "blocked": RunStatus.BLOCKED}
+ASSERTION_STATUS = {"pass": AssertionStatus.PASSED, "fail": AssertionStatus.FAILED, "blocked": AssertionStatus.BLOCKED}
+ERROR_LIMIT = 3
+
+
+def _finish(run: ValidatorRun, **fields) -> bool:
+    now = timezone.now()
+    return bool(ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        completed_at=now, updated_at=now, **fields))
+
+
+@transaction.atomic
+def run_complete(*, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_out: int = 0) -> bool:
+    run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
+    status = RUN_STATUS[verdict.status]
+    if not _finish(run, status=status, verdict=verdict.model_dump(), summary=bounded(verdict.summary, 4000),
+                   blocked_reason=bounded(verdict.blocked_reason, 2000), tokens_in=tokens_in, tokens_out=tokens_out):
+        return False  # reaped or completed elsewhere: exactly one terminal write
+    run.refresh_from_db()
+    failures = _record_assertions(run, verdict)
+    publish_on_commit(run.mission_id, "validator-run:completed", {
+        "run": run.pk, "feature": run.feature_id, "milestone": run.milestone_id, "scope": run.scope, "status": status,
+        "counts": _counts(verdict), "tokens": tokens_in + tokens_out,
+    })
+    if failures:
+        publish_on_commit(run.mission_id, "validator-run:failures-recorded", {
+            "run": run.pk, "feature": run.feature_id, "count": len(failures), "assertions": [f.assertion_key for f in failures],
+        })
+    if run.feature_id is not None:
+        _move_feature(run, verdict)
+    else:
+        from missions.services.milestones import milestone_run_completed
+
+        milestone_run_completed(run=run, verdict=verdict)
+    return True
+
+
+def _counts(verdict: Verdict) -> dict[str, int]:
+    counts = {"pass": 0, "fail": 0, "blocked": 0}
+    for a in verdict.assertions:
+        counts[a.verdict] += 1
+    return counts
+
+
+def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFailure]:
+    by_key = {a.key: a for a in ContractAssertion.objects.filter(mission_id=run.mission_id, key__in=[v.key for v in verdict.assertions])}
+    failures = []
+    now = timezone.now()
+    for item in verdict.assertions:
+        assertion = by_key.get(item.key)
+        if assertion is not None:
+            ContractAssertion.objects.filter(pk=assertion.pk).update(status=ASSERTION_STATUS[item.verdict], updated_at=now)
+        if item.verdict == "fail":
+            failures.append(ValidatorFailure.objects.create(
+                run=run, feature_id=run.feature_id, assertion=assertion, assertion_key=item.key,
+                message=bounded(item.message, 4000), expected=bounded(item.expected, 4000), actual=bounded(item.actual, 4000),
+                evidence=[{"kind": e.kind, "text": bounded(e.text, 4000)} for e in item.evidence],
+            ))
+    milestone_rollup_refresh(milestone_ids={a.milestone_id for a in by_key.values()} | {run.milestone_id})
+    return failures
+
+
+def _owns_feature(run: ValidatorRun) -> Feature | None:
+    feature = Feature.objects.select_for_update().get(pk=run.feature_id)
+    return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
+
+
+def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
+    feature = _owns_feature(run)
+    if feature is None:
+        return
+    if verdict.status == "pass":
+        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING)
+    elif verdict.status == "fail":
+        feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.NEEDS_FIX, cause="fail",
+                           payload={"run": run.pk})
+        if run.mission.auto_fix:
+            from validation.services.fixes import fix_create
+
+            fix_create(source_id=feature.pk, run_id=run.pk)
+        else:
+            publish_on_commit(run.mission_id, "mission:updated", {
+                "mission": run.mission_id, "change": "report_only_failure", "feature": feature.pk, "run": run.pk,
+            })
+    else:
+        feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.BLOCKED, cause="blocked",
+                           reason=verdict.blocked_reason[:500], payload={"run": run.pk},
+                           fields={"stop_reason": StopReason.VALIDATOR_BLOCKED, "stop_detail": bounded(verdict.blocked_reason, 2000),
+                                   "stopped_at": timezone.now()})
+        _notify_autopilot(run.mission_id)
+
+
+def apply_pass(*, feature: Feature, run: ValidatorRun, cause: str, old_state: str) -> None:
+    feature_transition(feature=feature.pk, old=old_state, new=LoopState.PASSED, cause=cause, payload={"run": run.pk},
+                       fields={"stop_reason": "", "stop_detail": "", "stopped_at": None})
+    if feature.generated_from_id:
+        from validation.services.fixes import fix_passed
+
+        fix_passed(fix=feature, run=run)
+    else:
+        from validation.services.fixes import close_lineage
+
+        close_lineage(root=feature)
+    _notify_autopilot(feature.mission_id)
+
+
+def _notify_autopilot(mission_id: int) -> None:
+    from missions.tasks import autopilot_advance
+
+    transaction.on_commit(lambda: autopilot_advance.send(mission_id))
+
+
+@transaction.atomic
+def run_error(*, run_id: int, message: str, code: str = "validator_error", retry: bool = True) -> bool:
+    """The validator crashed, timed out or stayed invalid: the run is `error`; the feature
+    stays `validating` and gets a new run with backoff, or after 3 consecutive errors is
+    blocked as `validator_unavailable`."""
+    run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
+    text = bounded(message, 4000)
+    if not _finish(run, status=RunStatus.ERROR, error=f"{code}: {text}", summary=text[:500]):
+        return False
+    publish_on_commit(run.mission_id, "validator-run:completed", {
+        "run": run.pk, "feature": run.feature_id, "milestone": run.milestone_id, "scope": run.scope,
+        "status": RunStatus.ERROR, "error": code,
+    })
+    if run.feature_id is None:
+        from missions.services.milestones import milestone_run_errored
+
+        milestone_run_errored(run=run, retry=retry)
+        return True
+    feature = _owns_feature(run)
+    if feature is None:
+        return True
+    errors = consecutive_errors(feature.pk)
+    if not retry or errors >= ERROR_LIMIT:
+        reason = StopReason.WORKSPACE_UNAVAILABLE if code == "workspace_unavailable" else StopReason.VALIDATOR_UNAVAILABLE
+        feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.BLOCKED, cause=reason,
+                           reason=text[:500], payload={"run": run.pk, "errors": errors},
+                           fields={"stop_reason": reason, "stop_detail": text, "stopped_at": timezone.now()})
+        _notify_autopilot(run.mission_id)
+        return True
+    _retry(feature, run, errors)
+    return True
+
+
+def consecutive_errors(feature_id: int) -> int:
+    count = 0
+    for status in ValidatorRun.objects.filter(feature_id=feature_id).order_by("-id").values_list("status", flat=True)[:10]:
+        if status != RunStatus.ERROR:
+            break
+        count += 1
+    return count
+
+
+def _retry(feature: Feature, failed: ValidatorRun, errors: int) -> None:
+    from validation.services.admission import queue_run
+
+    run = ValidatorRun.objects.create(
+        mission_id=feature.mission_id, feature=feature, milestone_id=failed.milestone_id, trigger=failed.trigger,
+        implementation_attempt=feature.implementation_attempts, validator_attempt=feature.validator_attempts + 1,
+        validator=failed.validator, validator_config=failed.validator_config, revision=failed.revision,
+        input_fingerprint=failed.input_fingerprint,
+    )
+    Feature.objects.filter(pk=feature.pk).update(last_run=run, validator_attempts=feature.validator_attempts + 1,
+                                                 updated_at=timezone.now())
+    publish_on_commit(feature.mission_id, "validator-run:started", {
+        "run": run.pk, "feature": feature.pk, "trigger": run.trigger, "validator_attempt": run.validator_attempt,
+        "implementation_attempt": run.implementation_attempt, "retry_of": failed.pk,
+    })
+    queue_run(run.pk, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))

@@ -1,0 +1,91 @@
+"""Recovery (DESIGN §4.7): reap runs past their lease, re-drive every feature from its
+persisted state, clean snapshots left by killed workers. Idempotent: a second sweep right
+after the first changes nothing."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from missions.models import Feature, FeatureStatus, LoopState, MissionStatus, Task, TaskStatus
+from validation.models import FixLineage, RunStatus, ValidatorRun
+from validation.services.outcomes import run_error
+
+logger = logging.getLogger(__name__)
+
+
+def reap_runs(now=None) -> list[int]:
+    now = now or timezone.now()
+    stale = ValidatorRun.objects.filter(status=RunStatus.RUNNING, lease_until__lt=now).values_list("pk", flat=True)
+    reaped = []
+    for run_id in list(stale):
+        if run_error(run_id=run_id, message="the validator did not finish within its timeout; reaped", code="timeout"):
+            reaped.append(run_id)
+    return reaped
+
+
+def redrive_unclaimed(*, startup: bool, now=None) -> list[int]:
+    """Runs never picked up (a lost message) are sent again. At embedded start-up every
+    running run is orphaned, whatever its lease says."""
+    from validation.services.admission import queue_run
+
+    now = now or timezone.now()
+    qs = ValidatorRun.objects.filter(status=RunStatus.RUNNING)
+    if not startup:
+        qs = qs.filter(lease_until__isnull=True, created_at__lt=now - timedelta(seconds=settings.FUSION_REDRIVE_GRACE))
+    ids = list(qs.values_list("pk", flat=True))
+    for run_id in ids:
+        queue_run(run_id)
+    return ids
+
+
+def _active(qs):
+    return qs.filter(mission__status=MissionStatus.ACTIVE)
+
+
+def redrive_features() -> dict[str, list[int]]:
+    from validation.services.admission import feature_admit
+    from validation.services.fixes import fix_create
+    from validation.tasks import process_task_outcome
+
+    done: dict[str, list[int]] = {"validating": [], "needs_fix": [], "implementing": [], "stranded_done": []}
+    live = ValidatorRun.objects.filter(feature=OuterRef("pk"), status=RunStatus.RUNNING)
+    for f in _active(Feature.objects.filter(loop_state=LoopState.VALIDATING)).filter(~Exists(live)):
+        if feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery").outcome in ("started", "reused", "blocked"):
+            done["validating"].append(f.pk)
+    fixed = FixLineage.objects.filter(source=OuterRef("pk"), run=OuterRef("last_run"))
+    for f in _active(Feature.objects.filter(loop_state=LoopState.NEEDS_FIX, mission__auto_fix=True,
+                                             last_run__status=RunStatus.FAILED)).filter(~Exists(fixed)):
+        fix_create(source_id=f.pk, run_id=f.last_run_id)
+        done["needs_fix"].append(f.pk)
+    for f in _active(Feature.objects.filter(loop_state=LoopState.IMPLEMENTING)):
+        task = Task.objects.filter(feature=f).order_by("-id").first()
+        if task is not None and task.status == TaskStatus.DONE:
+            process_task_outcome.send(task.pk)
+            done["implementing"].append(f.pk)
+    for f in _active(Feature.objects.filter(status=FeatureStatus.DONE, loop_state=LoopState.IDLE)):
+        feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery")
+        done["stranded_done"].append(f.pk)
+    return done
+
+
+def clean_snapshots() -> int:
+    from validation.snapshots import sweep_snapshots
+
+    live = {f"run-{pk}" for pk in ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)}
+    return sweep_snapshots(live_labels=live)
+
+
+def recover(*, startup: bool = False) -> dict[str, Any]:
+    report: dict[str, Any] = {"reaped": reap_runs(), "redriven_runs": redrive_unclaimed(startup=startup)}
+    report.update(redrive_features())
+    report["snapshots_removed"] = clean_snapshots()
+    from missions.services.autopilot import autopilot_redrive
+
+    report["autopilot"] = autopilot_redrive()
+    return report

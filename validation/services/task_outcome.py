@@ -1,0 +1,38 @@
+"""From task to validation (DESIGN §4.2): the guards, then admission."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from missions.events import publish_on_commit
+from missions.models import LoopState, MissionStatus, Task, TaskStatus
+from validation.models import RunStatus, ValidatorRun
+from validation.services.admission import feature_admit
+
+
+def _warn(task: Task, reason: str) -> None:
+    publish_on_commit(task.mission_id, "task:updated", {"task": task.pk, "feature": task.feature_id,
+                                                        "status": task.status, "warning": reason})
+
+
+@transaction.atomic
+def task_outcome_process(*, task_id: int) -> str:
+    task = Task.objects.select_related("mission", "feature").filter(pk=task_id).first()
+    if task is None or task.feature_id is None:
+        return "skipped"
+    if task.status != TaskStatus.DONE:
+        return "not_done"
+    feature = task.feature
+    already = ValidatorRun.objects.filter(feature=feature, revision=task.revision,
+                                          implementation_attempt=feature.implementation_attempts).exclude(
+        status=RunStatus.ERROR).exists()
+    if already:
+        return "duplicate"  # the same completion delivered twice: no second run
+    if task.mission.status != MissionStatus.ACTIVE:
+        _warn(task, f"mission is {task.mission.status}; the task outcome was recorded and nothing runs")
+        return "mission_inactive"
+    if feature.loop_state != LoopState.IMPLEMENTING:
+        _warn(task, f"feature is {feature.loop_state}, not implementing; no validation started")
+        return "not_implementing"
+    trigger = "fix" if feature.generated_from_id else "task"
+    return feature_admit(feature_id=feature.pk, trigger=trigger, cause="task_done", revision=task.revision).outcome

@@ -1,0 +1,35 @@
+"""Dramatiq actors: thin, ids in, re-fetch, bail out when stale, explicit retries."""
+
+from __future__ import annotations
+
+import logging
+
+import dramatiq
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+RUN_TIME_LIMIT_MS = (settings.FUSION_VALIDATOR_TIMEOUT + 60) * 1000
+
+
+@dramatiq.actor(max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=120_000, queue_name="fusion")
+def process_task_outcome(task_id: int) -> None:
+    from validation.services.task_outcome import task_outcome_process
+
+    task_outcome_process(task_id=task_id)
+
+
+@dramatiq.actor(max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=RUN_TIME_LIMIT_MS, queue_name="fusion")
+def run_validator(run_id: int) -> None:
+    from validation.services.runner import execute_run
+
+    execute_run(run_id)
+
+
+@dramatiq.actor(max_retries=0, time_limit=300_000, queue_name="fusion")
+def recovery_sweep(startup: bool = False) -> None:
+    from validation.services.recovery import recover
+
+    report = recover(startup=startup)
+    if any(report.values()):
+        logger.info("recovery sweep: %s", report)

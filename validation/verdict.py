@@ -1,0 +1,201 @@
+"""The verdict contract (DESIGN §5.4) and its host validators.
+
+Host validators are pure functions of (candidate, frozen context). All of them run, in a
+fixed order, on every candidate; each returns a list of problems that name the exact
+offending keys. A validator that raises is a host defect (`HostValidatorDefect`), never
+a verdict. The overall status is always recomputed from the per-assertion verdicts.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAX_TEXT = 20_000
+
+
+class Evidence(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["file", "command", "test-output", "other"]
+    text: str = Field(max_length=MAX_TEXT)
+
+
+class AssertionVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    verdict: Literal["pass", "fail", "blocked"]
+    message: str = Field(default="", max_length=MAX_TEXT)
+    expected: str = Field(default="", max_length=MAX_TEXT)
+    actual: str = Field(default="", max_length=MAX_TEXT)
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["pass", "fail", "blocked"]
+    summary: str = Field(default="", max_length=MAX_TEXT)
+    blocked_reason: str = Field(default="", max_length=MAX_TEXT)
+    assertions: list[AssertionVerdict]
+
+
+@dataclass(frozen=True)
+class FrozenContext:
+    """What host validators may look at: the linked keys and the checkout."""
+
+    keys: tuple[str, ...]
+    checkout: Path | None = None
+
+
+@dataclass
+class HostReport:
+    problems: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.problems.values())
+
+    def reasons(self) -> list[str]:
+        return [f"{name}: {p}" for name, items in self.problems.items() for p in items]
+
+
+class HostValidatorDefect(Exception):
+    """A host validator raised: the host is broken, the candidate is not judged."""
+
+
+def overall_status(assertions: list[AssertionVerdict]) -> str:
+    verdicts = {a.verdict for a in assertions}
+    if "blocked" in verdicts:
+        return "blocked"
+    if "fail" in verdicts:
+        return "fail"
+    return "pass"
+
+
+# --- host validators (fixed order) -------------------------------------------------------
+
+def keys_accounted(v: Verdict, ctx: FrozenContext) -> list[str]:
+    problems = []
+    seen: dict[str, int] = {}
+    for a in v.assertions:
+        seen[a.key] = seen.get(a.key, 0) + 1
+    for key in ctx.keys:
+        if key not in seen:
+            problems.append(f"{key}: missing; every linked assertion must be judged exactly once")
+    for key, count in seen.items():
+        if key not in ctx.keys:
+            problems.append(f"{key}: unknown assertion key; judge only {', '.join(ctx.keys)}")
+        elif count > 1:
+            problems.append(f"{key}: judged {count} times; judge it exactly once")
+    return problems
+
+
+def failures_explained(v: Verdict, ctx: FrozenContext) -> list[str]:
+    problems = []
+    for a in v.assertions:
+        if a.verdict == "fail":
+            blank = [name for name in ("expected", "actual", "message") if not getattr(a, name).strip()]
+            if blank:
+                problems.append(f"{a.key}: a fail needs non-blank {', '.join(blank)}")
+    return problems
+
+
+def evidence_present(v: Verdict, ctx: FrozenContext) -> list[str]:
+    return [f"{a.key}: cite at least one evidence item" for a in v.assertions
+            if not any(e.text.strip() for e in a.evidence)]
+
+
+FILE_REF = re.compile(r"^(?P<path>[^\s:]+?)(?::(?P<line>\d+))?(?:[:\s].*)?$", re.S)
+
+
+def file_evidence_exists(v: Verdict, ctx: FrozenContext) -> list[str]:
+    if ctx.checkout is None:
+        return []
+    root = ctx.checkout.resolve()
+    problems = []
+    for a in v.assertions:
+        for e in a.evidence:
+            if e.kind != "file":
+                continue
+            problem = _file_ref_problem(root, e.text.strip())
+            if problem:
+                problems.append(f"{a.key}: {problem}")
+    return problems
+
+
+def _file_ref_problem(root: Path, text: str) -> str | None:
+    match = FILE_REF.match(text)
+    if not match:
+        return f"file evidence {text[:80]!r} must start with path or path:line"
+    rel, line = match.group("path"), match.group("line")
+    target = (root / rel).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        return f"file evidence names {rel!r}, which is not a file in the checkout"
+    if line is not None:
+        with open(target, "rb") as fh:
+            count = sum(1 for _ in fh)
+        if not 1 <= int(line) <= max(count, 1):
+            return f"file evidence {rel}:{line} is past the end of the file ({count} lines)"
+    return None
+
+
+INVISIBLE = {"Cf", "Co", "Cs"}
+
+
+def _invisible_in(text: str) -> bool:
+    return any(unicodedata.category(ch) in INVISIBLE for ch in text)
+
+
+def no_invisible_characters(v: Verdict, ctx: FrozenContext) -> list[str]:
+    problems = []
+    if _invisible_in(v.summary) or _invisible_in(v.blocked_reason):
+        problems.append("summary: contains invisible format characters")
+    for a in v.assertions:
+        texts = [a.key, a.message, a.expected, a.actual, *(e.text for e in a.evidence)]
+        if any(_invisible_in(t) for t in texts):
+            problems.append(f"{a.key}: contains invisible format characters")
+    return problems
+
+
+HOST_VALIDATORS: tuple[tuple[str, Callable[[Verdict, FrozenContext], list[str]]], ...] = (
+    ("keys_accounted", keys_accounted),
+    ("failures_explained", failures_explained),
+    ("evidence_present", evidence_present),
+    ("file_evidence_exists", file_evidence_exists),
+    ("no_invisible_characters", no_invisible_characters),
+)
+
+
+def run_host_validators(v: Verdict, ctx: FrozenContext,
+                        validators=HOST_VALIDATORS) -> HostReport:
+    report = HostReport()
+    for name, fn in validators:  # all of them, no short-circuit
+        try:
+            problems = fn(v, ctx)
+        except Exception as exc:  # noqa: BLE001
+            raise HostValidatorDefect(f"host validator {name} raised {type(exc).__name__}: {exc}") from exc
+        if problems:
+            report.problems[name] = list(problems)
+    return report
+
+
+def parse_candidate(data: Any) -> tuple[Verdict | None, list[str]]:
+    """Schema-check a candidate document; problems are phrased for a repair turn."""
+    try:
+        return Verdict.model_validate(data), []
+    except ValidationError as exc:
+        return None, [f"schema: {'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}"
+                      for err in exc.errors()[:20]]
+
+
+def normalize(v: Verdict) -> Verdict:
+    """The stored verdict: status recomputed from per-assertion verdicts."""
+    status = overall_status(v.assertions)
+    blocked_reason = v.blocked_reason
+    if status == "blocked" and not blocked_reason.strip():
+        blocked_reason = "; ".join(f"{a.key}: {a.message}" for a in v.assertions if a.verdict == "blocked")[:2000]
+    return v.model_copy(update={"status": status, "blocked_reason": blocked_reason if status == "blocked" else ""})
