@@ -129,7 +129,8 @@ class ValidatorRunAdmin(Links, RecordAdmin):
     list_display = ("id", "mission", "milestone", "feature", "scope", "status", "trigger", "validator",
                     "validator_attempt", "tokens_in", "tokens_out", "started_at", "duration")
     list_filter = ("status", "scope", "trigger", "validator", "mission")
-    search_fields = ("=id", "feature__key", "milestone__key", "mission__key", "revision", "input_fingerprint", "summary")
+    search_fields = ("=id", "feature__key", "milestone__key", "mission__key", "revision", "input_fingerprint",
+                     "summary")
     list_select_related = ("mission", "milestone", "feature")
     date_hierarchy = "started_at"
     ordering = ("-id",)
@@ -139,7 +140,7 @@ class ValidatorRunAdmin(Links, RecordAdmin):
         ("Attempt", {"fields": ("implementation_attempt", "validator_attempt", "revision", "input_fingerprint",
                                 "validator", "validator_config_pretty")}),
         ("Outcome", {"fields": ("summary", "blocked_reason", "error", "verdict_pretty", "tokens_in", "tokens_out")}),
-        ("Time", {"fields": ("started_at", "completed_at", "duration", *TIMESTAMPS)}),
+        ("Time", {"fields": ("started_at", "completed_at", "duration", "lease_until", *TIMESTAMPS)}),
     )
     readonly_fields = (
         "mission_link", "milestone_link", "feature_link", "reused_from_link", "validator_config_pretty",
@@ -229,7 +230,8 @@ class JournalEntryAdmin(Links, RecordAdmin):
 
 @admin.register(Review)
 class ReviewAdmin(Links, RecordAdmin):
-    list_display = ("id", "state", "mission", "feature", "profile", "revision", "created_by", "created_at", "completed_at")
+    list_display = ("id", "state", "mission", "feature", "profile", "revision", "created_by", "created_at",
+                    "completed_at")
     list_filter = ("state", "profile")
     search_fields = ("=id", "idempotency_key", "request_sha256", "revision", "mission__key", "feature__key")
     list_select_related = ("mission", "feature", "created_by")
