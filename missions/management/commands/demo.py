@@ -1,0 +1,90 @@
+"""`manage.py demo`: (re)create a real local git repository (a tiny shop with its tests),
+a mission over it whose `command` executor replays prepared changes, and start it with
+autopilot. `--wait` runs it end to end in this process and prints where it got to."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from missions.demo import implementer
+from missions.demo.project import MISSION, TESTS
+from missions.models import Mission
+
+
+def make_repository(path: Path) -> str:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    for rel, text in TESTS.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
+           "GIT_COMMITTER_NAME": "Demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Tiny shop: tests first"]):
+        subprocess.run(["git", "-C", str(path), *args], check=True, env=env, capture_output=True)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def create_demo(*, directory: Path | None = None, user=None) -> Mission:
+    from missions.services.files import mission_import
+    from missions.services.lifecycle import mission_activate
+
+    Mission.objects.filter(key=MISSION["mission"]["key"]).delete()
+    repo = (directory or Path(settings.DATA_DIR) / "demo-repo").resolve()
+    base = make_repository(repo)
+    document = copy.deepcopy(MISSION)
+    document["mission"].update(workspace=str(repo), base_revision=base,
+                               executor_command=f"{sys.executable} {Path(implementer.__file__).resolve()}")
+    mission, _changed = mission_import(document=document, user=None)
+    if user is not None:
+        Mission.objects.filter(pk=mission.pk).update(owner=user)
+    return mission_activate(mission=mission, user=user)
+
+
+class Command(BaseCommand):
+    help = "Create the demo mission over a real local git repository and start it with autopilot."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--if-missing", action="store_true", help="do nothing when the demo mission exists")
+        parser.add_argument("--wait", action="store_true", help="run it to the end with in-process workers")
+        parser.add_argument("--timeout", type=float, default=300)
+
+    def handle(self, *args, if_missing: bool, wait: bool, timeout: float, **options):
+        if if_missing and Mission.objects.filter(key=MISSION["mission"]["key"]).exists():
+            self.stdout.write("demo mission exists; not re-created")
+            return
+        from django.contrib.auth import get_user_model
+
+        owner = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
+        mission = create_demo(user=owner)
+        self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.workspace}")
+        self.stdout.write("The demo implementer replays prepared changes; set executor_command to a real coding agent instead.")
+        if wait:
+            self._wait(mission, timeout)
+
+    def _wait(self, mission: Mission, timeout: float) -> None:
+        if settings.REDIS_URL:
+            raise CommandError("--wait runs in-process workers; unset REDIS_URL or run rundramatiq workers and watch the API")
+        from missions.management.commands.serve import start_embedded_worker
+
+        worker = start_embedded_worker(settings.FUSION_WORKER_THREADS)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                mission.refresh_from_db()
+                if mission.status == "complete":
+                    break
+                time.sleep(0.5)
+        finally:
+            worker.stop()
+        self.stdout.write(f"mission {mission.key}: {mission.status} {mission.status_reason}".rstrip())
+        if mission.status != "complete":
+            raise CommandError("the demo did not complete in time")
