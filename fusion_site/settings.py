@@ -195,8 +195,13 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{EVENTS_PREFIX}-asgi"},
         }
     }
-    EVENTSTREAM_REDIS = {"url": REDIS_URL}
-    EVENTSTREAM_REDIS_CHANNEL = f"{EVENTS_PREFIX}-events"
+    # django-eventstream hands this dict to redis.Redis(**...): connection kwargs, not a URL.
+    # Its pub/sub channel name is fixed, so each deployment needs its own Redis server.
+    from redis.connection import parse_url as _parse_redis_url
+
+    EVENTSTREAM_REDIS = _parse_redis_url(REDIS_URL)
+    if EVENTSTREAM_REDIS.pop("connection_class", None) is not None:
+        EVENTSTREAM_REDIS["ssl"] = True
 else:
     DRAMATIQ_BROKER = {
         "BROKER": "dramatiq.brokers.stub.StubBroker",

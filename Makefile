@@ -1,0 +1,71 @@
+# Fusion Missions — developer commands (GNU make).
+#   make run        embedded server on http://$(HOST):$(PORT)/ (SQLite, in-process workers)
+#   make test       the test suite (PYTEST_ARGS="-k name" to narrow it)
+#   make test-llm   tests against a real OpenAI-compatible LLM endpoint (opt-in)
+#   make bench      every benchmark in bench/
+#   make clean      test databases and snapshots under var/ (keeps the venv and your data)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON3 ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+HOST    ?= 127.0.0.1
+PORT    ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: help venv run test test-llm bench clean
+
+help:
+	@echo "make run | test | test-llm | bench | clean | venv"
+
+venv: $(STAMP)
+
+# Reinstall only when the dependency declarations change: a second `make run` is fast.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	@touch $@
+
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py ensure_admin
+	@if $(PY) manage.py help demo >/dev/null 2>&1; then \
+		echo "$(PY) manage.py demo --if-missing"; $(PY) manage.py demo --if-missing; \
+	fi
+	@if $(PY) manage.py help serve >/dev/null 2>&1; then \
+		echo "Serving on http://$(HOST):$(PORT)/"; \
+		exec $(PY) manage.py serve $(HOST):$(PORT); \
+	else \
+		echo "Serving on http://$(HOST):$(PORT)/ (daphne)"; \
+		exec $(VENV)/bin/daphne -b $(HOST) -p $(PORT) fusion_site.asgi:application; \
+	fi
+
+# pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
+test: venv
+	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$rc
+
+test-llm: venv
+	@if [ -d tests/llm ]; then \
+		$(PY) -m pytest -q -m llm tests/llm; rc=$$?; \
+		if [ $$rc -eq 5 ]; then echo "make test-llm: pytest collected no tests in tests/llm" >&2; exit 1; fi; \
+		exit $$rc; \
+	else \
+		echo "make test-llm: no LLM tests yet (tests/llm does not exist)"; \
+	fi
+
+bench: venv
+	@set -e; found=0; \
+	for f in bench/*.py; do \
+		[ -e "$$f" ] || continue; found=1; \
+		echo "== $$f"; $(PY) "$$f"; \
+	done; \
+	if [ $$found -eq 0 ]; then echo "make bench: no benchmarks in bench/"; fi
+
+clean:
+	rm -f var/test_*.sqlite3 var/test_*.sqlite3-wal var/test_*.sqlite3-shm var/test_*.sqlite3-journal
+	rm -rf var/snapshots

@@ -1,0 +1,189 @@
+"""The environment decides the configuration: checked in a fresh interpreter per case.
+
+Settings are read once at import, so each case starts its own Python with a controlled
+environment (the variables of the surrounding CI pass are removed first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Everything settings.py reads; removed so a CI pass with DATABASE_URL set still tests defaults.
+SETTINGS_VARS = (
+    "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS",
+    "FUSION_DATA_DIR", "FUSION_EVENTS_PREFIX", "FUSION_VALIDATORS", "FUSION_VALIDATOR_TIMEOUT",
+    "FUSION_CHECK_TIMEOUT", "FUSION_CHECK_OUTPUT_BYTES", "FUSION_CHECK_PARALLELISM",
+    "FUSION_SWEEP_INTERVAL", "FUSION_WORKER_THREADS", "FUSION_TASK_LOG_BYTES",
+    "FUSION_EXECUTOR_TIMEOUT", "FUSION_SNAPSHOT_DIR", "FUSION_ADMIN_USER", "FUSION_ADMIN_PASSWORD",
+    "FUSION_MAX_BODY_BYTES", "LOG_LEVEL", "PYTEST_XDIST_WORKER",
+)
+
+PRINT_SETTINGS = """
+import django, json, os
+os.environ['DJANGO_SETTINGS_MODULE'] = 'fusion_site.settings'
+django.setup()
+from django.conf import settings
+
+def eventstream_client():
+    from django_eventstream import eventstream  # builds its client at import, as in production
+    if eventstream.redis_client is None:
+        return None
+    kw = eventstream.redis_client.connection_pool.connection_kwargs
+    return {'host': kw.get('host'), 'port': int(kw.get('port')), 'db': int(kw.get('db', 0))}
+
+print(json.dumps({
+    'db': settings.DATABASES['default'],
+    'broker': settings.DRAMATIQ_BROKER,
+    'layers': settings.CHANNEL_LAYERS,
+    'eventstream_redis': getattr(settings, 'EVENTSTREAM_REDIS', None),
+    'validators': settings.FUSION_VALIDATORS,
+    'check_timeout': settings.FUSION_CHECK_TIMEOUT,
+    'eventstream_client': eventstream_client(),
+}, default=str))
+"""
+
+JOURNAL_MODE = """
+import django, os
+os.environ['DJANGO_SETTINGS_MODULE'] = 'fusion_site.settings'
+django.setup()
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute('PRAGMA journal_mode')
+    print(cursor.fetchone()[0])
+print(connection.settings_dict['NAME'])
+"""
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARS and k != "DJANGO_SETTINGS_MODULE"}
+    env["FUSION_DATA_DIR"] = str(data_dir)
+    env["DJANGO_SETTINGS_MODULE"] = "fusion_site.settings"
+    env.update(extra)
+    return env
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _settings(tmp_path: Path, **extra: str) -> dict:
+    proc = _python(PRINT_SETTINGS, _env(tmp_path, **extra))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_default_is_sqlite_wal_immediate_with_file_test_db(tmp_path):
+    s = _settings(tmp_path)
+    db = s["db"]
+    assert db["ENGINE"] == "django.db.backends.sqlite3"
+    assert Path(db["NAME"]).parent == tmp_path.resolve()
+    assert db["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+    assert "journal_mode=WAL" in db["OPTIONS"]["init_command"]
+    # Worker threads cannot share an in-memory test database.
+    assert db["TEST"]["NAME"] and ":memory:" not in db["TEST"]["NAME"]
+    assert Path(db["TEST"]["NAME"]).parent == tmp_path.resolve()
+    assert s["broker"]["BROKER"] == "dramatiq.brokers.stub.StubBroker"
+    assert s["layers"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert s["eventstream_redis"] is None
+    assert s["eventstream_client"] is None
+
+
+def test_database_url_selects_postgresql(tmp_path):
+    s = _settings(tmp_path, DATABASE_URL="postgres://fusion:secret@127.0.0.1:5432/fusiondb")
+    db = s["db"]
+    assert db["ENGINE"] == "django.db.backends.postgresql"
+    assert db["NAME"] == "fusiondb"
+    assert db["HOST"] == "127.0.0.1"
+    assert db["PORT"] == 5432
+    assert db["USER"] == "fusion"
+    # The SQLite-only options must not leak into the PostgreSQL configuration.
+    assert "transaction_mode" not in db.get("OPTIONS", {})
+    assert "init_command" not in db.get("OPTIONS", {})
+
+
+def test_redis_url_selects_redis_broker_and_channel_layer(tmp_path):
+    url = "redis://127.0.0.1:6379/5"
+    s = _settings(tmp_path, REDIS_URL=url, FUSION_EVENTS_PREFIX="deploy-a")
+    assert s["broker"]["BROKER"] == "dramatiq.brokers.redis.RedisBroker"
+    assert s["broker"]["OPTIONS"]["url"] == url
+    layer = s["layers"]["default"]
+    assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert layer["CONFIG"]["hosts"] == [url]
+    assert layer["CONFIG"]["prefix"].startswith("deploy-a")
+    assert s["eventstream_redis"], "REDIS_URL must switch django-eventstream to Redis pub/sub"
+    # django-eventstream passes EVENTSTREAM_REDIS as keyword arguments to redis.Redis:
+    # the client it builds must point at the server and database of REDIS_URL.
+    assert s["eventstream_client"] == {"host": "127.0.0.1", "port": 6379, "db": 5}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{not json", "FUSION_VALIDATORS is not valid JSON"),
+        ('["checks"]', "FUSION_VALIDATORS must be a JSON object"),
+    ],
+)
+def test_bad_validators_json_fails_readably(tmp_path, raw, message):
+    proc = _python(PRINT_SETTINGS, _env(tmp_path, FUSION_VALIDATORS=raw))
+    assert proc.returncode != 0
+    assert "ImproperlyConfigured" in proc.stderr
+    assert message in proc.stderr
+
+
+def test_valid_validators_json_is_loaded(tmp_path):
+    profile = {"local": {"kind": "agent", "model": "m", "api_key_env": "LOCAL_LLM_KEY"}}
+    s = _settings(tmp_path, FUSION_VALIDATORS=json.dumps(profile))
+    assert s["validators"] == profile
+
+
+def test_bad_integer_fails_readably(tmp_path):
+    proc = _python(PRINT_SETTINGS, _env(tmp_path, FUSION_CHECK_TIMEOUT="soon"))
+    assert proc.returncode != 0
+    assert "ImproperlyConfigured" in proc.stderr
+    assert "FUSION_CHECK_TIMEOUT must be an integer" in proc.stderr
+
+
+def test_manage_check_reports_unknown_validator_kind(tmp_path):
+    env = _env(tmp_path, FUSION_VALIDATORS=json.dumps({"x": {"kind": "nope"}}))
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "fusion.E001" in out
+    assert "'x'" in out and "nope" in out
+
+
+def test_manage_check_passes_with_valid_profiles(tmp_path):
+    env = _env(tmp_path, FUSION_VALIDATORS=json.dumps({"ci": {"kind": "checks"}}))
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fusion.E001" not in proc.stdout + proc.stderr
+
+
+def test_sqlite_database_really_is_in_wal_mode(tmp_path):
+    proc = _python(JOURNAL_MODE, _env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    mode, name = proc.stdout.strip().splitlines()[-2:]
+    assert mode.lower() == "wal"
+    db_file = Path(name)
+    assert db_file.parent == tmp_path.resolve() and db_file.exists()
+    # WAL is a property of the file, so a plain connection that sets nothing sees it too.
+    con = sqlite3.connect(db_file)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+    finally:
+        con.close()
