@@ -20,6 +20,7 @@ from django.forms.models import BaseInlineFormSet
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
+from missions.errors import Invalid
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -32,6 +33,7 @@ from missions.models import (
     Task,
     TaskStatus,
 )
+from missions.services.hierarchy import _check_dependencies
 from missions.services.rollup import milestone_rollup_refresh
 
 TIMESTAMPS = ("created_at", "updated_at")
@@ -177,6 +179,17 @@ class MilestoneForm(MissionScopedForm):
     class Meta:
         model = Milestone
         fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        mission = cleaned.get("mission") or related(self.instance, "mission")
+        if "dependencies" in cleaned and mission is not None:
+            milestone = self.instance if self.instance.pk else None
+            try:  # same mission, not itself, no cycle: the rule the API applies
+                _check_dependencies(milestone, mission, cleaned["dependencies"])
+            except Invalid as exc:
+                self.add_error("dependencies", exc.detail)
+        return cleaned
 
 
 class SliceForm(MissionScopedForm):
@@ -406,7 +419,8 @@ class LinkDisplays:
 
 @admin.register(Mission)
 class MissionAdmin(LinkDisplays, admin.ModelAdmin):
-    list_display = ("key", "title", "status", "autopilot", "auto_fix", "retry_budget", "executor", "owner", "updated_at")
+    list_display = ("key", "title", "status", "autopilot", "auto_fix", "retry_budget", "executor", "owner",
+                    "updated_at")
     list_filter = ("status", "autopilot", "auto_fix", "executor", "validator")
     search_fields = ("key", "title", "description")
     list_select_related = ("owner",)

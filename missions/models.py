@@ -234,6 +234,8 @@ class FeatureAssertion(models.Model):
         constraints = [models.UniqueConstraint(fields=["feature", "assertion"], name="feature_assertion_unique")]
 
     def clean(self) -> None:
+        if self.assertion_id is None or self.feature_id is None:
+            return  # the form reports the missing field itself
         if self.assertion.scope == AssertionScope.MILESTONE:
             raise ValidationError({"assertion": "Milestone-scoped assertions cannot be linked to features."})
         if self.assertion.mission_id != self.feature.mission_id:
