@@ -45,6 +45,7 @@ from missions.errors import Invalid, StaffOnly
 from missions.events import publish_on_commit
 from missions.models import AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice
 from missions.services.rollup import milestone_rollup_refresh
+from validation.checks_spec import check_spec_problems
 
 MAX_DOCUMENT_CHARS = 5_000_000
 MAX_ERRORS = 200
@@ -57,9 +58,7 @@ ASSERTION_FIELDS = ("key", "title", "statement", "scope", "check")
 SLICE_FIELDS = ("key", "title", "description")
 FEATURE_FIELDS = ("key", "title", "description", "acceptance_criteria")
 
-# Check shapes of DESIGN §5.1: which keys each kind accepts, and their types.
-_CHECK_RUN_KEYS = {"run": "command", "expect_exit": "int", "timeout": "positive", "expect_output": "regex", "shell": "bool"}
-_CHECK_FILE_KEYS = {"file": "path", "exists": "bool", "contains": "regex", "not_contains": "regex"}
+# Export writes a check's keys in this order (then any other key, sorted).
 _CHECK_KEY_ORDER = ("run", "shell", "expect_exit", "expect_output", "timeout", "file", "exists", "contains", "not_contains")
 
 
@@ -178,9 +177,13 @@ def _represent_keys(dumper: _Dumper, value: _KeyList) -> yaml.SequenceNode:
 def _represent_str(dumper: _Dumper, value: str) -> yaml.ScalarNode:
     # Multi-line text reads best as a literal block; the emitter falls back to a quoted
     # style by itself when the text cannot be a block (trailing spaces, tabs...).
-    # Other line breaks (NEL, LS, PS, CR) would be normalized to "\n" by a reader of a block.
-    block = "\n" in value and not any(c in value for c in _OTHER_BREAKS)
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if block else None)
+    # Other line breaks (NEL, LS, PS, CR) are normalized to "\n" by a reader of a block
+    # or a quoted line fold: only the double-quoted style keeps them, as escapes.
+    if any(c in value for c in _OTHER_BREAKS):
+        style = '"'
+    else:
+        style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
 _OTHER_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
@@ -435,39 +438,11 @@ def _problem(spec: _Spec, value: Any) -> str | None:
 
 
 def _check_problems(check: dict) -> list[str]:
-    """Shape of a check (§5.1); returns suffixes to the check's path (`.timeout: ...`)."""
-    if ("run" in check) == ("file" in check):
-        return [": must have exactly one of `run` or `file`"]
-    allowed = _CHECK_RUN_KEYS if "run" in check else _CHECK_FILE_KEYS
-    problems = [f".{k}: unknown field" for k in check if k not in allowed]
-    for key, kind in allowed.items():
-        if key in check and (problem := _check_value_problem(kind, check[key])):
-            problems.append(f".{key}: {problem}")
-    if "file" in check and sum(k in check for k in ("exists", "contains", "not_contains")) != 1:
-        problems.append(": a file check needs exactly one of `exists`, `contains`, `not_contains`")
+    """The shared shape rules of a check (§5.1), as suffixes to the check's path."""
+    problems = [f": {p}" for p in check_spec_problems(check)]
+    if any(isinstance(v, str) and "\x00" in v for v in check.values()):
+        problems.append(": must not contain NUL characters")
     return problems
-
-
-def _check_value_problem(kind: str, value: Any) -> str | None:
-    if kind == "bool":
-        return None if isinstance(value, bool) else "must be true or false"
-    if kind == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
-    if kind == "positive":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        return None if ok else "must be a positive number of seconds"
-    if not isinstance(value, str) or not value.strip():
-        return "must be a non-empty string"
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    if kind == "regex":
-        try:
-            re.compile(value)
-        except re.error as exc:
-            return f"invalid regular expression: {exc}"
-    if kind == "path" and (os.path.isabs(value) or ".." in pathlib.PurePosixPath(value.replace("\\", "/")).parts):
-        return "must be a relative path inside the checkout"
-    return None
 
 
 def _resolve_workspace(mission: _Node, base_dir: pathlib.Path | None, errors: list[str]) -> None:
@@ -668,7 +643,8 @@ def _apply(doc: _Document, user) -> ImportResult:
         if writer.changed:
             milestone_rollup_refresh(milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True))
             actor_id = user.pk if user is not None and getattr(user, "is_authenticated", False) else None
-            publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "imported"}, actor_id=actor_id)
+            payload = {"mission": mission.pk, "status": mission.status, "change": "imported", "created": created}
+            publish_on_commit(mission, "mission:updated", payload, actor_id=actor_id)
         return ImportResult(mission=mission, created=created, changed=writer.changed)
 
 
