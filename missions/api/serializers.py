@@ -133,6 +133,8 @@ class TaskSerializer(serializers.ModelSerializer):
                   "started_at", "finished_at", "created_at", "updated_at"]
         read_only_fields = ["status", "revision", "summary", "log", "executor", "started_at", "finished_at",
                             "created_at", "updated_at"]
+        # `POST /api/tasks/ {"feature": id}` is enough: the service titles the task after its feature.
+        extra_kwargs = {"title": {"required": False}}
 
     def validate(self, attrs):
         feature, mission = attrs.get("feature"), attrs.get("mission")

@@ -148,7 +148,8 @@ def _reuse(feature: Feature, reused: ValidatorRun, *, trigger: str, actor_id: in
     )
     Feature.objects.filter(pk=feature.pk).update(last_run=run, updated_at=now)
     feature.refresh_from_db()
-    apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=feature.loop_state)
+    if feature.loop_state != LoopState.PASSED:  # already passed on this input: recorded, nothing moves
+        apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=feature.loop_state)
     publish_on_commit(feature.mission_id, "validator-run:completed", {
         "run": run.pk, "feature": feature.pk, "status": run.status, "reused_from": reused.pk,
     })

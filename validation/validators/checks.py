@@ -17,10 +17,11 @@ from django.db import close_old_connections
 from validation import journal
 from validation.context import AssertionSpec, ValidationContext
 from validation.proc import CommandError, run_command
-from validation.redact import bounded
+from validation.redact import bounded, redact
 from validation.verdict import AssertionVerdict, Evidence
 
 NO_CHECK = "no check and no agent configured"
+EVIDENCE_LIMIT = 4000  # what `bounded` keeps of one evidence text
 
 
 def _confined(root: Path, rel: str) -> Path | None:
@@ -55,6 +56,14 @@ def judge_file(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
     return "pass", f"{rel} has no match for /{pattern}/", "no match", rel
 
 
+def _output_tail(output: str, limit: int) -> str:
+    # Cut from the front: the end of a failing run (a test summary, a traceback) explains it.
+    text = redact(output)
+    if len(text) <= limit:
+        return text
+    return f"[… output truncated, last {limit} characters shown]\n" + text[-limit:]
+
+
 def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
     timeout = min(float(spec.get("timeout", settings.FUSION_CHECK_TIMEOUT)), 3600)
     expect_exit = int(spec.get("expect_exit", 0))
@@ -63,7 +72,7 @@ def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
                              shell=bool(spec.get("shell", False)))
     except CommandError as exc:
         return "fail", f"`{spec['run']}` runs", str(exc), str(exc)
-    tail = bounded(result.output, settings.FUSION_CHECK_OUTPUT_BYTES)
+    tail = _output_tail(result.output, min(settings.FUSION_CHECK_OUTPUT_BYTES, EVIDENCE_LIMIT - 500))
     if result.timed_out:
         return ("fail", f"`{spec['run']}` finishes within {timeout:g}s with exit {expect_exit}",
                 f"timed out after {timeout:g}s and was killed", f"timed out after {timeout:g}s (killed)\n{tail}")
