@@ -42,6 +42,8 @@ def _file_problems(spec: dict) -> list[str]:
     path = spec["file"]
     if not isinstance(path, str) or not path.strip():
         return problems + ["file must be a relative path"]
+    if "\x00" in path:
+        return problems + ["file must not contain a NUL character"]
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts:
         problems.append("file must be a relative path inside the checkout")

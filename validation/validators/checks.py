@@ -25,7 +25,10 @@ EVIDENCE_LIMIT = 4000  # what `bounded` keeps of one evidence text
 
 
 def _confined(root: Path, rel: str) -> Path | None:
-    target = (root / rel).resolve()
+    try:
+        target = (root / rel).resolve()
+    except (ValueError, OSError):  # e.g. an embedded NUL: refuse, never crash the run
+        return None
     return target if target.is_relative_to(root.resolve()) else None
 
 
