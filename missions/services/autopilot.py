@@ -22,6 +22,13 @@ def _stop(mission: Mission, reason: str) -> str:
     return "stopped"
 
 
+def _clear_stop(mission: Mission) -> None:
+    if mission.status_reason:
+        Mission.objects.filter(pk=mission.pk).update(status_reason="", updated_at=timezone.now())
+        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status,
+                                                       "change": "autopilot_continued"})
+
+
 def _triage(slice_: Slice) -> int:
     from missions.services.tasks import task_create
 
@@ -65,12 +72,15 @@ def autopilot_advance(*, mission_id: int) -> str:
                                       f"repair it to continue")
             if features.exclude(loop_state=LoopState.PASSED).exists():
                 _triage(slice_)
+                _clear_stop(mission)
                 return "waiting"
             Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.COMPLETE, updated_at=timezone.now())
             publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk})
         from missions.services.milestones import milestone_ready
 
         state = milestone_ready(milestone=milestone)
+        if state.startswith("stop:"):
+            return _stop(mission, state[len("stop:"):])
         if state != "complete":
             return state
     Mission.objects.filter(pk=mission.pk).update(status=MissionStatus.COMPLETE, status_reason="", updated_at=timezone.now())

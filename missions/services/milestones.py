@@ -46,9 +46,31 @@ def milestone_ready(*, milestone: Milestone) -> str:
             return "waiting"
         if last.status == RunStatus.PASSED:
             return _complete(milestone)
-        return "milestone_" + last.status
+        if last.status == RunStatus.ERROR and _consecutive_errors(milestone) < ERROR_LIMIT:
+            _start_milestone_run(milestone)
+            return "validating_milestone"
+        return f"stop:milestone {milestone.key} validation {last.status} (run {last.pk}): {_why(last)}"
     _start_milestone_run(milestone)
     return "validating_milestone"
+
+
+ERROR_LIMIT = 3
+
+
+def _consecutive_errors(milestone: Milestone) -> int:
+    count = 0
+    for status in milestone.runs.filter(scope=RunScope.MILESTONE).order_by("-id").values_list("status", flat=True)[:10]:
+        if status != RunStatus.ERROR:
+            break
+        count += 1
+    return count
+
+
+def _why(run: ValidatorRun) -> str:
+    if run.status == RunStatus.FAILED:
+        keys = ", ".join(run.failures.values_list("assertion_key", flat=True)[:10])
+        return f"failing {keys}; fixes are generated when the mission has auto_fix"
+    return (run.blocked_reason or run.error or run.summary)[:300]
 
 
 def _complete(milestone: Milestone) -> str:
@@ -65,7 +87,45 @@ def _notify(mission_id: int) -> None:
 
 
 def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
+    """A failing milestone run sends each failure back to the feature that answers for it:
+    a feature-scoped assertion to the root features linked to it (a regression), a
+    milestone-scoped one to the feature that landed last. Each source leaves `passed`
+    for `needs_fix` and gets a fix feature under the usual lineage and budget rules."""
+    if verdict.status == "fail":
+        for source, keys in _regression_sources(run).items():
+            _send_back(run, source, keys)
     _notify(run.mission_id)
+
+
+def _regression_sources(run: ValidatorRun) -> dict[Feature, list[str]]:
+    from missions.models import AssertionScope, Task, TaskStatus
+
+    roots = Feature.objects.filter(slice__milestone=run.milestone, generated_from__isnull=True)
+    sources: dict[Feature, list[str]] = {}
+    for failure in run.failures.select_related("assertion"):
+        assertion = failure.assertion
+        if assertion is not None and assertion.scope == AssertionScope.FEATURE:
+            linked = list(roots.filter(assertions=assertion).order_by("id")) or list(assertion.features.order_by("id")[:1])
+        else:
+            task = Task.objects.filter(feature__in=roots, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
+            linked = [task.feature] if task else list(roots.order_by("-id")[:1])
+        for feature in linked:
+            sources.setdefault(feature, []).append(failure.assertion_key)
+    return sources
+
+
+def _send_back(run: ValidatorRun, source: Feature, keys: list[str]) -> None:
+    from missions.models import LoopState
+    from validation.loop import feature_transition
+    from validation.services.fixes import fix_create
+
+    source.refresh_from_db()
+    if source.loop_state == LoopState.PASSED:
+        feature_transition(feature=source.pk, old=LoopState.PASSED, new=LoopState.NEEDS_FIX, cause="milestone_regression",
+                           payload={"run": run.pk, "assertions": keys})
+        source.refresh_from_db()
+    if source.loop_state == LoopState.NEEDS_FIX and run.mission.auto_fix:
+        fix_create(source_id=source.pk, run_id=run.pk, assertion_keys=keys)
 
 
 def milestone_run_errored(*, run: ValidatorRun, retry: bool) -> None:

@@ -12,7 +12,9 @@ from django.utils import timezone
 
 from missions.errors import Conflict
 from missions.events import publish_on_commit
-from missions.models import AssertionScope, Feature, FeatureAssertion, LoopState, MissionStatus, StopReason
+from missions.models import (
+    AssertionScope, Feature, FeatureAssertion, LoopState, MissionStatus, Slice, SliceStatus, StopReason,
+)
 from validation.loop import feature_transition
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
 from validation.redact import bounded
@@ -51,7 +53,9 @@ def _fix_key(root: Feature, round_no: int) -> str:
 
 
 @transaction.atomic
-def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None) -> Feature | None:
+def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
+               assertion_keys: list[str] | None = None) -> Feature | None:
+    """`assertion_keys` narrows a milestone run's failures to those this source answers for."""
     source = Feature.objects.select_for_update().select_related("mission", "slice").get(pk=source_id)
     existing = FixLineage.objects.filter(source=source, run_id=run_id).select_related("fix").first()
     if existing is not None:
@@ -66,6 +70,8 @@ def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None) -> F
         _exhaust(root, source, run, actor_id)
         return None
     failures = list(run.failures.select_related("assertion"))
+    if assertion_keys is not None:
+        failures = [f for f in failures if f.assertion_key in assertion_keys]
     try:
         with transaction.atomic():
             fix = _create_fix_feature(source, root, run, failures)
@@ -96,8 +102,15 @@ def _create_fix_feature(source: Feature, root: Feature, run: ValidatorRun, failu
     lineage = FixLineage.objects.create(root=root, source=source, fix=fix, run=run)
     failed = [f.assertion for f in failures if f.assertion is not None]
     lineage.failed_assertions.set(failed)
-    FeatureAssertion.objects.bulk_create([FeatureAssertion(feature=fix, assertion=a) for a in failed
-                                          if a.scope == AssertionScope.FEATURE], ignore_conflicts=True)
+    to_link = [a for a in failed if a.scope == AssertionScope.FEATURE]
+    if not to_link:
+        # Only milestone-scoped failures: the fix is judged by its source's own contract
+        # (it must not regress it); the milestone run then judges the rest again.
+        to_link = list(source.assertions.filter(scope=AssertionScope.FEATURE))
+    FeatureAssertion.objects.bulk_create([FeatureAssertion(feature=fix, assertion=a) for a in to_link],
+                                         ignore_conflicts=True)
+    if source.slice.status == SliceStatus.COMPLETE:  # a regression reopens the slice it lands in
+        Slice.objects.filter(pk=source.slice_id).update(status=SliceStatus.ACTIVE, updated_at=timezone.now())
     return fix
 
 
