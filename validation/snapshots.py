@@ -65,11 +65,12 @@ def head_revision(workspace: str) -> str:
 
 
 @contextlib.contextmanager
-def _repo_lock(repo: Path) -> Iterator[None]:
+def repo_lock(repo: Path, name: str = "fusion-worktree.lock") -> Iterator[None]:
+    """An exclusive lock, across processes, on one repository (a file in its git dir)."""
     lock_path = Path(git(repo, "rev-parse", "--git-common-dir").strip())
     if not lock_path.is_absolute():
         lock_path = repo / lock_path
-    with open(lock_path / "fusion-worktree.lock", "a") as fh:
+    with open(lock_path / name, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -100,7 +101,7 @@ def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[P
     repo = repository(workspace)
     commit = resolve_revision(repo, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
-    with _repo_lock(repo):
+    with repo_lock(repo):
         git(repo, "worktree", "add", "--detach", "--force", str(target), commit)
     try:
         _make_read_only(target)
@@ -112,7 +113,7 @@ def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[P
 def remove_snapshot(repo: Path | None, target: Path) -> None:
     shutil.rmtree(target, ignore_errors=True)
     if repo is not None:
-        with contextlib.suppress(SnapshotError), _repo_lock(repo):
+        with contextlib.suppress(SnapshotError), repo_lock(repo):
             git(repo, "worktree", "prune")
 
 

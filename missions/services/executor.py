@@ -5,8 +5,6 @@ completes; anything else fails the task with the log tail."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import tempfile
 from pathlib import Path
 
@@ -16,18 +14,7 @@ from missions.models import Executor, Task, TaskStatus
 from missions.services.tasks import task_complete, task_fail
 from validation.proc import CommandError, run_command, scrubbed_env
 from validation.redact import redact
-from validation.snapshots import SnapshotError, git, repository
-
-
-@contextlib.contextmanager
-def _workspace_lock(repo: Path):
-    git_dir = Path(git(repo, "rev-parse", "--absolute-git-dir").strip())
-    with open(git_dir / "fusion-executor.lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+from validation.snapshots import SnapshotError, git, repo_lock, repository
 
 
 def _commit_leftovers(repo: Path, task: Task) -> None:
@@ -50,7 +37,7 @@ def task_execute(*, task_id: int) -> str:
     except SnapshotError as exc:
         task_fail(user=None, task=task, reason=str(exc))
         return "failed"
-    with _workspace_lock(repo), tempfile.TemporaryDirectory(prefix="fusion-task-") as tmp:
+    with repo_lock(repo, "fusion-executor.lock"), tempfile.TemporaryDirectory(prefix="fusion-task-") as tmp:
         prompt_file = Path(tmp) / "prompt.md"
         prompt_file.write_text(task.prompt)
         env = scrubbed_env({"FUSION_TASK_PROMPT_FILE": str(prompt_file), "FUSION_TASK_ID": str(task.pk),

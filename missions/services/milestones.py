@@ -11,6 +11,7 @@ from django.utils import timezone
 from missions.events import publish_on_commit
 from missions.models import Feature, Milestone, MilestoneStatus
 from validation.models import RunScope, RunStatus, ValidatorRun
+from validation.selectors import consecutive_errors
 
 
 def _start_milestone_run(milestone: Milestone) -> ValidatorRun | None:
@@ -35,6 +36,9 @@ def _start_milestone_run(milestone: Milestone) -> ValidatorRun | None:
     return run
 
 
+ERROR_LIMIT = 3  # consecutive milestone-run errors before the autopilot stops and says so
+
+
 def milestone_ready(*, milestone: Milestone) -> str:
     """Called by the autopilot (under its mission lock) once every slice is complete."""
     if not milestone.assertions.exists():
@@ -46,24 +50,13 @@ def milestone_ready(*, milestone: Milestone) -> str:
             return "waiting"
         if last.status == RunStatus.PASSED:
             return _complete(milestone)
-        if last.status == RunStatus.ERROR and _consecutive_errors(milestone) < ERROR_LIMIT:
+        errors = consecutive_errors(milestone.runs.filter(scope=RunScope.MILESTONE))
+        if last.status == RunStatus.ERROR and errors < ERROR_LIMIT:
             _start_milestone_run(milestone)
             return "validating_milestone"
         return f"stop:milestone {milestone.key} validation {last.status} (run {last.pk}): {_why(last)}"
     _start_milestone_run(milestone)
     return "validating_milestone"
-
-
-ERROR_LIMIT = 3
-
-
-def _consecutive_errors(milestone: Milestone) -> int:
-    count = 0
-    for status in milestone.runs.filter(scope=RunScope.MILESTONE).order_by("-id").values_list("status", flat=True)[:10]:
-        if status != RunStatus.ERROR:
-            break
-        count += 1
-    return count
 
 
 def _why(run: ValidatorRun) -> str:

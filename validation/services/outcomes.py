@@ -13,6 +13,7 @@ from missions.services.rollup import milestone_rollup_refresh
 from validation.loop import feature_transition
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.redact import bounded
+from validation.selectors import consecutive_errors
 from validation.verdict import Verdict
 
 RUN_STATUS = {"pass": RunStatus.PASSED, "fail": RunStatus.FAILED, "blocked": RunStatus.BLOCKED}
@@ -148,7 +149,7 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     feature = _owns_feature(run)
     if feature is None:
         return True
-    errors = consecutive_errors(feature.pk)
+    errors = consecutive_errors(ValidatorRun.objects.filter(feature_id=feature.pk))
     if not retry or errors >= ERROR_LIMIT:
         reason = StopReason.WORKSPACE_UNAVAILABLE if code == "workspace_unavailable" else StopReason.VALIDATOR_UNAVAILABLE
         feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.BLOCKED, cause=reason,
@@ -158,15 +159,6 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
         return True
     _retry(feature, run, errors)
     return True
-
-
-def consecutive_errors(feature_id: int) -> int:
-    count = 0
-    for status in ValidatorRun.objects.filter(feature_id=feature_id).order_by("-id").values_list("status", flat=True)[:10]:
-        if status != RunStatus.ERROR:
-            break
-        count += 1
-    return count
 
 
 def _retry(feature: Feature, failed: ValidatorRun, errors: int) -> None:
