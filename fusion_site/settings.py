@@ -77,6 +77,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "missions.streams.EventsTokenMiddleware",  # `Authorization: Token` for GET /events/… (programs)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -140,7 +141,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "login"  # the dashboard's sign-in page (members who are not staff cannot use the admin's)
 LOGIN_REDIRECT_URL = "/"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("FUSION_MAX_BODY_BYTES", 2 * 1024 * 1024)
@@ -153,7 +154,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "missions.api.filters.FilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
@@ -208,7 +209,8 @@ else:
         "OPTIONS": {},
         "MIDDLEWARE": _dramatiq_middleware,
     }
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Channels' in-memory layer, made safe to publish to from worker threads (see missions.streams).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "missions.streams.InMemoryChannelLayer"}}
 DRAMATIQ_TASKS_DATABASE = "default"
 DRAMATIQ_AUTODISCOVER_MODULES = ["tasks"]
 EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
@@ -243,6 +245,7 @@ def _load_validators() -> dict:
 
 
 FUSION_VALIDATORS = _load_validators()
+FUSION_REVIEW_PROFILES = os.environ.get("FUSION_REVIEW_PROFILES", "").strip()  # JSON, read by validation.review.profiles
 
 LOGGING = {
     "version": 1,

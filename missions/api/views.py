@@ -6,6 +6,8 @@ see all), so someone else's object answers 404, never 403.
 
 from __future__ import annotations
 
+import os
+
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
@@ -95,6 +97,7 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
     def import_(self, request):
         if not isinstance(request.data, (dict, str)) or not request.data:
             raise Invalid("send a mission file as YAML or JSON", code="invalid_mission_file")
+        _refuse_relative_workspace(request.data)
         existing = Mission.objects.filter(key=_document_key(request.data)).first()
         if existing is not None and not selectors.visible_missions(user=request.user).filter(pk=existing.pk).exists():
             raise Forbidden("a mission with this key exists and is not yours", code="mission_key_taken")
@@ -112,18 +115,31 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         return self.get_paginated_response(s.MissionEventSerializer(page, many=True).data)
 
 
-def _document_key(data) -> str | None:
+def _document_mission(data) -> dict:
+    """The `mission` mapping of a posted file, or {} (the importer reports what is wrong)."""
     if isinstance(data, str):
         import yaml
 
         try:
             data = yaml.safe_load(data)
         except yaml.YAMLError:
-            return None
-    if isinstance(data, dict) and isinstance(data.get("mission"), dict):
-        key = data["mission"].get("key")
-        return key if isinstance(key, str) else None
-    return None
+            return {}
+    mission = data.get("mission") if isinstance(data, dict) else None
+    return mission if isinstance(mission, dict) else {}
+
+
+def _document_key(data) -> str | None:
+    key = _document_mission(data).get("key")
+    return key if isinstance(key, str) else None
+
+
+def _refuse_relative_workspace(data) -> None:
+    # A file sent over HTTP has no folder: relative to the server's working directory
+    # would be a guess, so the API asks for an absolute path.
+    workspace = _document_mission(data).get("workspace")
+    if isinstance(workspace, str) and workspace.strip() and not os.path.isabs(workspace):
+        message = "mission.workspace: a file sent to the API needs an absolute workspace path"
+        raise Invalid(message, code="invalid_mission_file", fields={"errors": [message]})
 
 
 class MilestoneViewSet(MissionScopedViewSet):

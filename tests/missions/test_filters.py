@@ -1,0 +1,36 @@
+"""List filters never tell a stranger whether a mission exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from missions.models import Mission
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("endpoint", ["/api/milestones/", "/api/features/", "/api/assertions/", "/api/tasks/",
+                                      "/api/validation-runs/", "/api/events/"])
+def test_filtering_by_someone_elses_mission_looks_like_filtering_by_a_missing_one(endpoint, api_for, alice,
+                                                                                  django_user_model):
+    bob = django_user_model.objects.create_user("bob")
+    hidden = Mission.objects.create(key="hidden", title="Hidden", owner=bob)
+    client = api_for(alice)
+    theirs = client.get(endpoint, {"mission": hidden.pk})
+    missing = client.get(endpoint, {"mission": hidden.pk + 1000})
+    assert theirs.status_code == missing.status_code == 200
+    assert theirs.json()["count"] == missing.json()["count"] == 0
+
+
+def test_a_non_numeric_id_filter_is_a_clear_400(api_for, alice):
+    response = api_for(alice).get("/api/features/", {"mission": "abc"})
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_error" and "mission" in response.json()["fields"]
+
+
+def test_api_import_refuses_a_relative_workspace_and_writes_nothing(api_for, alice):
+    body = "mission: {key: rel, title: Rel, workspace: ./repo}\nmilestones: []\n"
+    response = api_for(alice).post("/api/missions/import/", body, content_type="application/yaml")
+    assert response.status_code == 400 and response.json()["code"] == "invalid_mission_file"
+    assert "absolute" in response.json()["detail"]
+    assert not Mission.objects.filter(key="rel").exists()
