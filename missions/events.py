@@ -31,6 +31,14 @@ def group_name(mission_id: int) -> str:
     return f"mission-{mission_id}"
 
 
+def lock_mission(mission_id: int) -> None:
+    """Take the mission's row lock first. Every event takes it (the `seq` counter), so
+    a transaction that will also lock features or tasks must take it before them: one
+    lock order everywhere, no deadlock between the autopilot and the loop. SQLite's
+    IMMEDIATE transactions serialize writers already; there this is a no-op."""
+    list(Mission.objects.select_for_update().filter(pk=mission_id).values_list("pk", flat=True))
+
+
 def publish_on_commit(
     mission: Mission | int, type: str, payload: dict[str, Any], *, actor_id: int | None = None
 ) -> MissionEvent:

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from missions.errors import IllegalTransition
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.models import Feature, FeatureStatus, LoopState
 
 S = LoopState
@@ -87,6 +87,7 @@ def feature_transition(
     if new in STATUS_FOR_LOOP:
         updates.setdefault("status", STATUS_FOR_LOOP[new])
     with transaction.atomic():
+        lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
         if not Feature.objects.filter(pk=feature_id, loop_state=old).update(**updates):
             return False
         mission_id = Feature.objects.filter(pk=feature_id).values_list("mission_id", flat=True).get()

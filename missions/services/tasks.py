@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from missions.errors import Conflict, Invalid
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.models import Executor, Feature, LoopState, Mission, MissionStatus, Task, TaskStatus
 
 
@@ -37,6 +37,7 @@ def task_create(*, user, title: str = "", prompt: str = "", feature: Feature | N
     from validation.loop import feature_transition
 
     mission = mission or feature.mission
+    lock_mission(mission.pk)
     if feature is not None:
         feature = Feature.objects.select_for_update().get(pk=feature.pk)
         if feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists():
@@ -58,6 +59,7 @@ def task_create(*, user, title: str = "", prompt: str = "", feature: Feature | N
 
 @transaction.atomic
 def task_start(*, user, task: Task) -> Task:
+    lock_mission(task.mission_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
     if task.status == TaskStatus.IN_PROGRESS:
         return task
@@ -81,6 +83,7 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     revision = revision.strip()
     if not revision:
         raise Invalid("a completed task needs the revision it landed", fields={"revision": ["required"]})
+    lock_mission(task.mission_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
     if task.status == TaskStatus.DONE:
         if task.revision == revision:
@@ -106,6 +109,7 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
 
 @transaction.atomic
 def task_fail(*, user, task: Task, reason: str = "", log: str | None = None) -> Task:
+    lock_mission(task.mission_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
     if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.FAILED):
         raise Conflict(f"a {task.status} task cannot fail", code="illegal_task_state")

@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from missions.errors import Conflict, Invalid
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionScope, Feature, LoopState, StopReason, TaskStatus
 from validation import profiles
 from validation.journal import sha256_of
@@ -62,6 +62,7 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
                   revision: str | None = None, force: bool = False, raise_conflict: bool = False) -> Admission:
     """Start (or reuse, or refuse) a validation of one feature. `force` (operator re-run)
     skips fingerprint reuse and the identical-failure block."""
+    lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
     feature = Feature.objects.select_for_update().select_related("mission").get(pk=feature_id)
     running = ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).first()
     if running is not None:

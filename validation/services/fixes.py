@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.models import (
     AssertionScope, Feature, FeatureAssertion, LoopState, MissionStatus, Slice, SliceStatus, StopReason,
 )
@@ -56,6 +56,7 @@ def _fix_key(root: Feature, round_no: int) -> str:
 def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
                assertion_keys: list[str] | None = None) -> Feature | None:
     """`assertion_keys` narrows a milestone run's failures to those this source answers for."""
+    lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=source_id))
     source = Feature.objects.select_for_update().select_related("mission", "slice").get(pk=source_id)
     existing = FixLineage.objects.filter(source=source, run_id=run_id).select_related("fix").first()
     if existing is not None:

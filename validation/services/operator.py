@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from missions.errors import Conflict, Invalid
+from missions.events import lock_mission
 from missions.models import Feature, LoopState, MissionStatus
 from validation.loop import feature_transition
 from validation.models import FixLineage, RunStatus, ValidatorRun
@@ -26,6 +27,7 @@ def feature_validate(*, feature: Feature, user, profile: str | None = None) -> A
 
 @transaction.atomic
 def feature_repair(*, feature: Feature, user, mode: str, reason: str = "") -> Admission | None:
+    lock_mission(feature.mission_id)
     feature = Feature.objects.select_for_update().select_related("mission").get(pk=feature.pk)
     actor_id = getattr(user, "pk", None)
     if ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).exists():
@@ -51,6 +53,7 @@ def feature_repair(*, feature: Feature, user, mode: str, reason: str = "") -> Ad
 def feature_create_fix(*, feature: Feature, user) -> Feature:
     from validation.services.fixes import fix_create
 
+    lock_mission(feature.mission_id)
     feature = Feature.objects.select_for_update().get(pk=feature.pk)
     run = feature.last_run
     if feature.loop_state != LoopState.NEEDS_FIX or run is None or run.status != RunStatus.FAILED:

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionStatus, ContractAssertion, Feature, LoopState, StopReason
 from missions.services.rollup import milestone_rollup_refresh
 from validation.loop import feature_transition
@@ -22,6 +22,7 @@ ERROR_LIMIT = 3
 
 
 def _finish(run: ValidatorRun, **fields) -> bool:
+    lock_mission(run.mission_id)
     now = timezone.now()
     return bool(ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         completed_at=now, updated_at=now, **fields))
