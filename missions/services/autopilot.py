@@ -29,12 +29,26 @@ def _clear_stop(mission: Mission) -> None:
                                                        "change": "autopilot_continued"})
 
 
+def _needs_task(feature: Feature) -> bool:
+    """Idle and never tasked; or implementing after a repair `clear`, when the last task
+    is done and already judged (a failed task waits for a person, never a retry loop)."""
+    last = feature.tasks.exclude(status=TaskStatus.CANCELLED).order_by("-id").first()
+    if feature.loop_state == LoopState.IDLE:
+        return last is None
+    if feature.loop_state != LoopState.IMPLEMENTING or last is None or last.status != TaskStatus.DONE:
+        return False
+    from validation.models import ValidatorRun
+
+    return ValidatorRun.objects.filter(feature=feature, revision=last.revision, created_at__gte=last.finished_at).exists()
+
+
 def _triage(slice_: Slice) -> int:
     from missions.services.tasks import task_create
 
     created = 0
-    for feature in Feature.objects.filter(slice=slice_, loop_state=LoopState.IDLE).order_by("order", "id"):
-        if not feature.tasks.exclude(status=TaskStatus.CANCELLED).exists():
+    candidates = Feature.objects.filter(slice=slice_, loop_state__in=[LoopState.IDLE, LoopState.IMPLEMENTING])
+    for feature in candidates.order_by("order", "id"):
+        if _needs_task(feature):
             task_create(user=None, feature=feature)
             created += 1
     return created
@@ -53,36 +67,47 @@ def _deps_complete(milestone: Milestone) -> bool:
     return not milestone.dependencies.exclude(status=MilestoneStatus.COMPLETE).exists()
 
 
+def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
+    for slice_ in milestone.slices.exclude(status=SliceStatus.COMPLETE).order_by("order", "id"):
+        if slice_.status == SliceStatus.PENDING:
+            _activate_slice(mission, slice_)
+            return "activated"
+        features = Feature.objects.filter(slice=slice_)
+        blocked = features.filter(loop_state=LoopState.BLOCKED).order_by("id").first()
+        if blocked is not None:
+            return _stop(mission, f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): "
+                                  f"repair it to continue")
+        if features.exclude(loop_state=LoopState.PASSED).exists():
+            _triage(slice_)
+            _clear_stop(mission)
+            return "waiting"
+        Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.COMPLETE, updated_at=timezone.now())
+        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk})
+    from missions.services.milestones import milestone_ready
+
+    state = milestone_ready(milestone=milestone)
+    return _stop(mission, state[len("stop:"):]) if state.startswith("stop:") else state
+
+
 @transaction.atomic
 def autopilot_advance(*, mission_id: int) -> str:
     mission = Mission.objects.select_for_update().filter(pk=mission_id).first()
     if mission is None or not mission.autopilot or mission.status != MissionStatus.ACTIVE:
         return "idle"
-    for milestone in mission.milestones.exclude(status=MilestoneStatus.COMPLETE).order_by("order", "id"):
-        if not _deps_complete(milestone):
-            return _stop(mission, f"milestone {milestone.key} waits for its dependencies")
-        for slice_ in milestone.slices.exclude(status=SliceStatus.COMPLETE).order_by("order", "id"):
-            if slice_.status == SliceStatus.PENDING:
-                _activate_slice(mission, slice_)
-                return "activated"
-            features = Feature.objects.filter(slice=slice_)
-            blocked = features.filter(loop_state=LoopState.BLOCKED).order_by("id").first()
-            if blocked is not None:
-                return _stop(mission, f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): "
-                                      f"repair it to continue")
-            if features.exclude(loop_state=LoopState.PASSED).exists():
-                _triage(slice_)
-                _clear_stop(mission)
-                return "waiting"
-            Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.COMPLETE, updated_at=timezone.now())
-            publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk})
-        from missions.services.milestones import milestone_ready
-
-        state = milestone_ready(milestone=milestone)
-        if state.startswith("stop:"):
-            return _stop(mission, state[len("stop:"):])
-        if state != "complete":
-            return state
+    while True:
+        waiting: list[str] = []
+        for milestone in mission.milestones.exclude(status=MilestoneStatus.COMPLETE).order_by("order", "id"):
+            if not _deps_complete(milestone):
+                waiting.append(milestone.key)  # the first milestone that can move goes next
+                continue
+            state = _advance_milestone(mission, milestone)
+            if state != "complete":
+                return state
+            break  # a milestone completed: scan again from the top (it may unblock an earlier one)
+        else:
+            if waiting:
+                return _stop(mission, f"milestones {', '.join(waiting)} wait for dependencies that cannot complete")
+            break
     Mission.objects.filter(pk=mission.pk).update(status=MissionStatus.COMPLETE, status_reason="", updated_at=timezone.now())
     publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": MissionStatus.COMPLETE, "change": "completed"})
     return "complete"

@@ -41,7 +41,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from missions.errors import Invalid, StaffOnly
+from missions.errors import Forbidden, Invalid, StaffOnly
 from missions.events import publish_on_commit
 from missions.models import AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice
 from missions.services.rollup import milestone_rollup_refresh
@@ -628,9 +628,21 @@ def _locked_mission(key: str) -> Mission | None:
     return Mission.objects.select_for_update().filter(key=key).first()
 
 
+def _guard_visible(mission: Mission | None, user) -> None:
+    """Checked under the row lock: a key another user's import took a moment ago is not
+    theirs to update (a check before the transaction would race with that import)."""
+    if mission is None or user is None:  # a new mission, or the command line (trusted)
+        return
+    from missions.selectors import visible_missions
+
+    if not visible_missions(user=user).filter(pk=mission.pk).exists():
+        raise Forbidden("a mission with this key exists and is not yours", code="mission_key_taken")
+
+
 def _apply(doc: _Document, user) -> ImportResult:
     with transaction.atomic():
         mission = _locked_mission(doc.mission.key)
+        _guard_visible(mission, user)
         existing = _Existing.load(mission)
         _guard_links(doc, existing)
         _guard_staff(doc, mission, existing, user)

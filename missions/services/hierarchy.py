@@ -31,7 +31,9 @@ def apply_fields(instance, fields: dict[str, Any]) -> list[str]:
     for name in changed:
         setattr(instance, name, fields[name])
     if changed:
-        instance.save()
+        # Only what this edit changed: a full save would write back states a worker
+        # changed meanwhile (loop_state, last_run, statuses).
+        instance.save(update_fields=[*changed, "updated_at"])
     return changed
 
 

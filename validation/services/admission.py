@@ -59,7 +59,8 @@ def _block(feature: Feature, *, cause: str, reason: str, detail: str, actor_id: 
 
 @transaction.atomic
 def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | None = None, profile_name: str | None = None,
-                  revision: str | None = None, force: bool = False, raise_conflict: bool = False) -> Admission:
+                  revision: str | None = None, force: bool = False, raise_conflict: bool = False,
+                  reason: str = "") -> Admission:
     """Start (or reuse, or refuse) a validation of one feature. `force` (operator re-run)
     skips fingerprint reuse and the identical-failure block."""
     lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
@@ -94,12 +95,12 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
             return _block(feature, cause="fingerprint_failures", reason=StopReason.FINGERPRINT, actor_id=actor_id,
                           detail=f"the same input failed {IDENTICAL_FAILURE_LIMIT} times; change the code or the assertions")
     run = start_run(feature=feature, trigger=trigger, cause=cause, profile=profile, revision=revision,
-                    fingerprint=fingerprint, actor_id=actor_id)
+                    fingerprint=fingerprint, actor_id=actor_id, reason=reason)
     return Admission("started", run)
 
 
 def start_run(*, feature: Feature, trigger: str, cause: str, profile: dict[str, Any], revision: str, fingerprint: str,
-              actor_id: int | None) -> ValidatorRun:
+              actor_id: int | None, reason: str = "") -> ValidatorRun:
     """Create the run, point the feature at it, move it to `validating`, queue the judge."""
     try:
         with transaction.atomic():
@@ -119,7 +120,7 @@ def start_run(*, feature: Feature, trigger: str, cause: str, profile: dict[str, 
     else:
         fields.update(stop_reason="", stop_detail="", stopped_at=None)
         moved = feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.VALIDATING, cause=cause,
-                                   actor_id=actor_id, fields=fields, payload={"run": run.pk})
+                                   actor_id=actor_id, reason=reason, fields=fields, payload={"run": run.pk})
         if not moved:
             raise Conflict("the feature changed state meanwhile; try again", code="state_changed")
     publish_on_commit(feature.mission_id, "validator-run:started", {

@@ -41,11 +41,14 @@ def feature_repair(*, feature: Feature, user, mode: str, reason: str = "") -> Ad
                            actor_id=actor_id, reason=reason, fields={
                                "implementation_attempts": 1 if has_task else 0, "validator_attempts": 0, "fix_rounds": 0,
                                "stop_reason": "", "stop_detail": "", "stopped_at": None})
+        from validation.services.outcomes import _notify_autopilot
+
+        _notify_autopilot(feature.mission_id)  # it makes the new task when the mission runs itself
         return None
     if mode == "re_run":
         _require_active(feature)
         return feature_admit(feature_id=feature.pk, trigger="manual", cause="re_run", actor_id=actor_id, force=True,
-                             raise_conflict=True)
+                             raise_conflict=True, reason=reason)
     raise Invalid("mode must be clear or re_run", code="invalid_mode", fields={"mode": ["must be clear or re_run"]})
 
 

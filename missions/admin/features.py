@@ -1,0 +1,161 @@
+"""Admin of features, contract assertions and their links. The loop state is read-only;
+operator actions (validate, repair, create fix) call the operator services. Edits that
+change which assertions a milestone has, or which features cover them, recompute the
+milestone rollup in the admin's transaction."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db import models
+
+from missions.admin.actions import FEATURE_ACTIONS
+from missions.admin.forms import ContractAssertionForm, FeatureAssertionForm, FeatureForm
+from missions.admin.helpers import (
+    TIMESTAMPS, LinkDisplays, RollupRefreshMixin, SaveChangedFieldsMixin, admin_link, formsets_changed,
+    linked_milestone_ids, related,
+)
+from missions.admin.inlines import AssertionFeatureInline, FeatureAssertionInline, TaskInline
+from missions.models import ContractAssertion, Feature, FeatureAssertion, TaskStatus
+
+
+@admin.register(Feature)
+class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+    form = FeatureForm
+    list_display = ("key", "title", "mission", "slice", "status", "loop_state", "implementation_attempts",
+                    "validator_attempts", "fix_rounds", "stop_reason", "updated_at")
+    list_filter = ("status", "loop_state", "stop_reason", "mission")
+    search_fields = ("key", "title", "description", "mission__key", "slice__key")
+    list_select_related = ("mission", "slice")
+    date_hierarchy = "created_at"
+    ordering = ("mission", "slice__order", "order", "id")
+    autocomplete_fields = ("slice",)
+    readonly_fields = (
+        "mission_link", "milestone_link", "slice_link", "status", "loop_state", "implementation_attempts",
+        "validator_attempts", "fix_rounds", "last_run_link", "stop_reason", "stop_detail", "stopped_at",
+        "generated_from_link", "generated_from_run_link", *TIMESTAMPS,
+    )
+    fieldsets = (
+        (None, {"fields": ("mission_link", "milestone_link", ("slice", "slice_link"), "key", "title", "order")}),
+        ("Specification", {"fields": ("description", "acceptance_criteria")}),
+        ("Loop (changed by the loop and the actions only)", {"fields": (
+            "status", "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds", "last_run_link",
+            "stop_reason", "stop_detail", "stopped_at",
+        )}),
+        ("Fix lineage", {"fields": ("generated_from_link", "generated_from_run_link")}),
+        ("Record", {"fields": TIMESTAMPS}),
+    )
+    inlines = (FeatureAssertionInline, TaskInline)
+    actions = FEATURE_ACTIONS
+
+    @admin.display(description="milestone")
+    def milestone_link(self, obj):
+        slice_ = related(obj, "slice")
+        return admin_link(slice_.milestone) if slice_ else "-"
+
+    @admin.display(description="last run")
+    def last_run_link(self, obj):
+        return admin_link(related(obj, "last_run"))
+
+    @admin.display(description="generated from")
+    def generated_from_link(self, obj):
+        return admin_link(related(obj, "generated_from"))
+
+    @admin.display(description="generated from run")
+    def generated_from_run_link(self, obj):
+        return admin_link(related(obj, "generated_from_run"))
+
+    def has_delete_permission(self, request, obj=None):
+        # DESIGN §3: a feature whose task is running is only deleted when forced (services).
+        if obj is not None and obj.pk and obj.tasks.filter(status=TaskStatus.IN_PROGRESS).exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_form(self, request, form, change):
+        obj = super().save_form(request, form, change)
+        if obj.slice_id:  # as save() does; the link inline validates the mission against it
+            obj.mission_id = obj.slice.mission_id
+        return obj
+
+    def rollup_milestone_ids(self, queryset):
+        return linked_milestone_ids(feature__in=queryset)
+
+    def rollup_changed(self, request, form, formsets, change):
+        return formsets_changed(formsets, FeatureAssertion)
+
+
+@admin.register(ContractAssertion)
+class ContractAssertionAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+    form = ContractAssertionForm
+    list_display = ("key", "title", "mission", "milestone", "scope", "status", "order", "feature_count", "updated_at")
+    list_filter = ("status", "scope", "mission")
+    search_fields = ("key", "title", "statement", "mission__key", "milestone__key")
+    list_select_related = ("mission", "milestone")
+    date_hierarchy = "created_at"
+    ordering = ("mission", "milestone__order", "order", "id")
+    autocomplete_fields = ("milestone",)
+    readonly_fields = ("mission_link", "milestone_link", "status", *TIMESTAMPS)
+    fields = ("mission_link", ("milestone", "milestone_link"), "key", "title", "statement", "scope", "check_spec",
+              "status", "order", *TIMESTAMPS)
+    inlines = (AssertionFeatureInline,)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(_feature_count=models.Count("feature_links"))
+
+    @admin.display(description="features", ordering="_feature_count")
+    def feature_count(self, obj):
+        return getattr(obj, "_feature_count", None)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = super().get_readonly_fields(request, obj)
+        # `check_spec` runs code on the host: only mission editors may change it.
+        if not request.user.has_perm("missions.change_mission"):
+            fields = (*fields, "check_spec")
+        return fields
+
+    def save_form(self, request, form, change):
+        obj = super().save_form(request, form, change)
+        if obj.milestone_id:  # as save() does; the link inline validates the mission against it
+            obj.mission_id = obj.milestone.mission_id
+        return obj
+
+    def rollup_milestone_ids(self, queryset):
+        return set(queryset.values_list("milestone_id", flat=True))
+
+    def rollup_changed(self, request, form, formsets, change):
+        return not change or bool({"milestone", "scope"} & set(form.changed_data)) or formsets_changed(formsets)
+
+
+@admin.register(FeatureAssertion)
+class FeatureAssertionAdmin(RollupRefreshMixin, admin.ModelAdmin):
+    form = FeatureAssertionForm
+    list_display = ("id", "feature_link", "assertion_link", "assertion_scope", "feature_mission", "created_at")
+    list_filter = ("assertion__scope", "feature__mission")
+    search_fields = ("feature__key", "assertion__key", "assertion__title")
+    list_select_related = ("feature", "feature__mission", "assertion")
+    date_hierarchy = "created_at"
+    ordering = ("-id",)
+    autocomplete_fields = ("feature", "assertion")
+    readonly_fields = ("feature_link", "assertion_link", *TIMESTAMPS)
+    fields = (("feature", "feature_link"), ("assertion", "assertion_link"), *TIMESTAMPS)
+
+    @admin.display(description="feature", ordering="feature__key")
+    def feature_link(self, obj):
+        return admin_link(related(obj, "feature"))
+
+    @admin.display(description="assertion", ordering="assertion__key")
+    def assertion_link(self, obj):
+        return admin_link(related(obj, "assertion"))
+
+    @admin.display(description="scope", ordering="assertion__scope")
+    def assertion_scope(self, obj):
+        return obj.assertion.scope
+
+    @admin.display(description="mission", ordering="feature__mission__key")
+    def feature_mission(self, obj):
+        return obj.feature.mission
+
+    def rollup_milestone_ids(self, queryset):
+        return set(queryset.values_list("assertion__milestone_id", flat=True))
+
+    def rollup_changed(self, request, form, formsets, change):
+        return True

@@ -1,0 +1,201 @@
+"""Model forms and inline formsets of the hierarchy admin, and the forms admin actions ask
+for before they act (a task's revision, an operator's reason)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import models
+from django.forms.models import BaseInlineFormSet
+
+from missions.admin.helpers import related
+from missions.errors import Invalid
+from missions.models import (
+    AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice, Task, TaskStatus,
+)
+from missions.services.hierarchy import _check_dependencies
+
+
+def mission_id_of(parent: models.Model | None) -> int | None:
+    """The mission a child of `parent` (a mission, milestone or slice) belongs to."""
+    if isinstance(parent, Mission):
+        return parent.pk
+    if isinstance(parent, Slice):
+        return parent.milestone.mission_id if parent.milestone_id else parent.mission_id
+    return getattr(parent, "mission_id", None)
+
+
+class MissionScopedForm(forms.ModelForm):
+    """For models whose `mission` is derived from a parent in save().
+
+    The derived `mission` is not a form field, so Django skips the (mission, key) unique
+    constraint; check it here, and refuse moves to another mission (children and links
+    carry the mission too).
+    """
+
+    parent_field = ""
+
+    def clean(self):
+        cleaned = super().clean()
+        instance = self.instance
+        parent = cleaned.get(self.parent_field) or related(instance, self.parent_field)
+        mission_id = mission_id_of(parent)
+        if mission_id is None:
+            return cleaned
+        if instance.pk and instance.mission_id != mission_id:
+            self.add_error(self.parent_field, "Cannot move to another mission.")
+        key = cleaned.get("key")
+        # When `mission` is a form field Django checks the constraint itself.
+        if key and "mission" not in self.fields and (
+            type(instance).objects.filter(mission_id=mission_id, key=key).exclude(pk=instance.pk).exists()
+        ):
+            self.add_error("key", "This key is already used in the mission.")
+        return cleaned
+
+
+class MilestoneForm(MissionScopedForm):
+    parent_field = "mission"
+
+    class Meta:
+        model = Milestone
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        mission = cleaned.get("mission") or related(self.instance, "mission")
+        if "dependencies" in cleaned and mission is not None:
+            milestone = self.instance if self.instance.pk else None
+            try:  # same mission, not itself, no cycle: the rule the API applies
+                _check_dependencies(milestone, mission, cleaned["dependencies"])
+            except Invalid as exc:
+                self.add_error("dependencies", exc.detail)
+        return cleaned
+
+
+class SliceForm(MissionScopedForm):
+    parent_field = "milestone"
+
+    class Meta:
+        model = Slice
+        fields = "__all__"
+
+
+class FeatureForm(MissionScopedForm):
+    parent_field = "slice"
+
+    class Meta:
+        model = Feature
+        fields = "__all__"
+
+
+class ContractAssertionForm(MissionScopedForm):
+    parent_field = "milestone"
+
+    class Meta:
+        model = ContractAssertion
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        if (
+            cleaned.get("scope") == AssertionScope.MILESTONE
+            and self.instance.pk
+            and FeatureAssertion.objects.filter(assertion_id=self.instance.pk).exists()
+        ):
+            self.add_error("scope", "Remove the feature links first: milestone-scoped assertions cannot be linked.")
+        return cleaned
+
+
+class FeatureAssertionForm(forms.ModelForm):
+    class Meta:
+        model = FeatureAssertion
+        fields = "__all__"
+
+    def _post_clean(self):
+        # FeatureAssertion.clean() dereferences both foreign keys; when one is missing the
+        # form already carries a field error for it, which is what the user must see.
+        try:
+            super()._post_clean()
+        except ObjectDoesNotExist:
+            if not self._errors:
+                raise
+
+
+class TaskForm(forms.ModelForm):
+    class Meta:
+        model = Task
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        mission, feature = cleaned.get("mission"), cleaned.get("feature")
+        if mission and feature and feature.mission_id != mission.pk:
+            self.add_error("feature", "The feature belongs to another mission.")
+        if self.instance.pk is None and feature is not None and (
+            feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists()
+        ):
+            self.add_error("feature", "The feature already has an open task.")
+        return cleaned
+
+
+# --- inline formsets -----------------------------------------------------------------------
+
+
+class MissionKeyInlineFormSet(BaseInlineFormSet):
+    """Refuses the same key twice within one submit (see MissionScopedForm)."""
+
+    def clean(self):
+        super().clean()
+        seen: set[str] = set()
+        for form in self.forms:
+            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
+                continue
+            key = form.cleaned_data.get("key")
+            if key and key in seen:
+                form.add_error("key", "This key appears twice.")
+            seen.add(key)
+
+
+class MissionLinkInlineFormSet(BaseInlineFormSet):
+    """Offers only rows of the parent's mission in the link's other foreign key."""
+
+    other_field = ""
+
+    def add_fields(self, form, index):
+        super().add_fields(form, index)
+        field = form.fields.get(self.other_field)
+        parent_mission = getattr(self.instance, "mission_id", None)
+        if isinstance(self.instance, Feature) and self.instance.slice_id:
+            parent_mission = self.instance.slice.mission_id
+        elif isinstance(self.instance, ContractAssertion) and self.instance.milestone_id:
+            parent_mission = self.instance.milestone.mission_id
+        if field is not None and parent_mission is not None:
+            field.queryset = field.queryset.filter(mission_id=parent_mission)
+
+
+class AssertionChoiceFormSet(MissionLinkInlineFormSet):
+    other_field = "assertion"
+
+
+class FeatureChoiceFormSet(MissionLinkInlineFormSet):
+    other_field = "feature"
+
+
+# --- what admin actions ask for ------------------------------------------------------------
+
+
+class TaskCompleteForm(forms.Form):
+    revision = forms.CharField(max_length=80, help_text="The commit the task landed (a sha or a ref of the workspace).")
+    summary = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+                              help_text="What was done; the validator sees it.")
+
+    def clean_revision(self):
+        value = self.cleaned_data["revision"].strip()
+        if not value:
+            raise forms.ValidationError("A completed task needs the revision it landed.")
+        return value
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+                             help_text="Why: recorded in the mission's audit log with your name.")

@@ -1,0 +1,195 @@
+"""Rendering helpers (also used by validation.admin), the rollup refresh that admin
+edits trigger, and the runner that admin actions use to call services."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable, Iterable
+
+from django.contrib import admin, messages
+from django.db import models, transaction
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html, format_html_join
+
+from missions.errors import DomainError
+from missions.models import FeatureAssertion
+from missions.services.rollup import milestone_rollup_refresh
+
+logger = logging.getLogger(__name__)
+
+TIMESTAMPS = ("created_at", "updated_at")
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+
+def admin_link(obj: models.Model | None, label: Any = None) -> str:
+    """A link to the change page of `obj`, or "-" when there is none."""
+    if obj is None or obj.pk is None:
+        return "-"
+    opts = obj._meta
+    try:
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    except NoReverseMatch:
+        return str(obj if label is None else label)
+    return format_html('<a href="{}">{}</a>', url, obj if label is None else label)
+
+
+def related(obj: models.Model, name: str) -> models.Model | None:
+    """`obj.<name>` for a foreign key, None while it is unset (unsaved add forms)."""
+    if getattr(obj, f"{name}_id", None) is None:
+        return None
+    return getattr(obj, name)
+
+
+def pretty_json(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
+
+
+def preformatted(text: str) -> str:
+    """Escaped, preformatted text (logs); "-" when empty."""
+    if not text:
+        return "-"
+    return format_html('<pre style="white-space: pre-wrap; max-height: 40em; overflow: auto">{}</pre>', text)
+
+
+def short_sha(value: str) -> str:
+    return value[:12] if value else "-"
+
+
+class LinkDisplays:
+    """Read-only links to the usual parents; each works on unsaved objects too."""
+
+    @admin.display(description="mission", ordering="mission__key")
+    def mission_link(self, obj):
+        return admin_link(related(obj, "mission"))
+
+    @admin.display(description="milestone", ordering="milestone__key")
+    def milestone_link(self, obj):
+        return admin_link(related(obj, "milestone"))
+
+    @admin.display(description="slice", ordering="slice__key")
+    def slice_link(self, obj):
+        return admin_link(related(obj, "slice"))
+
+    @admin.display(description="feature", ordering="feature__key")
+    def feature_link(self, obj):
+        return admin_link(related(obj, "feature"))
+
+
+class SaveChangedFieldsMixin:
+    """An admin edit writes the fields its form changed (and `updated_at`), never the
+    state columns that the loop or a worker may have written since the page loaded the row."""
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        concrete = {f.name for f in obj._meta.concrete_fields if not f.primary_key}
+        fields = [name for name in form.changed_data if name in concrete]
+        if "updated_at" in concrete:
+            fields.append("updated_at")
+        obj.save(update_fields=fields)
+        return None
+
+
+# --- rollup --------------------------------------------------------------------------------
+
+
+def refresh_rollups(milestone_ids: Iterable[int | None]) -> None:
+    ids = {pk for pk in milestone_ids if pk is not None}
+    if ids:
+        milestone_rollup_refresh(milestone_ids=ids)
+
+
+def linked_milestone_ids(**link_filter: Any) -> set[int]:
+    """Milestones of the assertions reached by the FeatureAssertion rows matching the filter."""
+    return set(FeatureAssertion.objects.filter(**link_filter).values_list("assertion__milestone_id", flat=True))
+
+
+def formsets_changed(formsets: Iterable[Any], model: type[models.Model] | None = None) -> bool:
+    return any(
+        fs.new_objects or fs.changed_objects or fs.deleted_objects
+        for fs in formsets
+        if model is None or fs.model is model
+    )
+
+
+class RollupRefreshMixin:
+    """Recompute the rollup of every milestone whose inputs an admin save or delete touched.
+
+    `rollup_milestone_ids(queryset)` names the milestones that depend on the rows; they are
+    collected before the write (old links and parents) and after it (new ones).
+    """
+
+    def rollup_milestone_ids(self, queryset: models.QuerySet) -> set[int]:
+        raise NotImplementedError
+
+    def rollup_changed(self, request, form, formsets, change: bool) -> bool:
+        return formsets_changed(formsets)
+
+    def _ids_of(self, obj: models.Model) -> set[int]:
+        return self.rollup_milestone_ids(self.model.objects.filter(pk=obj.pk)) if obj.pk else set()
+
+    def save_model(self, request, obj, form, change):
+        obj._admin_rollup_before = self._ids_of(obj) if change else set()
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        if self.rollup_changed(request, form, formsets, change):
+            obj = form.instance
+            refresh_rollups(getattr(obj, "_admin_rollup_before", set()) | self._ids_of(obj))
+
+    def delete_model(self, request, obj):
+        ids = self._ids_of(obj)
+        super().delete_model(request, obj)
+        refresh_rollups(ids)
+
+    def delete_queryset(self, request, queryset):
+        # The changelist's delete action is not wrapped in a transaction by the admin.
+        with transaction.atomic():
+            ids = self.rollup_milestone_ids(queryset)
+            super().delete_queryset(request, queryset)
+            refresh_rollups(ids)
+
+
+# --- actions -------------------------------------------------------------------------------
+
+
+def error_message(obj: models.Model, exc: DomainError) -> str:
+    """The refusal of a service as the admin shows it; a resume conflict lists its blockers."""
+    blockers = exc.extra.get("blockers") if isinstance(exc.extra, dict) else None
+    if not blockers:
+        return format_html("{}: {}", obj, exc.detail)
+    items = format_html_join("", "<li>feature {} (id {}): {} since {}</li>", (
+        (b.get("key", "?"), b.get("feature"), b.get("reason"), b.get("since") or "unknown") for b in blockers))
+    return format_html("{}: {}<ul>{}</ul>", obj, exc.detail, items)
+
+
+def run_each(modeladmin, request, queryset: Iterable[models.Model], fn: Callable[[models.Model], str | None], *,
+             done: str) -> list[models.Model]:
+    """Call `fn` (a service call) for every object; refusals become error messages, one
+    success message lists what worked, each success is written to the admin history.
+    Never lets an exception reach the changelist."""
+    succeeded: list[str] = []
+    changed: list[models.Model] = []
+    for obj in queryset:
+        try:
+            note = fn(obj)
+        except DomainError as exc:
+            messages.error(request, error_message(obj, exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 — the admin reports it; the log keeps the trace
+            logger.exception("admin action on %s failed", obj)
+            messages.error(request, f"{obj}: unexpected error: {exc.__class__.__name__}: {exc}")
+            continue
+        succeeded.append(f"{obj} ({note})" if note else str(obj))
+        changed.append(obj)
+        modeladmin.log_change(request, obj, f"{done}" + (f": {note}" if note else ""))
+    if succeeded:
+        messages.success(request, f"{done}: {', '.join(succeeded)}")
+    return changed

@@ -1,0 +1,69 @@
+"""What the operator commands (`mission`, `task`, `repair_feature`) share: finding the
+objects they are given, the user they act as, and one set of exit codes.
+
+Exit codes: 0 done; 1 refused by the rules (the object is in a state that does not allow
+it, or the input is invalid — the message says why); 2 unknown object or user, or bad
+arguments (as argparse itself answers usage errors).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError
+
+from missions.errors import DomainError
+from missions.models import Mission, Task
+
+REFUSED = 1
+NOT_FOUND = 2
+
+
+def not_found(message: str) -> CommandError:
+    return CommandError(message, returncode=NOT_FOUND)
+
+
+def refused(exc: DomainError, prefix: str = "") -> CommandError:
+    return CommandError(f"{prefix}{exc.detail} [{exc.code}]", returncode=REFUSED)
+
+
+def find_mission(ref: str) -> Mission:
+    mission = Mission.objects.filter(key=ref).first()
+    if mission is None and ref.isascii() and ref.isdigit():
+        mission = Mission.objects.filter(pk=int(ref)).first()
+    if mission is None:
+        raise not_found(f"no mission with key or id {ref!r}")
+    return mission
+
+
+def find_task(ref: str) -> Task:
+    task = None
+    if ref.isascii() and ref.isdigit():
+        task = Task.objects.select_related("mission", "feature").filter(pk=int(ref)).first()
+    if task is None:
+        raise not_found(f"no task with id {ref!r}")
+    return task
+
+
+def find_feature(ref: str):
+    from validation.management.commands.validate_feature import find_feature as find
+
+    try:
+        return find(ref)
+    except CommandError as exc:
+        raise not_found(str(exc)) from exc
+
+
+def find_user(username: str | None):
+    """The user an operator command acts as (named in the audit log); None = the command line."""
+    if not username:
+        return None
+    User = get_user_model()
+    user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
+    if user is None:
+        raise not_found(f"no user {username!r}")
+    return user
+
+
+def add_user_argument(parser) -> None:
+    parser.add_argument("--user", dest="username", default=None,
+                        help="act as this user (named in the mission's audit log)")
