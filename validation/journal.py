@@ -74,6 +74,48 @@ def verify_chain(run_id: int) -> ChainReport:
     return ChainReport(True, count)
 
 
+class JournalMiss(Exception):
+    """A replay needed an answer the journal does not hold; replay never calls out."""
+
+
+class CallLog:
+    """The answered calls of one run, keyed by (kind, key), served instead of calling again.
+
+    Live (`live=True`): a call whose answer is journaled is served from the journal (a
+    resumed run never pays twice); any other call runs and is journaled as a request
+    entry before and a response entry after, so a worker that dies in between leaves a
+    request without an answer, which is sent again. Replay (`live=False`): nothing is
+    written and a call without a journaled answer is a `JournalMiss`.
+    """
+
+    def __init__(self, run_id: int, *, live: bool = True):
+        self.run_id = run_id
+        self.live = live
+        self._answers: dict[tuple[str, str], Any] = {}
+        for row in entries(run_id).values("kind", "key", "payload"):
+            self._answers[(row["kind"], row["key"])] = row["payload"]  # a later entry wins
+
+    def answer(self, kind: str, key: str) -> Any:
+        return self._answers.get((kind, key[:200]))
+
+    def record(self, kind: str, key: str, payload: Any) -> Any:
+        payload = _jsonable(payload)
+        if self.live:
+            append(run_id=self.run_id, kind=kind, key=key, payload=payload)
+        self._answers[(kind, key[:200])] = payload
+        return payload
+
+    def call(self, *, request_kind: str, response_kind: str, key: str, request: Any, live_fn, what: str) -> tuple[Any, bool]:
+        """(answer, served_from_journal)"""
+        served = self.answer(response_kind, key)
+        if served is not None:
+            return served, True
+        if not self.live:
+            raise JournalMiss(f"{what} is not in the journal (key {key}); a replay never makes a live call")
+        self.record(request_kind, key, request)
+        return self.record(response_kind, key, live_fn()), False
+
+
 def entries(run_id: int, *, kind: str | None = None, key: str | None = None):
     qs = JournalEntry.objects.filter(run_id=run_id).order_by("seq")
     if kind:

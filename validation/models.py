@@ -163,6 +163,14 @@ class Review(TimeStamped):
     idempotency_key = models.CharField(max_length=200, blank=True, default="")
     label_map = models.JSONField(default=dict, blank=True)
     failure_reason = models.TextField(blank=True, default="")
+    # Added for the review pipeline (validation.review): a stable code and the stage of a
+    # failure, where the request came from, how often the evaluator ran, token usage.
+    failure_code = models.CharField(max_length=40, blank=True, default="")
+    failure_stage = models.CharField(max_length=24, blank=True, default="")
+    source = models.CharField(max_length=16, blank=True, default="api")
+    evaluator_attempts = models.PositiveSmallIntegerField(default=0)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -1,8 +1,10 @@
 """Read-only snapshots of a revision: a detached git worktree, always removed afterwards.
 
 Git adapter errors are `SnapshotError` (permanent: a bad workspace or revision will not
-fix itself by retrying). A per-repository file lock serializes `worktree add/remove`,
-which write shared metadata under `.git/worktrees`.
+fix itself by retrying). A per-repository file lock serializes the changes to the shared
+records under `.git/worktrees` (`worktree add` without checkout, dropping a record); the
+checkout of the files, private to the new worktree, happens outside it, so that the
+snapshots of many runs are made in parallel.
 """
 
 from __future__ import annotations
@@ -39,16 +41,23 @@ def git(repo: Path, *args: str, timeout: int = GIT_TIMEOUT) -> str:
 
 
 def repository(workspace: str) -> Path:
+    return repository_dirs(workspace)[0]
+
+
+def repository_dirs(workspace: str) -> tuple[Path, Path]:
+    """(top-level folder, common git dir) of the repository at `workspace`, in one git call."""
     if not workspace:
         raise SnapshotError("the mission has no workspace (a local git repository) to validate in")
     path = Path(workspace).expanduser()
     if not path.is_dir():
         raise SnapshotError(f"workspace {workspace} does not exist")
     try:
-        top = git(path, "rev-parse", "--show-toplevel").strip()
+        out = git(path, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir").splitlines()
     except SnapshotError as exc:
         raise SnapshotError(f"workspace {workspace} is not a git repository") from exc
-    return Path(top)
+    if len(out) != 2:
+        raise SnapshotError(f"workspace {workspace} is not a git repository with a working tree")
+    return Path(out[0]), Path(out[1])
 
 
 def resolve_revision(repo: Path, revision: str) -> str:
@@ -65,9 +74,10 @@ def head_revision(workspace: str) -> str:
 
 
 @contextlib.contextmanager
-def repo_lock(repo: Path, name: str = "fusion-worktree.lock") -> Iterator[None]:
-    """An exclusive lock, across processes, on one repository (a file in its git dir)."""
-    lock_path = Path(git(repo, "rev-parse", "--git-common-dir").strip())
+def repo_lock(repo: Path, name: str = "fusion-worktree.lock", *, git_dir: Path | None = None) -> Iterator[None]:
+    """An exclusive lock, across processes, on one repository (a file in its git dir;
+    pass `git_dir` when it is known to save a git call)."""
+    lock_path = git_dir or Path(git(repo, "rev-parse", "--git-common-dir").strip())
     if not lock_path.is_absolute():
         lock_path = repo / lock_path
     with open(lock_path / name, "a") as fh:
@@ -98,12 +108,15 @@ def _make_read_only(path: Path) -> None:
 
 @contextlib.contextmanager
 def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[Path]:
-    repo = repository(workspace)
+    repo, git_dir = repository_dirs(workspace)
     commit = resolve_revision(repo, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
-    with repo_lock(repo):
-        git(repo, "worktree", "add", "--detach", "--force", str(target), commit)
     try:
+        # Only the record under .git/worktrees is shared: made under the lock, without the
+        # checkout, which then fills this worktree's own index and files outside the lock.
+        with repo_lock(repo, git_dir=git_dir):
+            git(repo, "worktree", "add", "--no-checkout", "--detach", "--force", str(target), commit)
+        git(target, "reset", "--hard", "--quiet")
         _make_read_only(target)
         yield target
     finally:
@@ -111,20 +124,61 @@ def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[P
 
 
 def remove_snapshot(repo: Path | None, target: Path) -> None:
+    record = _worktree_record(target)
     shutil.rmtree(target, ignore_errors=True)
-    if repo is not None:
-        with contextlib.suppress(SnapshotError), repo_lock(repo):
-            git(repo, "worktree", "prune")
+    if record is not None:
+        # What `git worktree remove` does for one worktree: drop its own record (under the
+        # lock: a concurrent `worktree add` lists the records). No git process is needed.
+        with contextlib.suppress(OSError), repo_lock(repo or record, git_dir=record.parent.parent):
+            shutil.rmtree(record, ignore_errors=True)
+    elif repo is not None:
+        prune_worktrees(repo)
+
+
+def prune_worktrees(repo: Path) -> None:
+    """Drop the repository's records of worktrees whose folders are gone."""
+    with contextlib.suppress(SnapshotError), repo_lock(repo):
+        git(repo, "worktree", "prune")
+
+
+def _worktree_record(folder: Path) -> Path | None:
+    """`<git dir>/worktrees/<id>`, the repository's record of the worktree at `folder`, when
+    the two point at each other (the worktree's `.git` file and the record's `gitdir`)."""
+    try:
+        text = (folder / ".git").read_text()
+        if not text.startswith("gitdir:"):
+            return None
+        record = Path(text.split(":", 1)[1].strip())
+        if record.parent.name != "worktrees" or not record.is_absolute():
+            return None
+        points_back = Path((record / "gitdir").read_text().strip())
+    except OSError:
+        return None
+    return record if os.path.realpath(points_back) == os.path.realpath(folder / ".git") else None
+
+
+def _worktree_git_dir(folder: Path) -> Path | None:
+    """The git dir of the repository whose worktree `folder` is."""
+    record = _worktree_record(folder)
+    return record.parent.parent if record is not None else None
 
 
 def sweep_snapshots(*, live_labels: set[str]) -> int:
-    """Remove snapshot folders whose run is no longer live (left by a killed worker)."""
+    """Remove snapshot folders whose run is no longer live (left by a killed worker),
+    and the repository's metadata of those worktrees (`git worktree prune`)."""
     removed = 0
+    repos: set[Path] = set()
     for child in snapshot_root().iterdir():
         label = child.name.rsplit("-", 1)[0]
         if label not in live_labels:
+            git_dir = _worktree_git_dir(child)
+            if git_dir is not None:
+                repos.add(git_dir)
             shutil.rmtree(child, ignore_errors=True)
             removed += 1
+    for git_dir in repos:
+        if git_dir.is_dir():
+            prune_worktrees(git_dir)
     return removed
 
 

@@ -33,3 +33,7 @@ def recovery_sweep(startup: bool = False) -> None:
     report = recover(startup=startup)
     if any(report.values()):
         logger.info("recovery sweep: %s", report)
+
+
+# rundramatiq imports only this module: the review actors register by being imported here.
+from validation.review.pipeline import review_candidate, review_evaluate, review_render, review_start  # noqa: E402,F401

@@ -126,7 +126,9 @@ def create_fix(modeladmin, request, queryset):
              fn=lambda f: f"fix {feature_create_fix(feature=f, user=request.user).key}")
 
 
-FEATURE_ACTIONS = (validate_features, repair_clear, repair_re_run, create_fix)
+from validation.review.admin_actions import review_features  # noqa: E402 (the advisory review lives in validation)
+
+FEATURE_ACTIONS = (validate_features, repair_clear, repair_re_run, create_fix, review_features)
 
 
 # --- tasks ---------------------------------------------------------------------------------

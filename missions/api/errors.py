@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -35,6 +36,13 @@ def _first_message(fields) -> str:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, (RequestDataTooBig, TooManyFieldsSent)):
+        # Raised while DRF reads the body: without this the request ends as Django's HTML 400.
+        return Response({"code": "request_too_large", "detail": str(exc), "fields": {}},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(exc, SuspiciousOperation):
+        return Response({"code": "bad_request", "detail": "the request was refused as malformed", "fields": {}},
+                        status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DomainError):
         body = {"code": exc.code, "detail": exc.detail, "fields": exc.fields, **exc.extra}
         return Response(body, status=exc.status)
@@ -61,3 +69,34 @@ def exception_handler(exc, context):
         response.status_code = status.HTTP_401_UNAUTHORIZED
         response["WWW-Authenticate"] = "Token"
     return response
+
+
+_STATUS_CODES = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
+                 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
+
+
+class JsonApiErrorsMiddleware:
+    """Errors under /api/ that never reach a DRF view (a URL no route matches, a body
+    Django refuses before the view) are HTML pages by default; API clients get the same
+    JSON shape as every other error instead."""
+
+    prefix = "/api/"
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (request.path.startswith(self.prefix) and 400 <= response.status_code < 500
+                and not response.get("Content-Type", "").startswith("application/json")
+                and not getattr(response, "streaming", False)):
+            from django.http import JsonResponse
+
+            code = _STATUS_CODES.get(response.status_code, "error")
+            replaced = JsonResponse({"code": code, "detail": code.replace("_", " "), "fields": {}},
+                                    status=response.status_code)
+            for header in ("Allow", "WWW-Authenticate"):
+                if header in response:
+                    replaced[header] = response[header]
+            return replaced
+        return response

@@ -11,6 +11,7 @@ import os
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -25,6 +26,7 @@ from missions.models import ContractAssertion, Feature, Milestone, Mission, Miss
 from missions.services import hierarchy
 from missions.services import tasks as task_services
 from missions.services.rollup import milestone_rollup
+from validation.api.reviews import feature_review_action
 from validation.api.views import FeatureLoopActions, MissionLifecycleActions
 
 
@@ -80,7 +82,8 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
 
         return Response(mission_tree(mission=self.get_object()))
 
-    @extend_schema(responses={(200, "application/yaml"): str})
+    # A YAML document is a mapping once read (schema validators parse YAML bodies): describe it as one.
+    @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def export(self, request, pk=None):
         from django.http import HttpResponse
@@ -98,15 +101,16 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         if not isinstance(request.data, (dict, str)) or not request.data:
             raise Invalid("send a mission file as YAML or JSON", code="invalid_mission_file")
         _refuse_relative_workspace(request.data)
-        existing = Mission.objects.filter(key=_document_key(request.data)).first()
-        if existing is not None and not selectors.visible_missions(user=request.user).filter(pk=existing.pk).exists():
-            raise Forbidden("a mission with this key exists and is not yours", code="mission_key_taken")
         from missions.services import files
 
-        mission, changed = files.mission_import(document=request.data, user=request.user)
-        code = status.HTTP_201_CREATED if existing is None else status.HTTP_200_OK
-        return Response({**s.MissionSerializer(mission, context={"request": request}).data, "changed": changed}, status=code)
+        # Visibility of an existing key and "created or updated" are decided inside the
+        # import's transaction: a check made here first would race with a concurrent import.
+        result = files.mission_file_import(document=request.data, user=request.user)
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        body = {**s.MissionSerializer(result.mission, context={"request": request}).data, "changed": result.changed}
+        return Response(body, status=code)
 
+    @extend_schema(responses={200: s.MissionEventSerializer(many=True)}, filters=False)
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
         mission = self.get_object()
@@ -126,11 +130,6 @@ def _document_mission(data) -> dict:
             return {}
     mission = data.get("mission") if isinstance(data, dict) else None
     return mission if isinstance(mission, dict) else {}
-
-
-def _document_key(data) -> str | None:
-    key = _document_mission(data).get("key")
-    return key if isinstance(key, str) else None
 
 
 def _refuse_relative_workspace(data) -> None:
@@ -181,6 +180,7 @@ class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
     queryset = Feature.objects.select_related("slice").prefetch_related("assertions").order_by("slice_id", "order", "id")
     serializer_class = s.FeatureSerializer
     filterset_fields = ["mission", "slice", "slice__milestone", "status", "loop_state", "key", "generated_from"]
+    review = feature_review_action  # POST /api/features/{id}/review/: an advisory review of the feature's change
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)

@@ -450,6 +450,7 @@ def test_only_staff_may_set_checks_and_executor_commands():
     assert mission.executor_command == "agent --run" and mission.owner == staff
 
     # a member may re-import the file as long as the check and command stay as they are
+    mission.members.add(member)  # (the import refuses users who may not see the mission)
     doc["mission"]["title"] = "Renamed by a member"
     assert mission_import(document=doc, user=member)[1] is True
     doc["milestones"][0]["assertions"][0]["check"] = {"run": "rm -rf /"}

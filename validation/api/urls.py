@@ -1,8 +1,9 @@
 from rest_framework.routers import DefaultRouter
 
-from validation.api import views
+from validation.api import reviews, views
 
 router = DefaultRouter()
 router.register("validation-runs", views.RunViewSet, basename="validatorrun")
 router.register("lineage", views.LineageViewSet, basename="fixlineage")
+router.register("reviews", reviews.ReviewViewSet, basename="review")
 urlpatterns = router.urls

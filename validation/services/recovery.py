@@ -77,7 +77,10 @@ def redrive_features() -> dict[str, list[int]]:
 def clean_snapshots() -> int:
     from validation.snapshots import sweep_snapshots
 
+    from validation.review.pipeline import live_snapshot_labels
+
     live = {f"run-{pk}" for pk in ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)}
+    live |= live_snapshot_labels()  # snapshots of reviews still running
     return sweep_snapshots(live_labels=live)
 
 
@@ -88,4 +91,7 @@ def recover(*, startup: bool = False) -> dict[str, Any]:
     from missions.services.autopilot import autopilot_redrive
 
     report["autopilot"] = autopilot_redrive()
+    from validation.review.pipeline import reviews_redrive
+
+    report["reviews_redriven"] = reviews_redrive(startup=startup)
     return report

@@ -79,7 +79,13 @@ def execute_run(run_id: int) -> str:
         return RunStatus.ERROR
     except (ValidatorCrashed, HostValidatorDefect) as exc:
         code = getattr(exc, "code", "host_defect")
-        run_error(run_id=run.pk, message=str(exc), code=code)
+        # A spent token budget or a broken profile stops the same way on every retry.
+        retry = getattr(exc, "retry", True) and code != "misconfigured"
+        run_error(run_id=run.pk, message=str(exc), code=code, retry=retry)
+        return RunStatus.ERROR
+    except Exception as exc:  # noqa: BLE001 — a defect of ours: end the run now instead of leaving it running
+        logger.exception("validator run %s crashed with an unexpected error", run.pk)
+        run_error(run_id=run.pk, message=f"unexpected {type(exc).__name__}: {exc}", code="host_defect")
         return RunStatus.ERROR
     run_complete(run_id=run.pk, verdict=verdict, tokens_in=judgement.tokens_in, tokens_out=judgement.tokens_out)
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()

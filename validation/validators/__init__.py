@@ -26,8 +26,12 @@ def judge(ctx: ValidationContext) -> Judgement:
         from validation.validators.composite import judge_composite
 
         return judge_composite(ctx)
-    if kind in ("agent", "command"):
-        # These kinds are configured in profiles but this build ships no judge for them:
-        # the run ends `error` with that said plainly, never a worker crash.
-        raise ValidatorCrashed(f"the {kind} validator is not available in this build", code="unavailable")
+    if kind == "agent":
+        from validation.validators.agent import judge_agent
+
+        return judge_agent(ctx)
+    if kind == "command":
+        from validation.validators.command import judge_command
+
+        return judge_command(ctx)
     raise ValidatorCrashed(f"unknown validator kind {kind!r}", code="misconfigured")

@@ -1,0 +1,139 @@
+"""Shared pieces of the dashboard views: fragment responses, the live stream a page
+follows, and the short texts that describe checks, events and durations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.utils.cache import add_never_cache_headers
+
+from missions.events import mission_channel
+
+FRAGMENT_HEADER = "X-Fusion-Fragment"
+
+
+def fragment(request, template: str, context: dict[str, Any]):
+    """One region of a page, re-rendered for a live update. The header tells the page's
+    script that this is a fragment (and not, say, the login page after a redirect)."""
+    response = render(request, template, context)
+    response[FRAGMENT_HEADER] = "1"
+    add_never_cache_headers(response)
+    return response
+
+
+def live(channels: set[str], stream_url: str) -> dict[str, str]:
+    """The stream a page follows and the event id it was rendered at. Taken *before* the
+    page reads its data: whatever happens after is replayed to the page when it connects."""
+    from django_eventstream import get_current_event_id
+
+    return {"stream_url": stream_url, "last_event_id": get_current_event_id(sorted(channels))}
+
+
+def mission_live(mission_id: int) -> dict[str, str]:
+    return live({mission_channel(mission_id)}, f"/events/missions/{mission_id}/")
+
+
+def api_url(name: str, pk: int) -> str | None:
+    """The URL of an API action, or None while that action does not exist yet."""
+    try:
+        return reverse(name, args=[pk])
+    except NoReverseMatch:
+        return None
+
+
+def describe_check(spec: Any) -> str:
+    if not spec:
+        return ""
+    if not isinstance(spec, dict):
+        return str(spec)
+    if "run" in spec:
+        text = f"run: {spec['run']}"
+        if spec.get("expect_exit", 0) != 0:
+            text += f" (exit {spec['expect_exit']})"
+        if spec.get("expect_output"):
+            text += f" output ~ /{spec['expect_output']}/"
+        return text
+    if "file" in spec:
+        for op in ("contains", "not_contains"):
+            if op in spec:
+                return f"file {spec['file']} {op.replace('_', ' ')} /{spec[op]}/"
+        return f"file {spec['file']} {'exists' if spec.get('exists', True) else 'is absent'}"
+    return ", ".join(f"{k}: {v}" for k, v in spec.items())
+
+
+def duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return str(timedelta(seconds=round(seconds)))
+
+
+LABELS = {"needs_fix": "needs fix", "not_started": "not started", "needs_coverage": "needs coverage",
+          "in_progress": "in progress"}
+
+
+def label(state: str | None) -> str:
+    return LABELS.get(state or "", (state or "").replace("_", " "))
+
+
+def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int, str] | None = None) -> str:
+    """One line of the activity feed, built from the event's structure (never free text
+    beyond the short reasons the loop records)."""
+    p = event.payload or {}
+
+    def feature(key: str = "feature") -> str:
+        fid = p.get(key)
+        return feature_keys.get(fid, f"#{fid}") if fid is not None else "?"
+
+    def milestone() -> str:
+        mid = p.get("milestone")
+        return f"milestone {(milestone_keys or {}).get(mid, f'#{mid}')}"
+
+    kind = event.type
+    if kind == "feature:updated":
+        if p.get("change") in ("created", "edited", "deleted"):
+            return f"{feature()} {p['change']}"
+        text = f"{feature()}: {label(p.get('from'))} → {label(p.get('loop_state'))}"
+        return text + (f" ({p['cause'].replace('_', ' ')})" if p.get("cause") else "")
+    if kind == "validator-run:started":
+        target = feature() if p.get("feature") else milestone()
+        return f"run #{p.get('run')} started for {target} ({p.get('trigger', '')})"
+    if kind == "validator-run:completed":
+        target = feature() if p.get("feature") else milestone()
+        counts = p.get("counts") or {}
+        tail = f" — {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('blocked', 0)} blocked" if counts else ""
+        return f"run #{p.get('run')} {p.get('status')} for {target}{tail}"
+    if kind == "validator-run:failures-recorded":
+        return f"run #{p.get('run')}: {p.get('count')} failure(s) {', '.join(p.get('assertions', []))}"
+    if kind == "fix-feature:created":
+        return (f"fix {feature()} created for {feature('source')} (round {p.get('round')}, "
+                f"{p.get('budget_left')} left)")
+    if kind == "task:updated":
+        text = f"task #{p.get('task')} of {feature()} {p.get('change') or p.get('status')}"
+        return text + (f": {p['warning']}" if p.get("warning") else "")
+    if kind == "milestone:validation:updated":
+        return f"{milestone()} rollup {label(p.get('state'))} ({p.get('passed')}/{p.get('total')} passed)"
+    if kind == "slice:activated":
+        return f"slice {p.get('key')} activated"
+    if kind.startswith("assertion:"):
+        tail = f" ↔ {feature()}" if p.get("feature") else ""
+        return f"{p.get('key')} {kind.split(':', 1)[1]}{tail}"
+    if kind == "mission:updated":
+        change = label(p.get("change") or "mission updated")
+        if p.get("milestone") is not None:
+            change += f" ({milestone()})"
+        bits = [change[:1].upper() + change[1:]]
+        if p.get("status"):
+            bits.append(f"mission {p['status']}")
+        if p.get("reason"):
+            bits.append(str(p["reason"])[:200])
+        return " — ".join(bits)
+    if kind == "review:progress":
+        return f"review #{p.get('review')} {p.get('state') or p.get('progress') or ''}".strip()
+    return kind

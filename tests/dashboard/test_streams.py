@@ -1,0 +1,124 @@
+"""Server-sent events over real HTTP (Daphne): who may read which stream, ids on every
+event, replay from Last-Event-ID, a reset for an id that is too old, token sign-in."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from django_eventstream.models import Event as StoredEvent
+
+from missions.events import publish_on_commit
+from missions.models import Mission
+from tests.dashboard.conftest import session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def publish(mission, change: str, type: str = "mission:updated") -> int:
+    with transaction.atomic():
+        event = publish_on_commit(mission, type, {"mission": mission.pk, "change": change})
+    return event.seq
+
+
+def opened(stream) -> None:
+    assert stream.status == 200
+    assert stream.next()["event"] == "stream-open"
+
+
+def test_a_member_receives_each_event_with_its_id_and_json(sse, small_mission, alice, client):
+    m = small_mission.mission
+    stream = sse(f"/events/missions/{m.pk}/", headers={"Cookie": session_cookie(client, alice)})
+    opened(stream)
+    seq = publish(m, "poked")
+    event = stream.next()
+    assert event["event"] == "mission:updated"
+    stored = StoredEvent.objects.filter(channel=f"mission-{m.pk}").order_by("-eid").first()
+    assert event["id"] == f"mission-{m.pk}:{stored.eid}"
+    assert event["json"] == {"type": "mission:updated", "mission": m.pk, "seq": seq, "change": "poked"}
+
+
+def test_a_reconnecting_client_gets_what_it_missed_from_last_event_id(sse, small_mission, alice, client):
+    m = small_mission.mission
+    cookie = session_cookie(client, alice)
+    first = sse(f"/events/missions/{m.pk}/", headers={"Cookie": cookie})
+    opened(first)
+    publish(m, "one")
+    last_id = first.next()["id"]
+    first.close()
+    missed = [publish(m, "two"), publish(m, "three")]
+    for how in ("header", "query"):
+        if how == "header":
+            again = sse(f"/events/missions/{m.pk}/", headers={"Cookie": cookie, "Last-Event-ID": last_id})
+        else:
+            again = sse(f"/events/missions/{m.pk}/?lastEventId={last_id}", headers={"Cookie": cookie})
+        opened(again)
+        replayed = [again.next(), again.next()]
+        assert [e["json"]["seq"] for e in replayed] == missed
+        assert [e["json"]["change"] for e in replayed] == ["two", "three"]
+        again.close()
+
+
+def test_an_id_that_is_too_old_gets_a_reset(sse, small_mission, alice, client):
+    m = small_mission.mission
+    cookie = session_cookie(client, alice)
+    first = sse(f"/events/missions/{m.pk}/", headers={"Cookie": cookie})
+    opened(first)
+    publish(m, "one")
+    last_id = first.next()["id"]
+    first.close()
+    publish(m, "two")
+    # The event log is trimmed (django-eventstream keeps a day): the client's id is gone.
+    StoredEvent.objects.filter(channel=f"mission-{m.pk}", eid__lte=int(last_id.split(":")[1])).delete()
+    again = sse(f"/events/missions/{m.pk}/", headers={"Cookie": cookie, "Last-Event-ID": last_id})
+    opened(again)
+    reset = again.next()
+    assert reset["event"] == "stream-reset" and reset["json"] == {"channels": [f"mission-{m.pk}"]}
+    publish(m, "three")
+    assert again.next()["json"]["change"] == "three"  # and it goes on from the current id
+
+
+@pytest.mark.parametrize("who", ["non-member", "anonymous", "bad token", "non-member token"])
+def test_anyone_who_may_not_see_the_mission_gets_stream_error_forbidden(sse, small_mission, bob, client, who):
+    m = small_mission.mission
+    headers = {
+        "non-member": {"Cookie": session_cookie(client, bob)},
+        "anonymous": {},
+        "bad token": {"Authorization": "Token nope"},
+        "non-member token": {"Authorization": f"Token {bob.token}"},
+    }[who]
+    stream = sse(f"/events/missions/{m.pk}/", headers=headers)
+    assert stream.status == 200
+    error = stream.next()
+    assert error["event"] == "stream-error" and error["id"] == "error"
+    assert error["json"]["condition"] == "forbidden"
+    assert error["json"]["channels"] == [f"mission-{m.pk}"]
+    # An EventSource reconnects with Last-Event-ID "error": it is told not to come back.
+    again = sse(f"/events/missions/{m.pk}/", headers={**headers, "Last-Event-ID": "error"})
+    assert again.status == 400
+
+
+def test_programs_read_a_stream_with_a_token(sse, small_mission, alice):
+    m = small_mission.mission
+    stream = sse(f"/events/missions/{m.pk}/", headers={"Authorization": f"Token {alice.token}"})
+    opened(stream)
+    seq = publish(m, "for programs")
+    assert stream.next()["json"]["seq"] == seq
+
+
+def test_the_missions_stream_is_every_mission_for_staff_and_ones_own_for_others(
+        sse, small_mission, alice, bob, staff, client, django_user_model):
+    carol = django_user_model.objects.create_user("carol")
+    theirs = Mission.objects.create(key="theirs", title="Theirs", owner=carol)
+    ours = small_mission.mission
+
+    everything = sse("/events/missions/", headers={"Cookie": session_cookie(client, staff)})
+    opened(everything)
+    own = sse("/events/missions/", headers={"Cookie": session_cookie(client, alice)})
+    opened(own)
+    nothing = sse("/events/missions/", headers={"Cookie": session_cookie(client, bob)})
+    assert nothing.next()["event"] == "stream-error"  # bob is a member of nothing
+
+    publish(theirs, "carol's")
+    publish(ours, "alice's")
+    assert [e["json"]["change"] for e in (everything.next(), everything.next())] == ["carol's", "alice's"]
+    assert own.next()["json"]["change"] == "alice's"  # carol's event never reached alice

@@ -1,0 +1,116 @@
+"""The agent validator against a real (tiny, often wrong) model over real HTTP.
+
+SmolLM2-135M cannot be expected to judge well. What must hold whatever it says: every run
+ends in a legal state; a candidate the host rejected is never the run's verdict (it is
+repaired, or the run ends `error`); a run with a verdict holds exactly the linked keys
+and passes every host validator; the journal verifies and replays to the same hash.
+The figures (first verdicts rejected, repairs that succeeded) are printed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice
+from validation.journal import sha256_of, verify_chain
+from validation.models import JournalEntry, RunStatus
+from validation.replay import replay_run
+from validation.services.admission import feature_admit
+from validation.services.runner import execute_run
+from validation.snapshots import snapshot
+from validation.verdict import FrozenContext, Verdict, run_host_validators
+
+pytestmark = [pytest.mark.llm, pytest.mark.django_db(transaction=True)]
+
+HELLO = "def hello():\n    return 'hi'\n\n\ndef add(a, b):\n    return a + b\n"
+FEATURES = {
+    "hello": [("VAL-HELLO-1", "hello() returns the string 'hi'", None)],
+    "add": [("VAL-ADD-1", "add(2, 3) returns 5", None),
+            ("VAL-ADD-2", "hello.py defines add", {"file": "hello.py", "contains": r"def add\("})],
+    "goodbye": [("VAL-BYE-1", "hello.py defines a function goodbye() that returns 'bye'", None)],
+}
+# What this server accepts (issue 5): a named tool choice but not "required", and a JSON
+# schema only as {"type": "json_object", "schema": ...}.
+MODES = {
+    "tool": {"output_mode": "tool", "tool_choice": "output"},
+    "native": {"output_mode": "native", "native_format": "json_object", "tool_choice": "auto", "tools": []},
+}
+LEGAL = {RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR}
+ERROR_CODES = {"invalid_verdict", "limit_exceeded", "timeout", "budget_exceeded"}
+
+
+def make_mission(owner, repo_path) -> Mission:
+    mission = Mission.objects.create(key="llm", title="LLM", status="active", owner=owner, workspace=str(repo_path),
+                                     validator="smollm2")
+    milestone = Milestone.objects.create(mission=mission, key="m1", title="M1")
+    slice_ = Slice(milestone=milestone, key="s1", title="S1")
+    slice_.save()
+    for i, (fkey, assertions) in enumerate(FEATURES.items()):
+        feature = Feature(slice=slice_, key=fkey, title=f"Feature {fkey}", description=f"Implement {fkey}.", order=i)
+        feature.save()
+        for akey, statement, check in assertions:
+            a = ContractAssertion(milestone=milestone, key=akey, title=statement[:200], statement=statement,
+                                  check_spec=check)
+            a.save()
+            feature.assertions.add(a)
+    return mission
+
+
+def decisions(run):
+    return [e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")]
+
+
+def check_run(run, repo_path) -> dict:
+    """The invariants; returns this run's figures."""
+    assert run.status in LEGAL, run.status
+    made = decisions(run)
+    accepted = [d for d in made if d["verdict"] == "accepted"]
+    rejected_hashes = {d["candidate_sha256"] for d in made if d["verdict"] != "accepted"}
+    assert len(accepted) <= 1 and all(d["verdict"] == "repair" for d in made[:-1] if accepted)
+    keys = sorted(run.feature.assertions.values_list("key", flat=True))
+    if run.status == RunStatus.ERROR:
+        assert run.verdict is None and run.error.split(":", 1)[0] in ERROR_CODES, run.error
+        assert not accepted
+    else:
+        assert accepted and accepted[0]["candidate_sha256"] not in rejected_hashes
+        verdict = Verdict.model_validate(run.verdict)
+        assert sorted(a.key for a in verdict.assertions) == keys
+        with snapshot(str(repo_path), run.revision, label=f"llm-check-{run.pk}") as checkout:
+            assert run_host_validators(verdict, FrozenContext(keys=tuple(keys), checkout=checkout)).ok
+        final = JournalEntry.objects.get(run=run, kind="decision", key="final").payload
+        assert final["candidate_sha256"] == sha256_of(run.verdict)
+    assert verify_chain(run.pk).ok
+    report = replay_run(run.pk)
+    assert report.ok, report.problems
+    first_rejected = bool(made) and made[0]["verdict"] != "accepted"
+    return {"decisions": len(made), "first_rejected": first_rejected, "repaired": first_rejected and bool(accepted),
+            "status": run.status, "error": run.error[:160]}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_tiny_model_runs_end_legally_and_replay(mode, llama_server, settings, git_repo, alice, capsys):
+    settings.FUSION_VALIDATORS = {"smollm2": {"kind": "agent", "model": "smollm2", "base_url": llama_server.base_url,
+                                              "max_repairs": 2, "temperature": 0.4, "max_tokens": 600, "timeout": 600,
+                                              "max_requests": 12, **MODES[mode]}}
+    git_repo.commit({"hello.py": HELLO}, "hello and add")
+    make_mission(alice, git_repo.path)
+    figures = []
+    for feature in Feature.objects.order_by("order"):
+        admission = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate")
+        assert admission.outcome == "started"
+        execute_run(admission.run.pk)
+        admission.run.refresh_from_db()
+        figures.append({"feature": feature.key, **check_run(admission.run, git_repo.path)})
+        assert llama_server.alive(), llama_server.tail()
+    judged = [f for f in figures if f["decisions"]]
+    summary = {"mode": mode, "runs": len(figures), "runs_with_a_candidate": len(judged),
+               "first_verdict_rejected": sum(f["first_rejected"] for f in judged),
+               "repair_succeeded": sum(f["repaired"] for f in judged),
+               "outcomes": [f"{f['feature']}: {f['status']}" for f in figures]}
+    with capsys.disabled():
+        print(f"\nSmolLM2-135M [{mode}]: " + json.dumps(summary))
+        for f in figures:
+            if f["error"]:
+                print(f"  {f['feature']}: {f['error']}")

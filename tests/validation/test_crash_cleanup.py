@@ -1,0 +1,182 @@
+"""Crashes never leak a snapshot and never strand a run (DESIGN §4.4, §4.7, issue 3 item 4).
+
+A validator that raises inside the snapshot — a known validator error or a defect of
+ours — ends the run as `error` at once, and the worktree is gone both as a folder and in
+`git worktree list`. A worker killed with SIGKILL inside a snapshot leaves a folder that
+the recovery sweep removes together with the repository's record of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dramatiq
+import pytest
+
+from missions.models import Feature, MissionEvent
+from validation.context import ValidatorCrashed
+from validation.models import RunStatus, ValidatorRun
+from validation.services import runner
+from validation.services.admission import feature_admit
+from validation.services.recovery import recover
+from validation.snapshots import snapshot, snapshot_root
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GREETING = {"file": "hello.py", "contains": r"def hello\("}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def idle_broker():
+    """No worker: a retry run stays queued and `running`."""
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    yield broker
+    broker.flush_all()
+
+
+def hello_feature(build_mission, git_repo) -> Feature:
+    git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
+    build_mission({"hello": [("VAL-1", GREETING)]})
+    return Feature.objects.get(key="hello")
+
+
+def worktrees(repo) -> list[str]:
+    out = repo.git("worktree", "list", "--porcelain")
+    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
+
+
+def assert_no_snapshot_left(repo) -> None:
+    root = snapshot_root()
+    assert sorted(p.name for p in root.iterdir()) == []
+    assert worktrees(repo) == [str(repo.path)]
+
+
+class Boom(Exception):
+    """Not one of the error types the runner knows."""
+
+
+def crashing(exc: BaseException, seen: list[Path]):
+    def judge(ctx):
+        assert ctx.checkout.is_dir() and (ctx.checkout / "hello.py").is_file()
+        seen.append(ctx.checkout)
+        raise exc
+
+    return judge
+
+
+@pytest.mark.parametrize("exc, code", [
+    (Boom("the judge fell over"), "host_defect"),
+    (KeyError("assertions"), "host_defect"),
+    (ZeroDivisionError("division by zero"), "host_defect"),
+    (ValidatorCrashed("model went away", code="validator_error"), "validator_error"),
+])
+def test_a_crash_inside_the_snapshot_ends_the_run_and_removes_the_worktree(idle_broker, build_mission, git_repo,
+                                                                          monkeypatch, exc, code):
+    feature = hello_feature(build_mission, git_repo)
+    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
+    seen: list[Path] = []
+    monkeypatch.setattr(runner, "judge", crashing(exc, seen))
+    assert runner.execute_run(run.pk) == RunStatus.ERROR
+    assert len(seen) == 1 and not seen[0].exists()
+    assert_no_snapshot_left(git_repo)
+    run.refresh_from_db()
+    assert run.status == RunStatus.ERROR and run.completed_at is not None
+    assert run.error.startswith(f"{code}:"), run.error
+    if code == "host_defect":
+        assert type(exc).__name__ in run.error
+    # Like any validator error: a new run with backoff, the feature stays validating.
+    feature.refresh_from_db()
+    retry = ValidatorRun.objects.exclude(pk=run.pk).get(feature=feature)
+    assert retry.status == RunStatus.RUNNING and feature.last_run_id == retry.pk and feature.loop_state == "validating"
+    completed = MissionEvent.objects.filter(type="validator-run:completed")
+    assert [(e.payload["run"], e.payload["status"], e.payload["error"]) for e in completed] == [(run.pk, "error", code)]
+
+
+def test_a_crash_while_building_the_context_also_cleans_up(idle_broker, build_mission, git_repo, monkeypatch):
+    feature = hello_feature(build_mission, git_repo)
+    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
+    seen: list[Path] = []
+
+    def broken_context(run_, checkout, **kwargs):
+        seen.append(checkout)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner, "build_context", broken_context)
+    assert runner.execute_run(run.pk) == RunStatus.ERROR
+    assert seen and not seen[0].exists()
+    assert_no_snapshot_left(git_repo)
+    run.refresh_from_db()
+    assert run.status == RunStatus.ERROR and run.error.startswith("host_defect:") and "No space left" in run.error
+
+
+def test_an_unexpected_crash_on_a_real_worker_ends_promptly_and_blocks_after_three(worker, build_mission, git_repo,
+                                                                                 monkeypatch):
+    """Before the fix the exception escaped to Dramatiq: the message was retried with
+    backoff on the same still-running run, which then waited for the reaper."""
+    feature = hello_feature(build_mission, git_repo)
+    seen: list[Path] = []
+    monkeypatch.setattr(runner, "judge", crashing(Boom("defect"), seen))
+    feature_admit(feature_id=feature.pk, trigger="manual", cause="validate")
+    worker.drain(timeout=30)
+    runs = list(ValidatorRun.objects.filter(feature=feature).order_by("id"))
+    assert [r.status for r in runs] == [RunStatus.ERROR] * 3
+    assert all(r.error.startswith("host_defect: unexpected Boom") for r in runs)
+    assert len(seen) == 3 and not any(p.exists() for p in seen)
+    feature.refresh_from_db()
+    assert feature.loop_state == "blocked" and feature.stop_reason == "validator_unavailable"
+    assert_no_snapshot_left(git_repo)
+
+
+def test_the_snapshot_context_removes_the_worktree_when_the_body_raises(git_repo):
+    rev = git_repo.git("rev-parse", "HEAD").strip()
+    with pytest.raises(Boom):
+        with snapshot(str(git_repo.path), rev, label="run-1") as checkout:
+            assert (checkout / "README.md").is_file() and len(worktrees(git_repo)) == 2
+            raise Boom()
+    assert not checkout.exists()
+    assert_no_snapshot_left(git_repo)
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from django.conf import settings
+    settings.configure(FUSION_SNAPSHOT_DIR=sys.argv[4])
+    from validation.snapshots import snapshot
+    with snapshot(sys.argv[1], sys.argv[2], label=sys.argv[3]) as checkout:
+        print(checkout, flush=True)
+        time.sleep(120)
+""")
+
+
+def test_a_worktree_of_a_killed_worker_is_swept_with_its_git_record(idle_broker, build_mission, git_repo):
+    """A process SIGKILLed inside `snapshot()` never runs its `finally`: the sweep removes
+    the folder (read-only files and all) and prunes the repository's worktree record."""
+    feature = hello_feature(build_mission, git_repo)
+    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(git_repo.path), run.revision, f"run-{run.pk}",
+                              str(snapshot_root())],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        checkout = Path(child.stdout.readline().strip())
+        assert checkout.is_dir() and len(worktrees(git_repo)) == 2
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+    assert checkout.is_dir()  # nobody cleaned up: the process died
+    # While its run is live, the sweep leaves the folder alone (another worker may own it).
+    assert recover()["snapshots_removed"] == 0 and checkout.is_dir()
+    ValidatorRun.objects.filter(pk=run.pk).update(status=RunStatus.ERROR)
+    assert recover()["snapshots_removed"] == 1
+    assert not checkout.exists()
+    assert_no_snapshot_left(git_repo)
+    assert recover()["snapshots_removed"] == 0

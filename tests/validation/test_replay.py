@@ -1,0 +1,101 @@
+"""`replay_run`: every answer from the journal, no live call, the same verdict hash."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+
+from tests.support.agent_env import hello_feature, run_now, scripted  # noqa: F401
+from tests.support.verdicts import item, verdict
+from validation.journal import JournalIntegrityError, sha256_of
+from validation.models import JournalEntry, RunStatus
+from validation.replay import replay_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TWO = [("VAL-1", None), ("VAL-2", None)]
+GOOD = verdict(item("VAL-1", evidence=[{"kind": "file", "text": "hello.py:1"}]), item("VAL-2"))
+
+
+def replay_cli(run_id: int) -> tuple[int, dict]:
+    import io
+
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("replay_run", str(run_id), "--json", stdout=out)
+    return exit_info.value.code, json.loads(out.getvalue())
+
+
+def test_replay_of_a_passed_run_with_tools(scripted, hello_feature):
+    fn = scripted([("tool", "grep", {"pattern": "def hello"}), ("verdict", GOOD)])
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.PASSED
+    code, result = replay_cli(run.pk)
+    assert code == 0 and result["ok"], result
+    assert result["replayed"] == "pass" and result["verdict_sha256"] == sha256_of(run.verdict)
+    assert result["recorded_sha256"] == result["verdict_sha256"] == result["stored_verdict_sha256"]
+    assert result["tokens"] == {"in": run.tokens_in, "out": run.tokens_out}
+    assert len(fn.calls) == 2  # nothing was sent during the replay
+
+
+def test_replay_of_a_failed_run(scripted, hello_feature):
+    fn = scripted([("verdict", verdict(item("VAL-1"), item("VAL-2", "fail")))])
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.FAILED
+    report = replay_run(run.pk)
+    assert report.ok and report.replayed == "fail" and report.verdict_sha256 == sha256_of(run.verdict)
+    assert len(fn.calls) == 1
+
+
+def test_replay_of_a_repaired_run_judges_each_candidate_again(scripted, hello_feature):
+    fn = scripted([("verdict", verdict(item("VAL-1"))), ("verdict", {**GOOD, "summary": "x\u200b"}), ("verdict", GOOD)])
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.PASSED
+    assert [e.payload["verdict"] for e in JournalEntry.objects.filter(run=run, kind="decision").order_by("seq")] == [
+        "repair", "repair", "accepted", "accepted"]
+    report = replay_run(run.pk)
+    assert report.ok, report.problems
+    assert len(fn.calls) == 3
+
+
+def test_replay_of_an_error_run_reproduces_the_error(scripted, hello_feature):
+    scripted([("verdict", verdict(item("VAL-1")))] * 2, max_repairs=1)
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.ERROR
+    report = replay_run(run.pk)
+    assert report.ok and report.replayed == "error" and report.error_code == "invalid_verdict"
+
+
+def test_replay_of_a_checks_run(hello_feature):
+    run = run_now(hello_feature([("VAL-1", {"file": "hello.py", "contains": "def hello"}),
+                                 ("VAL-2", {"run": "python hello.py"})], validator="checks"))
+    assert run.status == RunStatus.PASSED
+    report = replay_run(run.pk)
+    assert report.ok, report.problems
+
+
+def test_tampered_entry_is_named(scripted, hello_feature):
+    scripted([("tool", "ls", {}), ("verdict", GOOD)])
+    run = run_now(hello_feature(TWO))
+    entry = JournalEntry.objects.get(run=run, kind="tool_result")
+    JournalEntry.objects.filter(pk=entry.pk).update(payload={**entry.payload, "output": "hello.py\nforged.py"})
+    with pytest.raises(JournalIntegrityError) as info:
+        replay_run(run.pk)
+    assert info.value.seq == entry.seq and f"journal entry {entry.seq} (tool_result" in str(info.value)
+    code, result = replay_cli(run.pk)
+    assert code == 2 and result["first_bad_seq"] == entry.seq and not result["ok"]
+
+
+def test_replay_human_output(scripted, hello_feature, capsys):
+    scripted([("verdict", GOOD)])
+    run = run_now(hello_feature(TWO))
+    import io
+
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("replay_run", str(run.pk), stdout=out)
+    assert exit_info.value.code == 0
+    text = out.getvalue()
+    assert f"run {run.pk}: reproduced (recorded passed, replayed pass)" in text and "chain verified" in text

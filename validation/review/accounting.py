@@ -1,0 +1,368 @@
+"""Host rules of the review: candidate parsing and the evaluator's accounting.
+
+Pure functions. `parse_candidate` accepts one bare JSON object, or (the one narrow
+recovery) a single ```json fence after at most a short prose preamble with nothing after
+it. `check_evaluation` collects every violation of the accounting rules, bounded in
+count and length, so that one repair turn can fix them all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from validation.journal import canonical
+
+CANDIDATE_SCHEMA = "fusion-missions.review-candidate.v1"
+SEVERITIES = ("critical", "high", "minor")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+FINDING_KEYS = ("severity", "location", "evidence", "impact", "summary")
+LABELS = ("A", "B", "C")
+MAX_PREAMBLE_BYTES = 2000
+MAX_ERRORS = 24
+MAX_ERROR_CHARS = 500
+MAX_ERRORS_TOTAL = 4000
+FENCE = re.compile(r"\A(?P<preamble>.*?)```json[ \t]*\r?\n(?P<body>.*?)\r?\n```[ \t]*\s*\Z", re.DOTALL)
+
+
+class Unparseable(ValueError):
+    pass
+
+
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    duplicated = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicated:
+        raise Unparseable(f"duplicate keys {duplicated}")
+    return dict(pairs)
+
+
+def _no_constants(name):
+    raise Unparseable(f"{name} is not JSON")
+
+
+def strict_json(text: str) -> Any:
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except json.JSONDecodeError as exc:
+        raise Unparseable(f"not a JSON document: {exc}") from exc
+    except UnicodeEncodeError as exc:
+        raise Unparseable("the JSON holds a lone surrogate (\\ud800-\\udfff escape): not valid Unicode") from exc
+    return doc
+
+
+# --- candidates -------------------------------------------------------------------------
+
+
+@dataclass
+class ParsedCandidate:
+    ok: bool
+    report: dict[str, Any] = field(default_factory=lambda: {"findings": [], "verified": [], "limitations": []})
+    recovered: bool = False
+    recovery: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def _strings(value: Any, path: str, problems: list[str]) -> list[str]:
+    if not isinstance(value, list):
+        problems.append(f"{path} must be an array of strings")
+        return []
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            problems.append(f"{path}[{i}] must be a non-blank string")
+        else:
+            out.append(item.strip())
+    return out
+
+
+def candidate_problems(doc: Any) -> tuple[dict[str, Any], list[str]]:
+    """Validate the closed candidate contract; return the normalized report and problems."""
+    problems: list[str] = []
+    if not isinstance(doc, dict):
+        return {}, ["the answer must be one JSON object"]
+    for key in sorted(set(doc) - {"schema_version", "findings", "verified", "limitations"}):
+        problems.append(f"unknown key {key!r}")
+    if "schema_version" in doc and doc["schema_version"] != CANDIDATE_SCHEMA:
+        problems.append(f"schema_version must be {CANDIDATE_SCHEMA!r}")
+    for key in ("findings", "verified", "limitations"):
+        if key not in doc:
+            problems.append(f"{key} is required")
+    findings = []
+    raw = doc.get("findings", [])
+    if not isinstance(raw, list):
+        problems.append("findings must be an array")
+        raw = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            problems.append(f"findings[{i}] must be an object")
+            continue
+        for key in sorted(set(item) - set(FINDING_KEYS)):
+            problems.append(f"findings[{i}] has unknown key {key!r}")
+        finding = {}
+        for key in FINDING_KEYS:
+            value = item.get(key)
+            if not isinstance(value, str) or not value.strip():
+                problems.append(f"findings[{i}].{key} must be a non-blank string")
+            else:
+                finding[key] = value.strip()
+        if finding.get("severity") is not None and finding["severity"] not in SEVERITIES:
+            problems.append(f"findings[{i}].severity must be one of {', '.join(SEVERITIES)}")
+        findings.append(finding)
+    report = {"findings": findings, "verified": _strings(doc.get("verified", []), "verified", problems),
+              "limitations": _strings(doc.get("limitations", []), "limitations", problems)}
+    return report, problems
+
+
+def parse_candidate(text: str | None, *, max_bytes: int) -> ParsedCandidate:
+    if text is None:
+        return ParsedCandidate(False, problems=["the reviewer gave no answer"])
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        return ParsedCandidate(False, problems=[f"the answer is {size} bytes, more than {max_bytes}"])
+    recovered, recovery = False, {}
+    try:
+        doc = strict_json(text)
+    except Unparseable as strict_error:
+        match = FENCE.match(text)
+        if match is None or "```" in match["preamble"] or "```" in match["body"]:
+            return ParsedCandidate(False, problems=[str(strict_error)])
+        preamble_bytes = len(match["preamble"].encode("utf-8"))
+        if preamble_bytes > MAX_PREAMBLE_BYTES:
+            return ParsedCandidate(False, problems=[f"the prose before the JSON fence is {preamble_bytes} bytes, "
+                                                    f"more than {MAX_PREAMBLE_BYTES}"])
+        try:
+            doc = strict_json(match["body"])
+        except Unparseable as exc:
+            return ParsedCandidate(False, problems=[f"the fenced block: {exc}"])
+        recovered = True
+        recovery = {"rule": "single ```json fence", "preamble_bytes": preamble_bytes,
+                    "body_bytes": len(match["body"].encode("utf-8"))}
+    report, problems = candidate_problems(doc)
+    if problems:
+        return ParsedCandidate(False, problems=problems)
+    return ParsedCandidate(True, report=report, recovered=recovered, recovery=recovery)
+
+
+def source_findings(reports: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Host-assigned ids `<label>-F<nnn>` (1-based position), collected in label order."""
+    out = []
+    for label in LABELS:
+        for n, finding in enumerate(reports[label]["findings"], 1):
+            out.append({"source_id": f"{label}-F{n:03d}", **{k: finding[k] for k in FINDING_KEYS}})
+    return out
+
+
+# --- the evaluator ----------------------------------------------------------------------
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, message: str) -> None:
+        self.items.append(message)
+
+    def bounded(self) -> list[str]:
+        out: list[str] = []
+        total = 0
+        for message in self.items:
+            message = message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS - 1] + "…"
+            if len(out) >= MAX_ERRORS or total + len(message) > MAX_ERRORS_TOTAL:
+                out.append(f"… and {len(self.items) - len(out)} more violations")
+                break
+            out.append(message)
+            total += len(message)
+        return out
+
+
+def _key(finding: Any) -> bytes:
+    try:
+        return canonical(finding)
+    except Exception:  # noqa: BLE001 — a non-JSON value never equals a host finding
+        return repr(finding).encode()
+
+
+def _nonblank(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _check_findings(acc: dict, host: list[dict], errors: _Collector) -> None:
+    copied = acc.get("findings")
+    if not isinstance(copied, list):
+        errors.add("validation_accounting.findings must be the array of source findings, copied exactly")
+        return
+    host_by_id = {f["source_id"]: f for f in host}
+    seen: set[str] = set()
+    for i, item in enumerate(copied):
+        sid = item.get("source_id") if isinstance(item, dict) else None
+        if not isinstance(sid, str) or sid not in host_by_id:
+            errors.add(f"validation_accounting.findings[{i}] is not a source finding (source_id {sid!r} is unknown)")
+        elif sid in seen:
+            errors.add(f"validation_accounting.findings lists {sid} more than once")
+        elif _key(item) != _key(host_by_id[sid]):
+            fields = sorted(k for k in set(item) | set(host_by_id[sid]) if item.get(k) != host_by_id[sid].get(k))
+            errors.add(f"validation_accounting.findings[{i}] ({sid}) is not an exact copy of the source finding "
+                       f"(differs in {', '.join(map(str, fields))})")
+        if isinstance(sid, str):
+            seen.add(sid)
+    for sid in host_by_id:
+        if sid not in seen:
+            errors.add(f"validation_accounting.findings is missing source finding {sid}")
+
+
+def _check_decisions(acc: dict, known: set[str], errors: _Collector) -> dict[str, dict]:
+    decisions = acc.get("decisions")
+    if not isinstance(decisions, list):
+        errors.add("validation_accounting.decisions must be an array with one decision per source finding")
+        return {}
+    decided: dict[str, dict] = {}
+    for i, item in enumerate(decisions):
+        where = f"validation_accounting.decisions[{i}]"
+        if not isinstance(item, dict):
+            errors.add(f"{where} must be an object")
+            continue
+        for key in sorted(set(item) - {"source_id", "decision", "group_id", "rationale"}):
+            errors.add(f"{where} has unknown key {key!r}")
+        sid = item.get("source_id")
+        if not isinstance(sid, str) or sid not in known:
+            errors.add(f"{where} decides an unknown source finding {sid!r}")
+            continue
+        if sid in decided:
+            errors.add(f"{where} decides {sid} a second time: decide every source finding exactly once")
+            continue
+        decided[sid] = item
+        decision = item.get("decision")
+        if decision not in ("include", "exclude"):
+            errors.add(f"{where} ({sid}): decision must be 'include' or 'exclude'")
+        elif decision == "include" and not _nonblank(item.get("group_id")):
+            errors.add(f"{where} ({sid}) is included without a group_id: an included finding names its group")
+        elif decision == "exclude" and item.get("group_id") is not None:
+            errors.add(f"{where} ({sid}) is excluded but names group {item.get('group_id')!r}: "
+                       "an excluded finding has no group_id")
+        if not _nonblank(item.get("rationale")):
+            errors.add(f"{where} ({sid}) needs a non-blank rationale")
+    for sid in sorted(known - set(decided)):
+        errors.add(f"validation_accounting.decisions has no decision for {sid}")
+    return decided
+
+
+def _check_groups(acc: dict, known: set[str], decided: dict[str, dict], host: dict[str, dict],
+                  errors: _Collector) -> None:
+    groups = acc.get("groups")
+    if not isinstance(groups, list):
+        errors.add("validation_accounting.groups must be an array")
+        return
+    members: dict[str, list[str]] = {}
+    for sid, item in decided.items():
+        if item.get("decision") == "include" and _nonblank(item.get("group_id")):
+            members.setdefault(item["group_id"], []).append(sid)
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        where = f"validation_accounting.groups[{i}]"
+        if not isinstance(group, dict):
+            errors.add(f"{where} must be an object")
+            continue
+        for key in sorted(set(group) - {"group_id", "source_ids", "severity", "summary", "location", "evidence",
+                                        "impact", "rationale"}):
+            errors.add(f"{where} has unknown key {key!r}")
+        gid = group.get("group_id")
+        if not _nonblank(gid):
+            errors.add(f"{where} needs a non-blank group_id")
+            continue
+        if gid in seen:
+            errors.add(f"{where}: group_id {gid!r} is used twice")
+            continue
+        seen.add(gid)
+        _check_group_fields(group, where, errors)
+        ids = group.get("source_ids")
+        if not isinstance(ids, list) or not ids:
+            errors.add(f"{where} ({gid}): source_ids must be a non-empty array")
+            continue
+        unknown = [s for s in ids if not isinstance(s, str) or s not in known]
+        if unknown:
+            errors.add(f"{where} ({gid}): unknown source ids {unknown}")
+        if len(set(map(str, ids))) != len(ids):
+            errors.add(f"{where} ({gid}): source_ids repeat an id")
+        expected = sorted(members.get(gid, []))
+        if sorted(map(str, ids)) != expected:
+            errors.add(f"{where} ({gid}): source_ids {sorted(map(str, ids))} must be exactly the included findings "
+                       f"that name this group, {expected}")
+        elif expected and group.get("severity") in SEVERITIES:
+            worst = min((host[s]["severity"] for s in expected), key=SEVERITY_RANK.__getitem__)
+            if group["severity"] != worst:
+                errors.add(f"{where} ({gid}): severity must be {worst!r}, the highest severity of its findings")
+    for gid in sorted(set(members) - seen):
+        errors.add(f"included findings {sorted(members[gid])} name group {gid!r}, which is not in groups")
+
+
+def _check_group_fields(group: dict, where: str, errors: _Collector) -> None:
+    if group.get("severity") not in SEVERITIES:
+        errors.add(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
+    for key in ("summary", "location", "evidence", "impact", "rationale"):
+        if not _nonblank(group.get(key)):
+            errors.add(f"{where}: {key} must be a non-blank string")
+
+
+def _check_envelope(doc: dict, labels: tuple[str, ...], errors: _Collector) -> None:
+    for key in sorted(set(doc) - {"candidate_assessments", "agreements", "conflicts", "synthesis_plan",
+                                  "validation_accounting"}):
+        errors.add(f"unknown top-level key {key!r}")
+    assessments = doc.get("candidate_assessments")
+    if not isinstance(assessments, list):
+        errors.add("candidate_assessments must be an array with one assessment per candidate")
+    else:
+        ids = [a.get("candidate_id") if isinstance(a, dict) else None for a in assessments]
+        if sorted(map(str, ids)) != sorted(labels):
+            errors.add(f"candidate_assessments must assess each of {', '.join(labels)} exactly once, got {ids}")
+    if not isinstance(doc.get("agreements", []), list):
+        errors.add("agreements must be an array")
+    conflicts = doc.get("conflicts", [])
+    if not isinstance(conflicts, list):
+        errors.add("conflicts must be an array")
+    else:
+        for i, conflict in enumerate(conflicts):
+            ids = conflict.get("candidate_ids") if isinstance(conflict, dict) else None
+            if not isinstance(ids, list) or len({c for c in ids if isinstance(c, str) and c in labels}) < 2:
+                errors.add(f"conflicts[{i}] must name at least two distinct candidates in candidate_ids")
+    if "synthesis_plan" in doc and not isinstance(doc["synthesis_plan"], (str, list)):
+        errors.add("synthesis_plan must be a string or an array of strings")
+
+
+def check_evaluation(doc: Any, host: list[dict], *, labels: tuple[str, ...] = LABELS) -> list[str]:
+    """Every violation of the evaluator contract, bounded; [] when the output is accepted."""
+    errors = _Collector()
+    if not isinstance(doc, dict):
+        return ["the answer must be one JSON object"]
+    _check_envelope(doc, labels, errors)
+    acc = doc.get("validation_accounting")
+    if not isinstance(acc, dict):
+        errors.add("validation_accounting is required: an object with findings, decisions and groups")
+        return errors.bounded()
+    for key in sorted(set(acc) - {"findings", "decisions", "groups"}):
+        errors.add(f"validation_accounting has unknown key {key!r}")
+    known = {f["source_id"] for f in host}
+    _check_findings(acc, host, errors)
+    decided = _check_decisions(acc, known, errors)
+    _check_groups(acc, known, decided, {f["source_id"]: f for f in host}, errors)
+    return errors.bounded()
+
+
+def parse_evaluation(text: str | None) -> tuple[Any, list[str]]:
+    """The evaluator's JSON (bare, or in the same single-fence form candidates may use)."""
+    if text is None:
+        return None, ["the evaluator gave no answer"]
+    try:
+        return strict_json(text), []
+    except Unparseable as exc:
+        match = FENCE.match(text)
+        if match and "```" not in match["preamble"] + match["body"] and \
+                len(match["preamble"].encode()) <= MAX_PREAMBLE_BYTES:
+            try:
+                return strict_json(match["body"]), []
+            except Unparseable as inner:
+                return None, [f"the answer is not one JSON object: {inner}"]
+        return None, [f"the answer is not one JSON object: {exc}"]

@@ -1,0 +1,355 @@
+"""The `agent` validator (DESIGN §5.2): a fresh pydantic-ai agent per run, read-only tools
+confined to the checkout, the verdict as structured output, host validation with bounded
+repair, and every exchange journaled so that a run replays and resumes without paying twice.
+
+Model calls go through `JournaledModel`: call n is keyed by its ordinal and the hash of
+its request, served from the journal when answered, else sent and journaled. Tool calls
+are keyed by the model call that asked for them and their call id. Database writes run
+in the calling (worker) thread through `sync_to_async`, while the agent itself runs on an
+event loop of its own (`async_to_sync`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from asgiref.sync import async_to_sync, sync_to_async
+from pydantic import BaseModel, ConfigDict
+from pydantic_ai import Agent, ModelRetry, RunContext, Tool
+from pydantic_ai.exceptions import ModelAPIError, UnexpectedModelBehavior, UsageLimitExceeded, UserError
+from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.models import Model
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.output import NativeOutput, PromptedOutput, ToolOutput
+from pydantic_ai.usage import UsageLimits
+
+from validation import journal
+from validation.context import ValidationContext, ValidatorCrashed
+from validation.validators import Judgement
+from validation.validators import tools as checkout_tools
+from validation.validators.prompt import prompts, verdict_schema
+from validation.validators.repair import DEFAULT_MAX_REPAIRS, decide
+from validation.verdict import FrozenContext
+
+TOOL_NAMES = ("read", "grep", "find", "ls", "run_check")
+VOLATILE = {"timestamp", "run_id", "conversation_id"}  # differ between two sends of the same request
+REPLAY_KEY = "replay-no-key"
+
+_REGISTERED: dict[str, Model | Callable[[], Model]] = {}
+
+
+def register_model(name: str, model: Model | Callable[[], Model] | None) -> None:
+    """An in-process model (a scripted `FunctionModel` in tests, an embedding program's own)
+    that a profile names in `model`; None unregisters it."""
+    if model is None:
+        _REGISTERED.pop(name, None)
+    else:
+        _REGISTERED[name] = model
+
+
+class BudgetExceeded(ValidatorCrashed):
+    retry = False  # the same run with the same budget would stop at the same place
+
+    def __init__(self, message: str):
+        super().__init__(message, code="budget_exceeded")
+
+
+@dataclass
+class AgentOptions:
+    model: str
+    base_url: str = ""
+    api_key_env: str = ""
+    temperature: float | None = None
+    max_repairs: int = DEFAULT_MAX_REPAIRS
+    timeout: int = 300
+    token_budget: int | None = None
+    output_mode: str = "tool"
+    journal_policy: str = "transcript"
+    tools: tuple[str, ...] = TOOL_NAMES
+    tool_choice: str = "required"       # required | auto (server lacks "required") | output (name the output tool)
+    native_format: str = "json_schema"  # json_schema | json_object (an OpenAI-compatible server's schema variant)
+    max_tokens: int | None = None
+    max_requests: int = 40
+
+    @classmethod
+    def from_profile(cls, profile: dict[str, Any]) -> "AgentOptions":
+        names = {f for f in cls.__dataclass_fields__}
+        options = {k: v for k, v in profile.items() if k in names}
+        if "tools" in options:
+            options["tools"] = tuple(options["tools"])
+        return cls(**options)
+
+
+class Candidate(BaseModel):
+    """Whatever the model submits, kept whole: the schema check is the host's (it is
+    journaled and repaired like any other rejection). The model sees the Verdict schema."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema, handler):
+        return verdict_schema()
+
+
+def request_document(messages, params) -> dict[str, Any]:
+    dumped = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+    return {"messages": _strip(dumped), "tools": sorted(t.name for t in params.function_tools),
+            "output_tools": sorted(t.name for t in params.output_tools), "output_mode": params.output_mode}
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+@dataclass
+class AgentSession:
+    """The state of one agent run: journal, counters, the accepted candidate."""
+
+    ctx: ValidationContext
+    options: AgentOptions
+    log: journal.CallLog
+    ordinal: int = 0
+    sent: int = 0                      # messages already journaled in earlier requests
+    tokens_in: int = 0
+    tokens_out: int = 0
+    accepted: dict[str, Any] | None = None
+    last_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def frozen(self) -> FrozenContext:
+        return FrozenContext(keys=self.ctx.keys, checkout=self.ctx.checkout)
+
+    # --- model calls ------------------------------------------------------------------
+    def served(self, key: str) -> ModelResponse | None:
+        payload = self.log.answer("model_response", key)
+        if payload is None:
+            return None
+        self.account(payload["usage"])
+        return ModelMessagesTypeAdapter.validate_python([payload["response"]])[0]
+
+    def check_budget(self, estimate: int) -> None:
+        budget = self.options.token_budget
+        used = self.tokens_in + self.tokens_out
+        if budget is not None and used + estimate > budget:
+            # Phrased without "token <word>": the secret redactor would eat the number.
+            raise BudgetExceeded(f"the run's budget of {budget} tokens would be exceeded: {used} tokens used, the next "
+                                 f"model request needs about {estimate}; stopped before sending it")
+
+    def record_response(self, key: str, payload: dict[str, Any]) -> None:
+        from django.db.models import F
+
+        from validation.models import ValidatorRun
+
+        self.log.record("model_response", key, payload)
+        usage = payload["usage"]
+        ValidatorRun.objects.filter(pk=self.ctx.run_id).update(tokens_in=F("tokens_in") + usage["input_tokens"],
+                                                               tokens_out=F("tokens_out") + usage["output_tokens"])
+
+    def account(self, usage: dict[str, int]) -> None:
+        self.tokens_in += usage["input_tokens"]
+        self.tokens_out += usage["output_tokens"]
+
+    # --- tools ------------------------------------------------------------------------
+    async def tool(self, ctx: RunContext, name: str, **args: Any) -> str:
+        key = f"tool:{self.ordinal}:{ctx.tool_call_id}:{journal.sha256_of(args)[:8]}"
+        answer, _served = await sync_to_async(self.log.call)(
+            request_kind="tool_call", response_kind="tool_result", key=key,
+            request={"name": name, "args": args, "call_id": ctx.tool_call_id, "model_call": self.ordinal},
+            live_fn=lambda: {"name": name, "output": self._run_tool(name, args)}, what=f"tool call {name} {args}")
+        return answer["output"]
+
+    def _run_tool(self, name: str, args: dict[str, Any]) -> str:
+        if name == "run_check":
+            return checkout_tools.run_check(self.ctx.checkout, self.ctx.assertions, args["key"])
+        return checkout_tools.TOOL_FUNCTIONS[name](self.ctx.checkout, **args)
+
+    # --- host validation --------------------------------------------------------------
+    def judge(self, candidate: dict[str, Any], call_id: str, repairs_used: int):
+        decision, verdict = decide(log=self.log, candidate=candidate, frozen=self.frozen, call_id=call_id,
+                                   repairs_used=repairs_used, max_repairs=self.options.max_repairs,
+                                   policy=self.options.journal_policy, extra={"model_call": self.ordinal})
+        self.last_reasons = decision.reasons()
+        return decision
+
+
+class JournaledModel(WrapperModel):
+    """Serves answered model calls from the journal; sends and journals the others."""
+
+    def __init__(self, wrapped: Model, session: AgentSession):
+        super().__init__(wrapped)
+        self.session = session
+
+    async def request(self, messages, model_settings, model_request_parameters) -> ModelResponse:
+        s = self.session
+        s.ordinal += 1
+        document = request_document(messages, model_request_parameters)
+        digest = journal.sha256_of(document)
+        key = f"model:{s.ordinal}:{digest[:16]}"
+        new_messages, s.sent = document["messages"][s.sent:], len(messages)
+        response = s.served(key)
+        if response is not None:
+            return response
+        if not s.log.live:
+            raise journal.JournalMiss(f"model call {s.ordinal} (request sha256 {digest[:16]}) is not in the journal; "
+                                      "a replay never makes a live call")
+        s.check_budget(len(journal.canonical(document)) // 4 + 1)
+        await sync_to_async(s.log.record)("model_request", key, {
+            "ordinal": s.ordinal, "request_sha256": digest, "new_messages": new_messages,
+            "tools": document["tools"], "output_tools": document["output_tools"], "output_mode": document["output_mode"]})
+        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        usage = {"input_tokens": response.usage.input_tokens or 0, "output_tokens": response.usage.output_tokens or 0}
+        await sync_to_async(s.record_response)(key, {
+            "ordinal": s.ordinal, "request_sha256": digest, "usage": usage, "model": response.model_name,
+            "response": ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]})
+        s.account(usage)
+        return response
+
+    def request_stream(self, *args, **kwargs):  # pragma: no cover - the validator never streams
+        raise NotImplementedError("the journaled validator model does not stream")
+
+
+def _api_key(options: AgentOptions, replay: bool) -> str | None:
+    if replay:
+        return REPLAY_KEY  # the model is never called in a replay
+    if not options.api_key_env:
+        return None
+    key = os.environ.get(options.api_key_env, "")
+    if not key:
+        raise ValidatorCrashed(f"the environment variable {options.api_key_env} named by api_key_env is not set",
+                               code="misconfigured")
+    return key
+
+
+def resolve_model(options: AgentOptions, *, replay: bool) -> Model:
+    if options.model in _REGISTERED:
+        model = _REGISTERED[options.model]
+        return model if isinstance(model, Model) else model()
+    key = _api_key(options, replay)
+    if options.base_url:
+        return _compatible_model(options, key)
+    from pydantic_ai.models import infer_model
+    from pydantic_ai.providers import infer_provider, infer_provider_class
+
+    factory = (lambda name: infer_provider_class(name)(api_key=key)) if key else infer_provider
+    try:
+        return infer_model(options.model, provider_factory=factory)
+    except (UserError, ValueError, ImportError, TypeError) as exc:
+        raise ValidatorCrashed(f"cannot use model {options.model!r}: {exc}", code="misconfigured") from exc
+
+
+def _compatible_model(options: AgentOptions, key: str | None) -> Model:
+    """An OpenAI-compatible server at `base_url`, with what it does and does not accept."""
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=options.base_url, api_key=key or "not-needed")
+    profile = dict(provider.model_profile(options.model) or {})
+    profile.update(supports_json_schema_output=True, supports_json_object_output=True,
+                   supports_forced_tool_choice=options.tool_choice != "auto",
+                   openai_supports_strict_tool_definition=False)
+    cls = OpenAIChatModel
+    if options.native_format == "json_object":
+        class JsonObjectSchemaModel(OpenAIChatModel):
+            # Some servers (llama.cpp) refuse `json_schema` but constrain `json_object` by a schema.
+            def _map_json_schema(self, o):
+                return {"type": "json_object", "schema": o.json_schema}
+
+        cls = JsonObjectSchemaModel
+    return cls(options.model, provider=provider, profile=profile)
+
+
+def _output_spec(options: AgentOptions):
+    if options.output_mode == "native":
+        return NativeOutput(Candidate, name="verdict", description="The verdict document")
+    if options.output_mode == "prompted":
+        return PromptedOutput(Candidate, name="verdict", description="The verdict document")
+    return ToolOutput(Candidate, name="submit_verdict", description="Submit the complete verdict document")
+
+
+def _tool_list(session: AgentSession) -> list[Tool]:
+    async def read(ctx: RunContext, path: str, offset: int = 1, limit: int = 200) -> str:
+        """Read numbered lines of a file of the checkout (path relative to its root)."""
+        return await session.tool(ctx, "read", path=path, offset=offset, limit=limit)
+
+    async def grep(ctx: RunContext, pattern: str, path: str = ".", glob: str = "*") -> str:
+        """Search files of the checkout for a regular expression; answers path:line: text."""
+        return await session.tool(ctx, "grep", pattern=pattern, path=path, glob=glob)
+
+    async def find(ctx: RunContext, pattern: str, path: str = ".") -> str:
+        """List files of the checkout whose path or name matches a glob pattern."""
+        return await session.tool(ctx, "find", pattern=pattern, path=path)
+
+    async def ls(ctx: RunContext, path: str = ".") -> str:
+        """List a directory of the checkout."""
+        return await session.tool(ctx, "ls", path=path)
+
+    async def run_check(ctx: RunContext, key: str) -> str:
+        """Run the declared deterministic check of one linked assertion and get its result."""
+        return await session.tool(ctx, "run_check", key=key)
+
+    functions = {"read": read, "grep": grep, "find": find, "ls": ls, "run_check": run_check}
+    return [Tool(functions[name], takes_ctx=True) for name in session.options.tools if name in functions]
+
+
+def build_agent(session: AgentSession, system: str) -> Agent:
+    options = session.options
+    settings: dict[str, Any] = {"timeout": float(options.timeout)}
+    if options.temperature is not None:
+        settings["temperature"] = float(options.temperature)
+    if options.max_tokens:
+        settings["max_tokens"] = options.max_tokens
+    if options.output_mode == "tool" and options.tool_choice == "output":
+        settings["tool_choice"] = ["submit_verdict"]
+    model = JournaledModel(resolve_model(options, replay=not session.log.live), session)
+    agent = Agent(model, output_type=_output_spec(options), system_prompt=system, tools=_tool_list(session),
+                  retries={"output": options.max_repairs, "tools": 2}, model_settings=settings)
+
+    @agent.output_validator
+    async def host_validation(ctx: RunContext, candidate: Candidate) -> Candidate:
+        call_id = f"{session.ordinal}:{ctx.tool_call_id or 'text'}"
+        decision = await sync_to_async(session.judge)(candidate.model_dump(), call_id, ctx.retry)
+        if decision.verdict == "accepted":
+            session.accepted = candidate.model_dump()
+            return candidate
+        if decision.verdict == "repair":
+            raise ModelRetry(decision.feedback())
+        from validation.validators.repair import RepairsExhausted
+
+        raise RepairsExhausted(decision)
+
+    return agent
+
+
+async def _run(agent: Agent, user: str, options: AgentOptions) -> None:
+    limits = UsageLimits(request_limit=options.max_requests)
+    await asyncio.wait_for(agent.run(user, usage_limits=limits), timeout=options.timeout)
+
+
+def judge_agent(ctx: ValidationContext) -> Judgement:
+    options = AgentOptions.from_profile(ctx.profile)
+    log = journal.CallLog(ctx.run_id, live=ctx.replay is None)
+    session = AgentSession(ctx=ctx, options=options, log=log)
+    system, user = prompts(ctx, log, validator="agent")
+    agent = build_agent(session, system)
+    try:
+        async_to_sync(_run)(agent, user, options)
+    except UnexpectedModelBehavior as exc:
+        last = "; ".join(session.last_reasons)[:2000]
+        raise ValidatorCrashed(f"the model's output stayed unusable: {exc}" + (f"; last rejection: {last}" if last else ""),
+                               code="invalid_verdict") from exc
+    except UsageLimitExceeded as exc:
+        raise ValidatorCrashed(f"the agent hit its request limit: {exc}", code="limit_exceeded") from exc
+    except (ModelAPIError, OSError) as exc:
+        raise ValidatorCrashed(f"the model could not be reached: {exc}", code="model_unavailable") from exc
+    except (asyncio.TimeoutError, TimeoutError) as exc:
+        raise ValidatorCrashed(f"the agent did not finish within {options.timeout}s", code="timeout") from exc
+    if session.accepted is None:  # pragma: no cover - the output validator accepts before the run returns
+        raise ValidatorCrashed("the agent ended without an accepted verdict", code="invalid_verdict")
+    return Judgement(session.accepted, session.tokens_in, session.tokens_out)
