@@ -37,6 +37,10 @@ def _needs_task(feature: Feature) -> bool:
         return last is None
     if feature.loop_state != LoopState.IMPLEMENTING or last is None or last.status != TaskStatus.DONE:
         return False
+    open_fix = feature.generated_fixes.filter(loop_state__in=[
+        LoopState.IDLE, LoopState.IMPLEMENTING, LoopState.VALIDATING, LoopState.NEEDS_FIX]).exists()
+    if open_fix:
+        return False  # it waits for its fix, then is re-validated at the fix's revision
     from validation.models import ValidatorRun
 
     return ValidatorRun.objects.filter(feature=feature, revision=last.revision, created_at__gte=last.finished_at).exists()
