@@ -8,10 +8,11 @@ mission, signed-in or not, is refused with close code 4403.
 
 from __future__ import annotations
 
+import json
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.middleware import BaseMiddleware
 
 from missions.events import group_name
@@ -43,7 +44,7 @@ class TokenAuthMiddleware(BaseMiddleware):
         return await self.inner(scope, receive, send)
 
 
-class MissionConsumer(AsyncJsonWebsocketConsumer):
+class MissionConsumer(AsyncWebsocketConsumer):
     @classmethod
     def as_asgi(cls, **initkwargs):
         # Token sign-in wraps the consumer itself, so the routing module stays as it is.
@@ -81,4 +82,16 @@ class MissionConsumer(AsyncJsonWebsocketConsumer):
         await super().dispatch(message)
 
     async def mission_event(self, message: dict) -> None:
-        await self.send_json({"id": message["id"], "event": message["event"], "data": message["data"]})
+        await self.send(text_data=_encoded(message))
+
+
+_last_encoded: tuple[dict | None, str] = (None, "")
+
+
+def _encoded(message: dict) -> str:
+    """The JSON text of a group message. The in-memory layer hands every member the same
+    message object, one after the other: it is encoded once, not once per client."""
+    global _last_encoded
+    if _last_encoded[0] is not message:
+        _last_encoded = (message, json.dumps({"id": message["id"], "event": message["event"], "data": message["data"]}))
+    return _last_encoded[1]

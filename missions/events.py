@@ -81,3 +81,47 @@ def _send_group(mission_id: int, type: str, data: dict[str, Any]) -> None:
         async_to_sync(layer.group_send)(group_name(mission_id), message)
     except Exception:  # noqa: BLE001
         logger.exception("channel layer delivery failed for %s", type)
+
+
+def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list[tuple[int, int]]:
+    """The relay behind the on-commit fast path: re-send every audit event of the last
+    `window_minutes` that the event stream's storage does not hold (the process that
+    committed it died before its on-commit send, or the transport failed). Events younger
+    than `grace_seconds` are left to their own sender. Returns [(mission id, seq)].
+
+    The MissionEvent table is the outbox: a re-sent event carries its original `seq` (it
+    may arrive after later events; clients order and de-duplicate by `seq`)."""
+    import json
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from django_eventstream.models import Event
+
+    now = timezone.now()
+    recorded = list(MissionEvent.objects.filter(created_at__gte=now - timedelta(minutes=window_minutes),
+                                                created_at__lt=now - timedelta(seconds=grace_seconds))
+                    .order_by("mission_id", "seq").values("mission_id", "seq", "type", "payload"))
+    if not recorded:
+        return []
+    oldest = now - timedelta(minutes=window_minutes + 5)
+    channels = {mission_channel(row["mission_id"]) for row in recorded}
+    streamed: set[tuple[str, int]] = set()
+    for channel, raw in Event.objects.filter(channel__in=channels, created__gte=oldest).exclude(type="").values_list(
+            "channel", "data"):
+        try:
+            value = json.loads(raw)
+            if isinstance(value, str):  # send_event encodes the payload, the storage encodes that string again
+                value = json.loads(value)
+            streamed.add((channel, int(value["seq"])))
+        except (ValueError, TypeError, KeyError):
+            continue
+    resent = []
+    for row in recorded:
+        if (mission_channel(row["mission_id"]), row["seq"]) in streamed:
+            continue
+        data = {"type": row["type"], "mission": row["mission_id"], "seq": row["seq"], **(row["payload"] or {})}
+        _send(row["mission_id"], row["type"], data)
+        resent.append((row["mission_id"], row["seq"]))
+    if resent:
+        logger.warning("re-sent %d recorded events the stream had lost", len(resent))
+    return resent

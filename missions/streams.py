@@ -13,6 +13,7 @@ Streams (django-eventstream, database storage):
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import time
 
@@ -117,7 +118,7 @@ class InMemoryChannelLayer(_InMemoryChannelLayer):
        measured in tens of seconds, so sweeping once a second changes nothing else.
     3. A group send copies the message once, not once per member, and makes no task per
        member. Members therefore share one copy: consumers must not mutate messages
-       (ours do not).
+       (ours do not). A receiver's queue lives as long as the receiver.
     """
 
     SWEEP_EVERY = 1.0
@@ -146,9 +147,12 @@ class InMemoryChannelLayer(_InMemoryChannelLayer):
         queue = self._queue(channel)
         try:
             _, message = await queue.get()
-        finally:
+        except BaseException:
+            # The receiver went away (its consumer ended): drop its queue. A live receiver
+            # keeps its queue, so that each event does not build one per client.
             if queue.empty() and self.channels.get(channel) is queue:
                 self.channels.pop(channel, None)
+            raise
         return message
 
     async def send(self, channel, message):
@@ -215,8 +219,32 @@ async def events(request, **kwargs):
     return response
 
 
+class _Sent:
+    """Ids recently sent on one stream. An event is stored before it is queued to the
+    live listeners: one stored just before a database read can be read *and* arrive
+    live a moment later. It is sent once."""
+
+    KEEP = 512
+
+    def __init__(self):
+        self.ids: set[tuple[str, int]] = set()
+        self.order: collections.deque = collections.deque()
+
+    def add(self, channel: str, event_id) -> bool:
+        """False when it was sent already."""
+        key = (channel, int(event_id))
+        if key in self.ids:
+            return False
+        self.ids.add(key)
+        self.order.append(key)
+        if len(self.order) > self.KEEP:
+            self.ids.discard(self.order.popleft())
+        return True
+
+
 async def _stream(event_request, listener):
     read = _db(get_events)
+    sent = _Sent()
     listener.assign_loop()
     manager = get_listener_manager()
     manager.add_listener(listener)
@@ -229,15 +257,18 @@ async def _stream(event_request, listener):
                 yield sse_encode_error("forbidden", str(exc), extra={"channels": exc.channels})
                 return
             last_ids = copy.deepcopy(response.channel_last_ids)
-            yield ("" if not first else ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n") + _stored(response, last_ids)
+            yield ("" if not first else ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n") + _stored(response, last_ids, sent)
             first = False
             if response.channel_more or _queued_meanwhile(listener, manager):
+                # Read on from what was just sent. (The library re-reads from the old ids:
+                # duplicates, or, on a first connection, the event that came meanwhile lost.)
+                event_request.channel_last_ids = last_ids
                 continue
             while True:
                 waiter = asyncio.ensure_future(listener.aevent.wait())
                 while not (await asyncio.wait([waiter], timeout=KEEP_ALIVE_SECONDS))[0]:
                     yield "event: keep-alive\ndata:\n\n"
-                body, overflow, refused = _take(listener, manager, last_ids)
+                body, overflow, refused = _take(listener, manager, last_ids, sent)
                 if body:
                     yield body
                 if refused:
@@ -250,15 +281,16 @@ async def _stream(event_request, listener):
         manager.remove_listener(listener)
 
 
-def _stored(response, last_ids: dict) -> str:
+def _stored(response, last_ids: dict, sent: _Sent) -> str:
     body = ""
     if response.channel_reset:
         body += sse_encode_event("stream-reset", {"channels": sorted(response.channel_reset)},
                                  event_id=make_id(last_ids), json_encode=True)
     for channel, items in response.channel_items.items():
         for item in items:
-            last_ids[channel] = item.id
-            body += sse_encode_event(item.type, item.data, event_id=make_id(last_ids))
+            if sent.add(channel, item.id):
+                last_ids[channel] = item.id
+                body += sse_encode_event(item.type, item.data, event_id=make_id(last_ids))
     return body
 
 
@@ -273,7 +305,16 @@ def _queued_meanwhile(listener, manager) -> bool:
         return True
 
 
-def _take(listener, manager, last_ids: dict) -> tuple[str, bool, bool]:
+def _encoded(item, event_id: str | None) -> str:
+    """The SSE text of a live event. Every listener of a channel is handed the same event
+    object with the same id: it is encoded once, not once per client."""
+    cached = getattr(item, "_fusion_sse", None)
+    if cached is None or cached[0] != event_id:
+        cached = item._fusion_sse = (event_id, sse_encode_event(item.type, item.data, event_id=event_id))
+    return cached[1]
+
+
+def _take(listener, manager, last_ids: dict, sent: _Sent) -> tuple[str, bool, bool]:
     """(the queued events as SSE, overflowed, refused) and reset the listener."""
     with manager.lock:
         items, overflow, error = listener.channel_items, listener.overflow, listener.error
@@ -282,9 +323,12 @@ def _take(listener, manager, last_ids: dict) -> tuple[str, bool, bool]:
     body = ""
     for channel, queued in items.items():
         for item in queued:
-            if channel in last_ids and item.id is not None:
-                last_ids[channel] = item.id
-            body += sse_encode_event(item.type, item.data, event_id=make_id(last_ids) if last_ids else None)
+            if item.id is not None and channel in last_ids:
+                if not sent.add(channel, item.id):
+                    continue
+                # Two publishers can queue out of order: the id to resume from never goes back.
+                last_ids[channel] = max(int(last_ids[channel]), int(item.id))
+            body += _encoded(item, make_id(last_ids) if last_ids else None)
     if error:
         body += sse_encode_error(error["condition"], error["text"], extra=error.get("extra"))
     return body, overflow, bool(error)

@@ -22,7 +22,16 @@ from missions.views.charts import legend, rounds_svg
 
 
 def _list_context(request) -> dict:
-    return {"missions": selectors.dashboard_missions(user=request.user)}
+    from django.utils import timezone
+    from django.utils.timesince import timesince
+
+    missions = selectors.dashboard_missions(user=request.user)
+    now = timezone.now()
+    for m in missions:
+        if m.last_event_at:
+            recent = (now - m.last_event_at).total_seconds() < 60
+            m.activity = "just now" if recent else f"{timesince(m.last_event_at, now)} ago"
+    return {"missions": missions}
 
 
 @login_required

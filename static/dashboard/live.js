@@ -326,7 +326,9 @@
 
   function successText(action, status, data) {
     var text = action + ": done";
-    if (data && data.outcome) {
+    if (data && data.id && data.state && !data.outcome) {
+      text = action + ": review #" + data.id + " requested (" + data.state + "); it appears under Advisory reviews";
+    } else if (data && data.outcome) {
       text = action + ": " + data.outcome + (data.id ? " — run #" + data.id : "");
       if (data.detail) { text += " (" + data.detail + ")"; }
     } else if (data && data.key && data.title) {

@@ -90,7 +90,7 @@ def test_the_missions_list_shows_status_progress_blocked_and_last_activity(small
     assert "Shop" in row and 'data-state="active"' in row
     assert "1 / 3 passed" in row  # the fix passed; the root needs a fix; the idle feature is blocked
     assert "1 blocked" in row
-    assert "mission:updated" in row and "ago" in row
+    assert "mission:updated" in row and "just now" in row
 
 
 def test_the_mission_page_shows_the_tree_rollups_assertions_and_feed(small_mission, alice):

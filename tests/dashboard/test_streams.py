@@ -122,3 +122,51 @@ def test_the_missions_stream_is_every_mission_for_staff_and_ones_own_for_others(
     publish(ours, "alice's")
     assert [e["json"]["change"] for e in (everything.next(), everything.next())] == ["carol's", "alice's"]
     assert own.next()["json"]["change"] == "alice's"  # carol's event never reached alice
+
+
+def test_events_published_while_a_client_connects_arrive_once_each_and_in_order(sse, small_mission, alice):
+    """Stored replay and live delivery meet while events keep coming: no gap, no repeat."""
+    import threading
+
+    from django.db import close_old_connections
+    from django_eventstream import get_current_event_id
+
+    m = small_mission.mission
+    start = get_current_event_id([f"mission-{m.pk}"])
+    published: list[int] = []
+
+    def publisher():
+        try:
+            for i in range(40):
+                published.append(publish(m, f"burst {i}"))
+        finally:
+            close_old_connections()
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    stream = sse(f"/events/missions/{m.pk}/?lastEventId={start}", headers={"Authorization": f"Token {alice.token}"})
+    opened(stream)
+    thread.join(30)
+    seen = [e["json"]["seq"] for e in stream.until(lambda e: e.get("json", {}).get("seq") == published[-1], timeout=15)
+            if e["event"] == "mission:updated"]
+    assert seen == published
+
+
+def test_a_live_event_that_was_also_read_from_the_store_is_sent_once():
+    """The race behind it: an event stored just before the stream's database read is in
+    that read, and is queued to the live listener a moment later."""
+    from django_eventstream.event import Event
+    from django_eventstream.views import Listener, get_listener_manager
+
+    from missions.streams import _Sent, _take
+
+    manager, listener, sent = get_listener_manager(), Listener(), _Sent()
+    sent.add("mission-1", 7)  # read from the store and sent
+    listener.channel_items = {"mission-1": [Event("mission-1", "mission:updated", '{"seq": 7}', id=7),
+                                            Event("mission-1", "mission:updated", '{"seq": 9}', id=9),
+                                            Event("mission-1", "mission:updated", '{"seq": 8}', id=8)]}
+    last_ids = {"mission-1": "7"}
+    body, overflow, refused = _take(listener, manager, last_ids, sent)
+    assert body.count("event: mission:updated") == 2 and '{"seq": 7}' not in body
+    assert last_ids == {"mission-1": 9}  # an event queued out of order does not move the resume point back
+    assert (overflow, refused) == (False, False) and listener.channel_items == {}

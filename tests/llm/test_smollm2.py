@@ -36,6 +36,7 @@ FEATURES = {
 MODES = {
     "tool": {"output_mode": "tool", "tool_choice": "output"},
     "native": {"output_mode": "native", "native_format": "json_object", "tool_choice": "auto", "tools": []},
+    "prompted": {"output_mode": "prompted", "tool_choice": "auto", "tools": []},
 }
 LEGAL = {RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR}
 ERROR_CODES = {"invalid_verdict", "limit_exceeded", "timeout", "budget_exceeded"}

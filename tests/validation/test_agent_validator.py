@@ -137,3 +137,11 @@ def test_missing_api_key_variable_is_a_run_error(settings, hello_feature, monkey
     run = run_now(hello_feature(TWO))
     assert run.status == RunStatus.ERROR
     assert run.error == "misconfigured: the environment variable FUSION_TEST_NO_SUCH_KEY named by api_key_env is not set"
+
+
+def test_a_model_that_never_submits_a_verdict_ends_in_error(scripted, hello_feature):
+    fn = scripted([("text", "I believe it works.")] * 3, max_repairs=2)
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.ERROR and run.verdict is None
+    assert run.error.startswith("invalid_verdict: the model's output stayed unusable")
+    assert len(fn.calls) == 3 and decisions(run) == []

@@ -99,3 +99,18 @@ def test_replay_human_output(scripted, hello_feature, capsys):
     assert exit_info.value.code == 0
     text = out.getvalue()
     assert f"run {run.pk}: reproduced (recorded passed, replayed pass)" in text and "chain verified" in text
+
+
+def test_replay_of_a_composite_run_with_an_agent(scripted, hello_feature, settings):
+    from tests.support.agent_env import add_profile
+
+    fn = scripted([("verdict", verdict(item("VAL-2")))])
+    add_profile(settings, "mixed", {"kind": "composite", "agent": "scripted"})
+    run = run_now(hello_feature([("VAL-1", {"file": "hello.py", "contains": "def hello"}), ("VAL-2", None)],
+                                validator="mixed"))
+    assert run.status == RunStatus.PASSED, run.error
+    assert [a["key"] for a in run.verdict["assertions"]] == ["VAL-1", "VAL-2"]
+    assert JournalEntry.objects.filter(run=run, kind="check", key="VAL-1").exists()
+    report = replay_run(run.pk)
+    assert report.ok, report.problems
+    assert len(fn.calls) == 1

@@ -44,6 +44,11 @@ def redrive_unclaimed(*, startup: bool, now=None) -> list[int]:
     return ids
 
 
+def _recent(moment) -> bool:
+    grace = timedelta(seconds=settings.FUSION_REDRIVE_GRACE)
+    return moment is not None and grace.total_seconds() > 0 and moment > timezone.now() - grace
+
+
 def _active(qs):
     return qs.filter(mission__status=MissionStatus.ACTIVE)
 
@@ -65,7 +70,9 @@ def redrive_features() -> dict[str, list[int]]:
         done["needs_fix"].append(f.pk)
     for f in _active(Feature.objects.filter(loop_state=LoopState.IMPLEMENTING)):
         task = Task.objects.filter(feature=f).order_by("-id").first()
-        if task is not None and task.status == TaskStatus.DONE:
+        # A completion younger than the grace most likely has its message still queued:
+        # re-sending it on every sweep only multiplies a backlog (duplicates are skipped).
+        if task is not None and task.status == TaskStatus.DONE and not _recent(task.finished_at):
             process_task_outcome.send(task.pk)
             done["implementing"].append(f.pk)
     for f in _active(Feature.objects.filter(status=FeatureStatus.DONE, loop_state=LoopState.IDLE)):
@@ -94,4 +101,8 @@ def recover(*, startup: bool = False) -> dict[str, Any]:
     from validation.review.pipeline import reviews_redrive
 
     report["reviews_redriven"] = reviews_redrive(startup=startup)
+    from missions.events import redeliver_missing
+
+    # Committed audit events whose live send was lost with the process that committed them.
+    report["events_redelivered"] = redeliver_missing(grace_seconds=max(settings.FUSION_REDRIVE_GRACE, 5))
     return report

@@ -16,7 +16,7 @@ from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.services.outcomes import run_complete, run_error
 from validation.snapshots import SnapshotError, bounded_diff, snapshot
 from validation.validators import judge
-from validation.verdict import FrozenContext, HostValidatorDefect, normalize, parse_candidate, run_host_validators
+from validation.verdict import FrozenContext, HostValidatorDefect, Verdict, normalize, parse_candidate, run_host_validators
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +65,21 @@ def execute_run(run_id: int) -> str:
     run = _claim(run_id)
     if run is None:
         return "stale"
+    accepted = _accepted_earlier(run.pk)
+    if accepted is not None:
+        # Redelivered after the verdict was accepted but before the run was completed (the
+        # worker lost its database or died): complete from the journal, judge nothing again.
+        tokens = accepted.get("tokens", {})
+        run_complete(run_id=run.pk, verdict=Verdict.model_validate(accepted["accepted_verdict"]),
+                     tokens_in=tokens.get("in", 0), tokens_out=tokens.get("out", 0))
+        return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
     try:
         profiles.get_profile(run.validator)
         with snapshot(run.mission.workspace, run.revision, label=f"run-{run.pk}") as checkout:
             ctx = build_context(run, checkout)
             judgement = judge(ctx)
-            verdict = host_accept(run.pk, judgement.candidate, FrozenContext(keys=ctx.keys, checkout=checkout))
+            verdict = host_accept(run.pk, judgement.candidate, FrozenContext(keys=ctx.keys, checkout=checkout),
+                                  tokens={"in": judgement.tokens_in, "out": judgement.tokens_out})
     except SnapshotError as exc:
         run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=False)
         return RunStatus.ERROR
@@ -91,7 +100,14 @@ def execute_run(run_id: int) -> str:
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
 
 
-def host_accept(run_id: int, candidate: dict, frozen: FrozenContext):
+def _accepted_earlier(run_id: int) -> dict | None:
+    entry = journal.entries(run_id, kind="decision", key="final").order_by("-seq").first()
+    if entry is None or entry.payload.get("verdict") != "accepted" or "accepted_verdict" not in entry.payload:
+        return None
+    return entry.payload
+
+
+def host_accept(run_id: int, candidate: dict, frozen: FrozenContext, *, tokens: dict[str, int] | None = None):
     """Schema and host validators on the final candidate; a rejection here is an error
     (the agent and command validators repair before they hand a candidate over)."""
     verdict, problems = parse_candidate(candidate)
@@ -103,13 +119,14 @@ def host_accept(run_id: int, candidate: dict, frozen: FrozenContext):
         _decision(run_id, candidate, "rejected", report.problems)
         raise ValidatorCrashed("the verdict was rejected: " + "; ".join(report.reasons()), code="invalid_verdict")
     verdict = normalize(verdict)
-    _decision(run_id, verdict.model_dump(), "accepted", {})
+    _decision(run_id, verdict.model_dump(), "accepted", {},
+              extra={"accepted_verdict": verdict.model_dump(), "tokens": tokens or {"in": 0, "out": 0}})
     return verdict
 
 
-def _decision(run_id: int, candidate: dict, verdict: str, failed: dict) -> None:
+def _decision(run_id: int, candidate: dict, verdict: str, failed: dict, *, extra: dict | None = None) -> None:
     with transaction.atomic():
         journal.append(run_id=run_id, kind="decision", key="final", payload={
             "verdict": verdict, "failed_validators": failed, "candidate_sha256": journal.sha256_of(candidate),
-            "candidate_size": len(journal.canonical(candidate)),
+            "candidate_size": len(journal.canonical(candidate)), **(extra or {}),
         })

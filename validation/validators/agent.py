@@ -254,15 +254,23 @@ def _compatible_model(options: AgentOptions, key: str | None) -> Model:
     profile.update(supports_json_schema_output=True, supports_json_object_output=True,
                    supports_forced_tool_choice=options.tool_choice != "auto",
                    openai_supports_strict_tool_definition=False)
-    cls = OpenAIChatModel
-    if options.native_format == "json_object":
-        class JsonObjectSchemaModel(OpenAIChatModel):
-            # Some servers (llama.cpp) refuse `json_schema` but constrain `json_object` by a schema.
-            def _map_json_schema(self, o):
-                return {"type": "json_object", "schema": o.json_schema}
+    json_object = options.native_format == "json_object"
 
-        cls = JsonObjectSchemaModel
-    return cls(options.model, provider=provider, profile=profile)
+    class CompatibleChatModel(OpenAIChatModel):
+        async def _map_messages(self, *args, **kwargs):
+            # An assistant turn that only calls tools has `content: null`, which OpenAI accepts
+            # and llama.cpp's server refuses (500); an empty string means the same to both.
+            mapped = await super()._map_messages(*args, **kwargs)
+            for message in mapped:
+                if message.get("role") == "assistant" and message.get("content") is None:
+                    message["content"] = ""
+            return mapped
+
+        def _map_json_schema(self, o):
+            # Some servers (llama.cpp) refuse `json_schema` but constrain `json_object` by a schema.
+            return {"type": "json_object", "schema": o.json_schema} if json_object else super()._map_json_schema(o)
+
+    return CompatibleChatModel(options.model, provider=provider, profile=profile)
 
 
 def _output_spec(options: AgentOptions):

@@ -65,7 +65,10 @@ def user_prompt(ctx: ValidationContext) -> str:
 
 
 def verdict_schema() -> dict:
-    """The Verdict JSON schema with its `$defs` inlined (no references to resolve)."""
+    """The Verdict JSON schema the model sees: `$defs` inlined (no references to resolve)
+    and without the 20,000-character `maxLength` bounds, which the host enforces anyway
+    and which servers that compile a schema into a grammar (llama.cpp) expand into
+    20,000 repetitions: it overflowed the server's stack."""
     schema = Verdict.model_json_schema()
     defs = schema.pop("$defs", {})
 
@@ -73,7 +76,7 @@ def verdict_schema() -> dict:
         if isinstance(node, dict):
             if "$ref" in node:
                 return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
-            return {k: inline(v) for k, v in node.items()}
+            return {k: inline(v) for k, v in node.items() if k != "maxLength"}
         if isinstance(node, list):
             return [inline(v) for v in node]
         return node
