@@ -94,7 +94,8 @@ def test_default_is_sqlite_wal_immediate_with_file_test_db(tmp_path):
     assert db["TEST"]["NAME"] and ":memory:" not in db["TEST"]["NAME"]
     assert Path(db["TEST"]["NAME"]).parent == tmp_path.resolve()
     assert s["broker"]["BROKER"] == "dramatiq.brokers.stub.StubBroker"
-    assert s["layers"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    # the in-memory layer, with its cross-loop wake-up fix (missions.streams)
+    assert s["layers"]["default"]["BACKEND"] == "missions.streams.InMemoryChannelLayer"
     assert s["eventstream_redis"] is None
     assert s["eventstream_client"] is None
 
