@@ -93,7 +93,7 @@ def check_run(run, repo_path) -> dict:
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_tiny_model_runs_end_legally_and_replay(mode, llama_server, settings, git_repo, alice, capsys):
     settings.FUSION_VALIDATORS = {"smollm2": {"kind": "agent", "model": "smollm2", "base_url": llama_server.base_url,
-                                              "max_repairs": 2, "temperature": 0.4, "max_tokens": 600, "timeout": 600,
+                                              "max_repairs": 2, "temperature": 0.4, "max_tokens": 400, "timeout": 600,
                                               "max_requests": 12, **MODES[mode]}}
     git_repo.commit({"hello.py": HELLO}, "hello and add")
     make_mission(alice, git_repo.path)

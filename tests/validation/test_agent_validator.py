@@ -145,3 +145,15 @@ def test_a_model_that_never_submits_a_verdict_ends_in_error(scripted, hello_feat
     assert run.status == RunStatus.ERROR and run.verdict is None
     assert run.error.startswith("invalid_verdict: the model's output stayed unusable")
     assert len(fn.calls) == 3 and decisions(run) == []
+
+
+def test_an_agent_past_its_timeout_ends_in_timeout(scripted, hello_feature):
+    import time
+
+    def slow(context):
+        time.sleep(3)
+        return ("verdict", GOOD)
+
+    scripted([slow], timeout=1)
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.ERROR and run.error == "timeout: the agent did not finish within 1s"

@@ -354,10 +354,10 @@ def judge_agent(ctx: ValidationContext) -> Judgement:
                                code="invalid_verdict") from exc
     except UsageLimitExceeded as exc:
         raise ValidatorCrashed(f"the agent hit its request limit: {exc}", code="limit_exceeded") from exc
+    except (asyncio.TimeoutError, TimeoutError) as exc:  # before OSError: TimeoutError is one
+        raise ValidatorCrashed(f"the agent did not finish within {options.timeout}s", code="timeout") from exc
     except (ModelAPIError, OSError) as exc:
         raise ValidatorCrashed(f"the model could not be reached: {exc}", code="model_unavailable") from exc
-    except (asyncio.TimeoutError, TimeoutError) as exc:
-        raise ValidatorCrashed(f"the agent did not finish within {options.timeout}s", code="timeout") from exc
     if session.accepted is None:  # pragma: no cover - the output validator accepts before the run returns
         raise ValidatorCrashed("the agent ended without an accepted verdict", code="invalid_verdict")
     return Judgement(session.accepted, session.tokens_in, session.tokens_out)
