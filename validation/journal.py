@@ -75,7 +75,13 @@ def verify_chain(run_id: int) -> ChainReport:
 
 
 class JournalMiss(Exception):
-    """A replay needed an answer the journal does not hold; replay never calls out."""
+    """A replay needed an answer the journal does not hold; replay never calls out.
+    `in_flight`: the run did send that request and never got its answer (it ended, or
+    its worker died, while waiting)."""
+
+    def __init__(self, message: str, *, in_flight: bool = False):
+        super().__init__(message)
+        self.in_flight = in_flight
 
 
 class CallLog:
@@ -111,7 +117,8 @@ class CallLog:
         if served is not None:
             return served, True
         if not self.live:
-            raise JournalMiss(f"{what} is not in the journal (key {key}); a replay never makes a live call")
+            raise JournalMiss(f"{what} is not in the journal (key {key}); a replay never makes a live call",
+                              in_flight=self.answer(request_kind, key) is not None)
         self.record(request_kind, key, request)
         return self.record(response_kind, key, live_fn()), False
 

@@ -131,13 +131,28 @@ def replay_run(run_id: int) -> ReplayReport:
         try:
             judgement = judge(ctx)
             verdict = _accept(judgement.candidate, FrozenContext(keys=ctx.keys, checkout=checkout))
-        except (JournalMiss, ReplayDivergence) as exc:
+        except JournalMiss as exc:
+            return _unanswered(run, report, exc)
+        except ReplayDivergence as exc:
             report.problems.append(str(exc))
             return report
         except (ValidatorCrashed, HostValidatorDefect) as exc:
             return _compare_error(run, report, getattr(exc, "code", "host_defect"), str(exc))
     report.tokens = {"in": judgement.tokens_in, "out": judgement.tokens_out}
     return _compare_verdict(run, report, verdict.model_dump())
+
+
+def _unanswered(run: ValidatorRun, report: ReplayReport, miss: JournalMiss) -> ReplayReport:
+    """A call the run sent and never got answered ends the replay. That is the recorded
+    outcome when the run ended in error on it (its timeout, an unreachable model); for a
+    run that is still running (its worker died) it is as far as the journal goes."""
+    if miss.in_flight and run.status == RunStatus.ERROR:
+        report.replayed, report.error_code = "error", run.error.split(":", 1)[0]
+        report.notes.append(f"the run ended in error while this call was unanswered: {miss}")
+        report.ok = True
+    else:
+        report.problems.append(str(miss))
+    return report
 
 
 def _compare_error(run: ValidatorRun, report: ReplayReport, code: str, message: str) -> ReplayReport:

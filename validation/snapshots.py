@@ -15,9 +15,10 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from django.conf import settings
 
@@ -163,23 +164,71 @@ def _worktree_git_dir(folder: Path) -> Path | None:
     return record.parent.parent if record is not None else None
 
 
-def sweep_snapshots(*, live_labels: set[str]) -> int:
-    """Remove snapshot folders whose run is no longer live (left by a killed worker),
-    and the repository's metadata of those worktrees (`git worktree prune`)."""
+def sweep_snapshots(*, live_labels: set[str], workspaces: Iterable[str] = ()) -> int:
+    """Remove snapshot folders whose run is no longer live (left by a killed worker), and
+    the repositories' records of those worktrees. Returns how many folders were removed."""
     removed = 0
-    repos: set[Path] = set()
+    git_dirs: set[Path] = set()
     for child in snapshot_root().iterdir():
-        label = child.name.rsplit("-", 1)[0]
-        if label not in live_labels:
+        if not _is_live(child, live_labels):
             git_dir = _worktree_git_dir(child)
             if git_dir is not None:
-                repos.add(git_dir)
+                git_dirs.add(git_dir)
             shutil.rmtree(child, ignore_errors=True)
             removed += 1
-    for git_dir in repos:
+    git_dirs |= {d for d in map(_common_git_dir, set(workspaces)) if d is not None}
+    for git_dir in git_dirs:
         if git_dir.is_dir():
+            _drop_dead_records(git_dir, live_labels)
             prune_worktrees(git_dir)
     return removed
+
+
+# A replay has no row that says it is running: its snapshot is spared for this long.
+REPLAY_GRACE_SECONDS = 600
+
+
+def _is_live(folder: Path, live_labels: set[str]) -> bool:
+    label = folder.name.rsplit("-", 1)[0]
+    if label in live_labels:
+        return True
+    if label.startswith("replay-"):
+        with contextlib.suppress(OSError):
+            return time.time() - folder.stat().st_mtime < REPLAY_GRACE_SECONDS
+    return False
+
+
+def _common_git_dir(workspace: str) -> Path | None:
+    """The git dir of a workspace, without a git process for a plain repository."""
+    if not workspace:
+        return None
+    dot_git = Path(workspace).expanduser() / ".git"
+    if dot_git.is_dir():
+        return dot_git
+    with contextlib.suppress(SnapshotError):
+        return repository_dirs(workspace)[1]
+    return None
+
+
+def _drop_dead_records(git_dir: Path, live_labels: set[str]) -> None:
+    """Drop the records of snapshots that are not live. `git worktree prune` is not enough:
+    a worker killed inside `git worktree add` leaves its record locked ("initializing"),
+    and prune never touches a locked worktree. Only records of our snapshot folders are
+    considered, and `worktree add` runs under the same lock, so none is half-made here."""
+    root = os.path.realpath(snapshot_root())
+    records = git_dir / "worktrees"
+    if not records.is_dir():
+        return
+    with contextlib.suppress(OSError), repo_lock(git_dir, git_dir=git_dir):
+        for record in records.iterdir():
+            try:
+                folder = Path((record / "gitdir").read_text().strip()).parent
+            except OSError:
+                continue
+            if os.path.realpath(folder.parent) != root or _is_live(folder, live_labels):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(record, ignore_errors=True)
 
 
 def bounded_diff(workspace: str, base: str, revision: str, limit: int = 60_000) -> str:

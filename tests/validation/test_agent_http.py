@@ -108,6 +108,7 @@ def test_prompted_mode(openai_server, hello_feature):
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.PASSED, run.error
     body = server.requests[0]["body"]
+    assert replay_run(run.pk).ok
     assert "tools" not in body and body["response_format"] == {"type": "json_object"}
     assert any('"assertions"' in m["content"] for m in body["messages"]), body["messages"]
 

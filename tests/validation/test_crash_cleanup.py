@@ -180,3 +180,24 @@ def test_a_worktree_of_a_killed_worker_is_swept_with_its_git_record(idle_broker,
     assert not checkout.exists()
     assert_no_snapshot_left(git_repo)
     assert recover()["snapshots_removed"] == 0
+
+
+def test_a_record_left_locked_by_a_worker_killed_inside_worktree_add_is_dropped(idle_broker, build_mission, git_repo):
+    """A worker killed inside `git worktree add` leaves the repository's record of the
+    worktree locked ("initializing"), which `git worktree prune` never touches; the sweep
+    drops it (and its folder) once the run is no longer live."""
+    feature = hello_feature(build_mission, git_repo)
+    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
+    folder = snapshot_root() / f"run-{run.pk}-0123456789ab"
+    git_repo.git("worktree", "add", "--no-checkout", "--detach", str(folder), run.revision)
+    record = Path(git_repo.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip()) / "worktrees"
+    (record := next(record.iterdir())).joinpath("locked").write_text("initializing")
+    import shutil
+    shutil.rmtree(folder)  # the folder went (or never got its files); the locked record stayed
+    git_repo.git("worktree", "prune")
+    assert len(worktrees(git_repo)) == 2  # prune spares a locked record
+    assert recover()["snapshots_removed"] == 0 and record.is_dir()  # the run is live: left alone
+    ValidatorRun.objects.filter(pk=run.pk).update(status=RunStatus.ERROR)
+    recover()
+    assert not record.exists()
+    assert_no_snapshot_left(git_repo)

@@ -114,3 +114,19 @@ def test_replay_of_a_composite_run_with_an_agent(scripted, hello_feature, settin
     report = replay_run(run.pk)
     assert report.ok, report.problems
     assert len(fn.calls) == 1
+
+
+def test_replay_of_a_run_that_timed_out_mid_call(scripted, hello_feature):
+    import time
+
+    def slow(context):
+        time.sleep(3)
+        return ("verdict", GOOD)
+
+    fn = scripted([("tool", "ls", {}), slow], timeout=2)
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.ERROR and run.error.startswith("timeout:")
+    report = replay_run(run.pk)
+    assert report.ok and report.replayed == "error" and report.error_code == "timeout"
+    assert "while this call was unanswered" in report.notes[-1]
+    assert len(fn.calls) == 2

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from missions.models import Feature, FeatureStatus, LoopState, MissionStatus, Task, TaskStatus
+from missions.models import Feature, FeatureStatus, LoopState, Mission, MissionStatus, Task, TaskStatus
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.outcomes import run_error
 
@@ -88,7 +88,8 @@ def clean_snapshots() -> int:
 
     live = {f"run-{pk}" for pk in ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)}
     live |= live_snapshot_labels()  # snapshots of reviews still running
-    return sweep_snapshots(live_labels=live)
+    workspaces = Mission.objects.exclude(workspace="").values_list("workspace", flat=True).distinct()
+    return sweep_snapshots(live_labels=live, workspaces=list(workspaces))
 
 
 def recover(*, startup: bool = False) -> dict[str, Any]:

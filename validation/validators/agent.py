@@ -198,7 +198,8 @@ class JournaledModel(WrapperModel):
             return response
         if not s.log.live:
             raise journal.JournalMiss(f"model call {s.ordinal} (request sha256 {digest[:16]}) is not in the journal; "
-                                      "a replay never makes a live call")
+                                      "a replay never makes a live call",
+                                      in_flight=s.log.answer("model_request", key) is not None)
         s.check_budget(len(journal.canonical(document)) // 4 + 1)
         await sync_to_async(s.log.record)("model_request", key, {
             "ordinal": s.ordinal, "request_sha256": digest, "new_messages": new_messages,

@@ -54,8 +54,11 @@ class Decision:
         return [f"{name}: {reason}" for name, items in self.failed.items() for reason in items]
 
     def offending_keys(self) -> list[str]:
-        keys = {reason.split(":", 1)[0].strip() for items in self.failed.values() for reason in items}
-        return sorted(k for k in keys if k and k not in ("schema", "summary"))
+        """Host validators start each reason with the assertion key (schema reasons with a
+        location instead, which the reason itself names)."""
+        keys = {reason.split(":", 1)[0].strip() for name, items in self.failed.items() if name != "schema"
+                for reason in items}
+        return sorted(k for k in keys if k and k != "summary")
 
     def core(self) -> dict[str, Any]:
         """What a replay must reproduce exactly."""
@@ -103,10 +106,10 @@ def candidate_identity(candidate: Any) -> tuple[str, int]:
 def assess(candidate: Any, frozen: FrozenContext) -> tuple[Verdict | None, str, dict[str, list[str]]]:
     """(parsed verdict or None, failing stage, failed validators → reasons)."""
     if not isinstance(candidate, dict):
-        return None, "schema", {"schema": ["schema: (document): the verdict must be one JSON object (no JSON document was found)"]}
+        return None, "schema", {"schema": ["(document): the verdict must be one JSON object (no JSON document was found)"]}
     verdict, problems = parse_candidate(candidate)
     if verdict is None:
-        return None, "schema", {"schema": problems}
+        return None, "schema", {"schema": [p.removeprefix("schema: ") for p in problems]}
     report = run_host_validators(verdict, frozen)  # raises HostValidatorDefect: not caught here
     if not report.ok:
         return verdict, "host", report.problems
