@@ -60,6 +60,7 @@ class MissionConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=FORBIDDEN)
             return
+        self.user_id = user.pk
         self.group = group_name(self.mission_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -83,6 +84,11 @@ class MissionConsumer(AsyncWebsocketConsumer):
 
     async def mission_event(self, message: dict) -> None:
         await self.send(text_data=_encoded(message))
+
+    async def mission_access(self, message: dict) -> None:
+        """The user was removed from the mission (events.revoke_on_commit)."""
+        if self.user_id in message["revoked"]:
+            await self.close(code=FORBIDDEN)
 
 
 _last_encoded: tuple[dict | None, str] = (None, "")

@@ -55,6 +55,44 @@ def publish_on_commit(
     return event
 
 
+def audience(mission_id: int) -> set[int]:
+    """The ids of the users who see a mission by name (its owner and members; staff see
+    every mission and never lose access by a membership change)."""
+    owner, members = Mission.objects.filter(pk=mission_id).values_list("owner_id", flat=True).first(), set(
+        Mission.members.through.objects.filter(mission_id=mission_id).values_list("user_id", flat=True))
+    return members | ({owner} if owner is not None else set())
+
+
+def revoke_on_commit(mission_id: int, user_ids: set[int]) -> None:
+    """After commit, end the live streams of those of `user_ids` who may no longer see
+    the mission: SSE streams of this process at once (other processes re-check access on
+    their keep-alive), WebSocket connections of every process through the mission's
+    Channels group (close code 4403)."""
+    if user_ids:
+        transaction.on_commit(lambda: _revoke(mission_id, set(user_ids)))
+
+
+def _revoke(mission_id: int, user_ids: set[int]) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+    from django.contrib.auth import get_user_model
+
+    from missions.selectors import visible_missions
+    from missions.streams import kick_listeners
+
+    revoked = {u.pk for u in get_user_model().objects.filter(pk__in=user_ids)
+               if not visible_missions(user=u).filter(pk=mission_id).exists()}
+    if not revoked:
+        return
+    kick_listeners(channel=mission_channel(mission_id), user_ids=revoked)
+    layer = get_channel_layer()
+    try:
+        if layer is not None:
+            async_to_sync(layer.group_send)(group_name(mission_id), {"type": "mission.access", "revoked": sorted(revoked)})
+    except Exception:  # noqa: BLE001 - the committed change stands; the keep-alive re-check remains
+        logger.exception("channel layer delivery of a revocation failed for mission %s", mission_id)
+
+
 def _send(mission_id: int, type: str, data: dict[str, Any]) -> None:
     # A failing transport must never undo or break the committed business change:
     # the database is the source of truth and clients reload their state on reset.

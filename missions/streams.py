@@ -63,6 +63,37 @@ class MissionChannelManager(DefaultChannelManager):
         return can_see_mission(user=user, mission_id=int(raw_id))
 
 
+def kick_listeners(*, channel: str, user_ids: set[int]) -> int:
+    """End this process's streams of `user_ids` that read `channel`. A stream of that one
+    mission gets `stream-error` forbidden; a list stream (several channels) gets
+    `channels-changed`, upon which the page reconnects and is given its new channels."""
+    manager = get_listener_manager()
+    with manager.lock:
+        hit = [x for x in manager.listeners_by_channel.get(channel, ()) if x.user_id in user_ids]
+        for listener in hit:
+            listener.error = _revoked(listener.channels, [channel])
+    for listener in hit:
+        listener.wake_threadsafe()
+    return len(hit)
+
+
+def _revoked(channels, lost) -> dict:
+    if len(channels) == 1:
+        return {"condition": "forbidden", "text": f"Permission denied to channels: {', '.join(sorted(lost))}",
+                "extra": {"channels": sorted(lost)}}
+    return {"condition": "channels-changed", "text": "the missions you may see changed; reconnect",
+            "extra": {"channels": sorted(lost)}}
+
+
+def _still_allowed(user_id, channels) -> bool:
+    """The keep-alive re-check of a stream (access revoked in another process)."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first() if user_id != "anonymous" else None
+    manager = MissionChannelManager()
+    return user is not None and all(manager.can_read_channel(user, c) for c in channels)
+
+
 def token_user(key: str):
     """The active user a DRF token names, or an anonymous user (a bad token never falls
     back to another credential)."""
@@ -267,6 +298,11 @@ async def _stream(event_request, listener):
             while True:
                 waiter = asyncio.ensure_future(listener.aevent.wait())
                 while not (await asyncio.wait([waiter], timeout=KEEP_ALIVE_SECONDS))[0]:
+                    if not await _db(_still_allowed)(listener.user_id, listener.channels):
+                        waiter.cancel()
+                        error = _revoked(listener.channels, listener.channels)
+                        yield sse_encode_error(error["condition"], error["text"], extra=error["extra"])
+                        return
                     yield "event: keep-alive\ndata:\n\n"
                 body, overflow, refused = _take(listener, manager, last_ids, sent)
                 if body:

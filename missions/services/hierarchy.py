@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from django.db import IntegrityError, transaction
 
 from missions.errors import Conflict, Invalid, StaffOnly
-from missions.events import publish_on_commit
+from missions.events import audience, publish_on_commit, revoke_on_commit
 from missions.models import (
     AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice, TaskStatus,
 )
@@ -68,10 +68,12 @@ def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
 def mission_update(*, mission: Mission, user, members: Iterable | None = None, **fields: Any) -> Mission:
     require_staff_for_code(user=user, old=mission.executor_command,
                            new=fields.get("executor_command", mission.executor_command), field="executor_command")
+    before = audience(mission.pk)
     changed = apply_fields(mission, fields)
     if members is not None and set(mission.members.all()) != set(members):
         mission.members.set(members)
         changed.append("members")
+    revoke_on_commit(mission.pk, before - audience(mission.pk))
     if changed:
         publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "changed": sorted(changed)},
                           actor_id=getattr(user, "pk", None))

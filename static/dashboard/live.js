@@ -259,6 +259,12 @@
       closeSource();
       if (data.condition === "forbidden") {
         setStatus("forbidden");
+      } else if (data.condition === "channels-changed") {
+        // The missions this user may see changed (a membership was removed): start a
+        // new stream over the new set, and reload what the page shows.
+        live.lastId = "";
+        refreshAll();
+        connect();
       } else {
         setStatus("error", "Live updates failed: " + (data.text || "unknown error") + ". Retrying.");
         later();
@@ -326,6 +332,14 @@
 
   function successText(action, status, data) {
     var text = action + ": done";
+    if (data && data.run && data.ok !== undefined) {
+      text = action + " of run #" + data.run + ": " + (data.ok ? "reproduced" : "NOT reproduced");
+      if (data.replayed) { text += " (replayed " + data.replayed + (data.error_code ? " " + data.error_code : "") + ")"; }
+      if (data.verdict_sha256) { text += ", verdict sha256 " + data.verdict_sha256.slice(0, 16) + "…"; }
+      if (data.integrity_error) { text += ": journal integrity error: " + data.integrity_error; }
+      if (data.problems && data.problems.length) { text += ": " + data.problems.join("; "); }
+      return text + " (HTTP " + status + ")";
+    }
     if (data && data.id && data.state && !data.outcome) {
       text = action + ": review #" + data.id + " requested (" + data.state + "); it appears under Advisory reviews";
     } else if (data && data.outcome) {

@@ -143,8 +143,8 @@ def test_the_run_page_shows_verdicts_failures_and_a_verified_journal(small_missi
     assert 'id="verdict-VAL-CART-001"' in html and "wrong total" in html
     assert "Hash chain verified: 2 entries." in html
     assert html.count('class="timeline-item') == 2 and "decision" in html
-    replay = re.search(r'<button[^>]*data-button="replay"[^>]*>', html).group(0)
-    assert "disabled" in replay and "replay" in replay.lower()
+    replay = re.search(r'<form[^>]*>[^<]*(<input[^>]*>)?<button[^>]*data-button="replay"[^>]*>', html).group(0)
+    assert f'action="/api/validation-runs/{small_mission.failed.pk}/replay/"' in replay and "disabled" not in replay
 
 
 def test_a_broken_journal_chain_is_reported(small_mission, alice):

@@ -130,3 +130,32 @@ def test_replay_of_a_run_that_timed_out_mid_call(scripted, hello_feature):
     assert report.ok and report.replayed == "error" and report.error_code == "timeout"
     assert "while this call was unanswered" in report.notes[-1]
     assert len(fn.calls) == 2
+
+
+def test_replay_through_the_api(scripted, hello_feature, api_for, alice, django_user_model):
+    bob = django_user_model.objects.create_user("bob")  # signed in, a member of nothing
+    fn = scripted([("tool", "ls", {}), ("verdict", GOOD)])
+    run = run_now(hello_feature(TWO))
+    url = f"/api/validation-runs/{run.pk}/replay/"
+    answer = api_for(alice).post(url)
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert body["ok"] and body["run"] == run.pk and body["replayed"] == "pass"
+    assert body["verdict_sha256"] == sha256_of(run.verdict) and body["problems"] == []
+    assert len(fn.calls) == 2  # the replay sent nothing
+    # not a member: the run does not exist for them; anonymous: refused
+    assert api_for(bob).post(url).json()["code"] == "not_found"
+    assert api_for().post(url).status_code in (401, 403)
+    # a tampered journal is a result of the replay, naming the first bad entry
+    JournalEntry.objects.filter(run=run, seq=2).update(payload={"forged": True})
+    body = api_for(alice).post(url).json()
+    assert body["ok"] is False and body["first_bad_seq"] == 2 and "entry 2" in body["integrity_error"]
+
+
+def test_a_running_run_is_not_replayed(scripted, hello_feature, api_for, alice):
+    from tests.support.agent_env import start_run
+
+    scripted([("verdict", GOOD)])
+    run = start_run(hello_feature(TWO))
+    answer = api_for(alice).post(f"/api/validation-runs/{run.pk}/replay/")
+    assert answer.status_code == 409 and answer.json()["code"] == "run_running"

@@ -10,7 +10,10 @@ from rest_framework.response import Response
 from missions import selectors
 from missions.api.serializers import FeatureSerializer, MissionSerializer
 from validation.api import serializers as s
-from validation.models import FixLineage, ValidatorRun
+from missions.errors import Conflict
+from validation.journal import JournalIntegrityError
+from validation.models import FixLineage, RunStatus, ValidatorRun
+from validation.replay import replay_run
 from validation.services import operator
 
 
@@ -29,6 +32,20 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         run = self.get_object()
         page = self.paginate_queryset(run.journal.order_by("seq"))
         return self.get_paginated_response(s.JournalEntrySerializer(page, many=True).data)
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def replay(self, request, pk=None):
+        """Re-run the validator from the journal alone (no live model, tool or check call)
+        and compare the verdict hash; the body is what `manage.py replay_run --json` prints.
+        A journal that fails its hash chain is a result (`ok: false`), not a request error."""
+        run = self.get_object()
+        if run.status == RunStatus.RUNNING:
+            raise Conflict("the run is still running; replay it once it has ended", code="run_running")
+        try:
+            return Response(replay_run(run.pk).as_dict())
+        except JournalIntegrityError as exc:
+            return Response({"run": run.pk, "ok": False, "integrity_error": str(exc), "first_bad_seq": exc.seq})
 
 
 class LineageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
