@@ -12,6 +12,7 @@ from missions.admin.helpers import (
     TIMESTAMPS, LinkDisplays, RollupRefreshMixin, SaveChangedFieldsMixin, admin_link, formsets_changed,
     linked_milestone_ids,
 )
+from missions.events import audience, revoke_on_commit
 from missions.admin.inlines import ContractAssertionInline, FeatureInline, MilestoneInline, SliceInline
 from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, MissionStatus, Slice
 
@@ -51,6 +52,15 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
         features = {f.pk: f for f in Feature.objects.filter(pk__in=[b["feature"] for b in blockers])}
         return format_html("<ul>{}</ul>", format_html_join("", "<li>{} — {} since {}</li>", (
             (admin_link(features.get(b["feature"]), b["key"]), b["reason"], b["since"] or "unknown") for b in blockers)))
+
+    def save_model(self, request, obj, form, change):
+        request.fusion_audience = audience(obj.pk) if change else set()
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        # Whoever this edit took off the mission loses its live streams (as through the API).
+        revoke_on_commit(form.instance.pk, getattr(request, "fusion_audience", set()) - audience(form.instance.pk))
 
     def get_deleted_objects(self, objs, request):
         # The audit log cannot be deleted on its own, but it goes with its mission.

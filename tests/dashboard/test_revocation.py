@@ -94,3 +94,31 @@ def test_a_removed_member_s_websocket_closes_with_4403_and_others_stay(small_mis
     assert closed == {"type": "websocket.close", "code": 4403}
     assert update["data"]["changed"] == ["members"]
     assert after["id"] == seq
+
+
+def test_a_member_removed_in_the_admin_loses_the_websocket(small_mission, alice, bob, admin_client):
+    from django.urls import reverse
+
+    m = small_mission.mission
+    m.members.add(bob)
+    url = reverse("admin:missions_mission_change", args=[m.pk])
+    page = admin_client.get(url)
+    form = page.context["adminform"].form
+    data = {name: form.initial.get(name) for name in ("key", "title", "description", "retry_budget", "validator",
+                                                     "workspace", "base_revision", "executor", "executor_command")}
+    data.update(owner=alice.pk, members=[], auto_fix="on" if m.auto_fix else "")
+    for inline in page.context["inline_admin_formsets"]:  # leave the inlines as they are
+        data.update({f"{inline.formset.prefix}-TOTAL_FORMS": 0, f"{inline.formset.prefix}-INITIAL_FORMS": 0})
+    data = {k: ("" if v is None else v) for k, v in data.items()}
+    comm = communicator(m.pk, token=bob.token)
+
+    async def run():
+        assert (await comm.connect())[0]
+        answer = await database_sync_to_async(admin_client.post)(url, data)
+        closed = await comm.receive_output(timeout=5)
+        return answer, closed
+
+    answer, closed = async_to_sync(run)()
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert not m.members.filter(pk=bob.pk).exists()
+    assert closed == {"type": "websocket.close", "code": 4403}
