@@ -124,6 +124,9 @@ def replay_run(run_id: int) -> ReplayReport:
         report.notes.append(f"this run reused the pass of run {run.reused_from_id}; nothing was judged")
         report.ok, report.replayed = run.status == RunStatus.PASSED, "pass"
         return report
+    if not run.validator_config.get("kind"):
+        report.problems.append(f"the run records no validator profile to replay ({run.validator or 'none'})")
+        return report
     replayer = Replayer(run_id)
     with _checkout(run, report.notes) as checkout:
         ctx = _context(run, checkout, replayer)
@@ -139,7 +142,29 @@ def replay_run(run_id: int) -> ReplayReport:
         except (ValidatorCrashed, HostValidatorDefect) as exc:
             return _compare_error(run, report, getattr(exc, "code", "host_defect"), str(exc))
     report.tokens = {"in": judgement.tokens_in, "out": judgement.tokens_out}
+    if _timed_out_before_deciding(run):
+        return _clock_ran_out(run, report, verdict.model_dump())
     return _compare_verdict(run, report, verdict.model_dump())
+
+
+def _timed_out_before_deciding(run: ValidatorRun) -> bool:
+    final = _recorded_final(run.pk)
+    return (run.status == RunStatus.ERROR and run.error.split(":", 1)[0] == "timeout"
+            and not (final and final.get("verdict") == "accepted"))
+
+
+def _clock_ran_out(run: ValidatorRun, report: ReplayReport, verdict: dict[str, Any]) -> ReplayReport:
+    """The run's time ran out after its last answer was journaled, before the host decided
+    on it. The timeout is the wall clock's decision, which no journal holds: the replay
+    checks everything the journal does hold and reports the recorded error."""
+    report.replayed, report.error_code = "error", "timeout"
+    report.verdict_sha256 = journal.sha256_of(verdict)
+    report.notes.append(f"the run timed out after its last answer was journaled; the journal replays on to a "
+                        f"{verdict['status']} verdict that was never accepted")
+    report.ok = run.verdict is None
+    if not report.ok:
+        report.problems.append("a run that timed out before its decision holds a verdict")
+    return report
 
 
 def _unanswered(run: ValidatorRun, report: ReplayReport, miss: JournalMiss) -> ReplayReport:

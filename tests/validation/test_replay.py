@@ -127,8 +127,12 @@ def test_replay_of_a_run_that_timed_out_mid_call(scripted, hello_feature):
     run = run_now(hello_feature(TWO))
     assert run.status == RunStatus.ERROR and run.error.startswith("timeout:")
     report = replay_run(run.pk)
-    assert report.ok and report.replayed == "error" and report.error_code == "timeout"
-    assert "while this call was unanswered" in report.notes[-1]
+    assert report.ok and report.replayed == "error" and report.error_code == "timeout", report
+    # Where the clock ran out is timing: the slow answer was never journaled (the replay
+    # stops at that call), or it was, just before the host's decision (the replay goes on
+    # to a verdict that was never accepted). Either way nothing is sent.
+    answered = JournalEntry.objects.filter(run=run, kind="model_response").count() == 2
+    assert ("never accepted" if answered else "while this call was unanswered") in report.notes[-1]
     assert len(fn.calls) == 2
 
 
