@@ -65,14 +65,23 @@ def audience(mission_id: int) -> set[int]:
 
 def revoke_on_commit(mission_id: int, user_ids: set[int]) -> None:
     """After commit, end the live streams of those of `user_ids` who may no longer see
-    the mission: SSE streams of this process at once (other processes re-check access on
-    their keep-alive), WebSocket connections of every process through the mission's
-    Channels group (close code 4403)."""
+    the mission: SSE streams of this process at once (those of other processes when they
+    re-check access, every KEEP_ALIVE_SECONDS), WebSocket connections of every process
+    through the mission's Channels group (close code 4403)."""
     if user_ids:
         transaction.on_commit(lambda: _revoke(mission_id, set(user_ids)))
 
 
 def _revoke(mission_id: int, user_ids: set[int]) -> None:
+    # Runs after commit: a failure here must not turn the committed change into an error
+    # (nor skip the callbacks after it). The streams' periodic re-check remains.
+    try:
+        _revoke_now(mission_id, user_ids)
+    except Exception:  # noqa: BLE001
+        logger.exception("revoking the live streams of mission %s failed", mission_id)
+
+
+def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
     from django.contrib.auth import get_user_model
@@ -86,11 +95,8 @@ def _revoke(mission_id: int, user_ids: set[int]) -> None:
         return
     kick_listeners(channel=mission_channel(mission_id), user_ids=revoked)
     layer = get_channel_layer()
-    try:
-        if layer is not None:
-            async_to_sync(layer.group_send)(group_name(mission_id), {"type": "mission.access", "revoked": sorted(revoked)})
-    except Exception:  # noqa: BLE001 - the committed change stands; the keep-alive re-check remains
-        logger.exception("channel layer delivery of a revocation failed for mission %s", mission_id)
+    if layer is not None:
+        async_to_sync(layer.group_send)(group_name(mission_id), {"type": "mission.access", "revoked": sorted(revoked)})
 
 
 def _send(mission_id: int, type: str, data: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+import logging
 import time
 
 from asgiref.sync import sync_to_async
@@ -31,6 +32,8 @@ from django_eventstream.views import Listener, get_listener_manager
 
 from missions.events import GLOBAL_CHANNEL, mission_channel
 from missions.selectors import can_see_mission, visible_missions
+
+logger = logging.getLogger(__name__)
 
 # django-eventstream refuses a request for more than 10 channels.
 MAX_CHANNELS = 10
@@ -86,12 +89,42 @@ def _revoked(channels, lost) -> dict:
 
 
 def _still_allowed(user_id, channels) -> bool:
-    """The keep-alive re-check of a stream (access revoked in another process)."""
+    """Whether the user may still read every channel of the stream, in two queries."""
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first() if user_id != "anonymous" else None
-    manager = MissionChannelManager()
-    return user is not None and all(manager.can_read_channel(user, c) for c in channels)
+    if user is None:
+        return False
+    if user.is_staff:
+        return True
+    ids = {int(c.partition("-")[2]) for c in channels if c.startswith("mission-") and c.partition("-")[2].isdigit()}
+    if len(ids) != len(channels):
+        return False  # the global channel (staff only), or a channel that is not a mission's
+    return visible_missions(user=user).filter(pk__in=ids).count() == len(ids)
+
+
+class _AccessRecheck:
+    """Access revoked in another process reaches no listener of this one: a stream checks
+    again every KEEP_ALIVE_SECONDS, whether it is idle or busy. A failed check (say the
+    database is away) is not a revocation: the stream goes on and checks next time."""
+
+    def __init__(self, listener):
+        self.listener = listener
+        self.last = time.monotonic()
+
+    async def __call__(self) -> str | None:
+        if time.monotonic() - self.last < KEEP_ALIVE_SECONDS:
+            return None
+        self.last = time.monotonic()
+        try:
+            allowed = await _db(_still_allowed)(self.listener.user_id, self.listener.channels)
+        except Exception:  # noqa: BLE001
+            logger.warning("stream access re-check failed; checking again later", exc_info=True)
+            return None
+        if allowed:
+            return None
+        error = _revoked(self.listener.channels, self.listener.channels)
+        return sse_encode_error(error["condition"], error["text"], extra=error["extra"])
 
 
 def token_user(key: str):
@@ -279,6 +312,7 @@ async def _stream(event_request, listener):
     listener.assign_loop()
     manager = get_listener_manager()
     manager.add_listener(listener)
+    recheck = _AccessRecheck(listener)
     try:
         first = True
         while True:  # read what is stored since the last id, then relay live events
@@ -298,12 +332,14 @@ async def _stream(event_request, listener):
             while True:
                 waiter = asyncio.ensure_future(listener.aevent.wait())
                 while not (await asyncio.wait([waiter], timeout=KEEP_ALIVE_SECONDS))[0]:
-                    if not await _db(_still_allowed)(listener.user_id, listener.channels):
-                        waiter.cancel()
-                        error = _revoked(listener.channels, listener.channels)
-                        yield sse_encode_error(error["condition"], error["text"], extra=error["extra"])
-                        return
                     yield "event: keep-alive\ndata:\n\n"
+                    if (error := await recheck()) is not None:
+                        waiter.cancel()
+                        yield error
+                        return
+                if (error := await recheck()) is not None:
+                    yield error
+                    return
                 body, overflow, refused = _take(listener, manager, last_ids, sent)
                 if body:
                     yield body
@@ -356,6 +392,8 @@ def _take(listener, manager, last_ids: dict, sent: _Sent) -> tuple[str, bool, bo
         items, overflow, error = listener.channel_items, listener.overflow, listener.error
         listener.aevent.clear()
         listener.channel_items, listener.overflow = {}, False
+    if error:
+        items = {}  # refused: nothing queued is sent, some of it may be from after the revocation
     body = ""
     for channel, queued in items.items():
         for item in queued:

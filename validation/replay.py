@@ -1,7 +1,8 @@
 """Replay (DESIGN §5.5): re-execute a run's validator with every model, tool, command and
 check answer served from its journal, then prove the outcome is the recorded one.
 
-A replay never calls out and never writes: a request that is not journaled stops it with
+A replay never calls out and writes nothing to the database (it reads a temporary
+snapshot of the revision, removed afterwards): a request that is not journaled stops it with
 `JournalMiss`; a journal whose hash chain does not verify stops it before anything runs,
 naming the first bad entry. The verdict is accepted by the same pure steps as a live run
 (schema, host validators, normalization) and its hash must equal the hash journaled by
@@ -168,11 +169,14 @@ def _clock_ran_out(run: ValidatorRun, report: ReplayReport, verdict: dict[str, A
 
 
 def _unanswered(run: ValidatorRun, report: ReplayReport, miss: JournalMiss) -> ReplayReport:
-    """A call the run sent and never got answered ends the replay. That is the recorded
-    outcome when the run ended in error on it (its timeout, an unreachable model); for a
-    run that is still running (its worker died) it is as far as the journal goes."""
-    if miss.in_flight and run.status == RunStatus.ERROR:
-        report.replayed, report.error_code = "error", run.error.split(":", 1)[0]
+    """A call the run never got answered ends the replay. That is the recorded outcome
+    when the run ended in error on it (its timeout, an unreachable model); for a run that
+    is still running (its worker died) it is as far as the journal goes."""
+    code = run.error.split(":", 1)[0] if run.status == RunStatus.ERROR else ""
+    # A timeout can strike before the request is even journaled (a repair turn being
+    # built); an unreachable model leaves its request journaled without an answer.
+    if code == "timeout" or (code == "model_unavailable" and miss.in_flight):
+        report.replayed, report.error_code = "error", code
         report.notes.append(f"the run ended in error while this call was unanswered: {miss}")
         report.ok = True
     else:

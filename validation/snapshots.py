@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import stat
 import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from django.conf import settings
 
@@ -164,32 +165,45 @@ def _worktree_git_dir(folder: Path) -> Path | None:
     return record.parent.parent if record is not None else None
 
 
-def sweep_snapshots(*, live_labels: set[str], workspaces: Iterable[str] = ()) -> int:
-    """Remove snapshot folders whose run is no longer live (left by a killed worker), and
-    the repositories' records of those worktrees. Returns how many folders were removed."""
-    removed = 0
-    git_dirs: set[Path] = set()
-    for child in snapshot_root().iterdir():
-        if not _is_live(child, live_labels):
-            git_dir = _worktree_git_dir(child)
-            if git_dir is not None:
-                git_dirs.add(git_dir)
-            shutil.rmtree(child, ignore_errors=True)
-            removed += 1
-    git_dirs |= {d for d in map(_common_git_dir, set(workspaces)) if d is not None}
-    for git_dir in git_dirs:
-        if git_dir.is_dir():
-            _drop_dead_records(git_dir, live_labels)
-            prune_worktrees(git_dir)
-    return removed
-
-
+# What `snapshot()` names its folders: `<label>-<12 hex>`, the label `run-<pk>`,
+# `review-<pk>` or `replay-<pk>`. The sweep touches nothing else.
+SNAPSHOT_NAME = re.compile(r"^((?:run|review|replay)-\d+)-[0-9a-f]{12}$")
 # A replay has no row that says it is running: its snapshot is spared for this long.
 REPLAY_GRACE_SECONDS = 600
 
 
+def sweep_snapshots(*, live_labels: Callable[[], set[str]], workspaces: Iterable[str] = ()) -> int:
+    """Remove snapshot folders whose run is no longer live (left by a killed worker), and
+    the repositories' records of those worktrees. Returns how many folders were removed.
+
+    The candidates are listed first and `live_labels()` is asked after: a run is live
+    before its snapshot exists, so a snapshot made meanwhile is never a candidate."""
+    folders = [child for child in snapshot_root().iterdir() if SNAPSHOT_NAME.match(child.name)]
+    records = {git_dir: _snapshot_records(git_dir) for git_dir in _git_dirs(workspaces)}
+    live = live_labels()
+    removed, touched = 0, set()
+    for folder in folders:
+        if not _is_live(folder, live):
+            git_dir = _worktree_git_dir(folder)
+            if git_dir is not None:
+                touched.add(git_dir)
+            if folder.is_symlink():  # never ours: drop the link, never what it points at
+                folder.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    for git_dir, found in records.items():
+        dead = [(record, folder) for record, folder in found if not _is_live(folder, live)]
+        if dead and _drop_records(git_dir, dead):
+            touched.add(git_dir)
+    for git_dir in touched:
+        if git_dir.is_dir():
+            prune_worktrees(git_dir)
+    return removed
+
+
 def _is_live(folder: Path, live_labels: set[str]) -> bool:
-    label = folder.name.rsplit("-", 1)[0]
+    label = SNAPSHOT_NAME.match(folder.name).group(1)
     if label in live_labels:
         return True
     if label.startswith("replay-"):
@@ -198,37 +212,49 @@ def _is_live(folder: Path, live_labels: set[str]) -> bool:
     return False
 
 
-def _common_git_dir(workspace: str) -> Path | None:
-    """The git dir of a workspace, without a git process for a plain repository."""
-    if not workspace:
-        return None
-    dot_git = Path(workspace).expanduser() / ".git"
-    if dot_git.is_dir():
-        return dot_git
-    with contextlib.suppress(SnapshotError):
-        return repository_dirs(workspace)[1]
-    return None
+def _git_dirs(workspaces: Iterable[str]) -> set[Path]:
+    """The git dirs of the workspaces that are readable git repositories (any other is
+    left alone: a mission may name a path that is gone or not ours to read)."""
+    found = set()
+    for workspace in set(workspaces):
+        with contextlib.suppress(OSError, SnapshotError):
+            dot_git = Path(workspace).expanduser() / ".git"
+            git_dir = dot_git if dot_git.is_dir() else repository_dirs(workspace)[1]
+            if (git_dir / "worktrees").is_dir():
+                found.add(git_dir)
+    return found
 
 
-def _drop_dead_records(git_dir: Path, live_labels: set[str]) -> None:
-    """Drop the records of snapshots that are not live. `git worktree prune` is not enough:
-    a worker killed inside `git worktree add` leaves its record locked ("initializing"),
-    and prune never touches a locked worktree. Only records of our snapshot folders are
-    considered, and `worktree add` runs under the same lock, so none is half-made here."""
+def _snapshot_records(git_dir: Path) -> list[tuple[Path, Path]]:
+    """(record, snapshot folder) for each worktree record of `git_dir` that points at a
+    folder directly under the snapshot root with a snapshot's name."""
     root = os.path.realpath(snapshot_root())
-    records = git_dir / "worktrees"
-    if not records.is_dir():
-        return
-    with contextlib.suppress(OSError), repo_lock(git_dir, git_dir=git_dir):
-        for record in records.iterdir():
+    found = []
+    with contextlib.suppress(OSError):
+        for record in (git_dir / "worktrees").iterdir():
             try:
-                folder = Path((record / "gitdir").read_text().strip()).parent
+                pointer = Path((record / "gitdir").read_text().strip())
             except OSError:
                 continue
-            if os.path.realpath(folder.parent) != root or _is_live(folder, live_labels):
-                continue
-            shutil.rmtree(folder, ignore_errors=True)
-            shutil.rmtree(record, ignore_errors=True)
+            folder = Path(os.path.normpath(record / pointer)).parent  # a relative gitdir is relative to the record
+            if SNAPSHOT_NAME.match(folder.name) and os.path.realpath(folder.parent) == root and not folder.is_symlink():
+                found.append((record, folder))
+    return found
+
+
+def _drop_records(git_dir: Path, dead: list[tuple[Path, Path]]) -> bool:
+    """Drop the records of snapshots that are not live, and their folders. `git worktree
+    prune` is not enough: a worker killed inside `git worktree add` leaves its record
+    locked ("initializing"), and prune never touches a locked worktree. `worktree add`
+    runs under the same lock, so no record is half-made while this holds it."""
+    try:
+        with repo_lock(git_dir, git_dir=git_dir):
+            for record, folder in dead:
+                shutil.rmtree(folder, ignore_errors=True)
+                shutil.rmtree(record, ignore_errors=True)
+    except OSError:
+        return False
+    return True
 
 
 def bounded_diff(workspace: str, base: str, revision: str, limit: int = 60_000) -> str:

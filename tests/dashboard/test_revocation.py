@@ -29,6 +29,17 @@ def remove_member(mission: Mission, alice, user) -> None:
         mission_update(mission=mission, user=alice, members=[u for u in mission.members.all() if u != user])
 
 
+def removed_elsewhere(sse, mission, user, client, monkeypatch):
+    """`user`'s open stream of `mission`, then their membership removed as another process
+    would (no kick reaches this one); streams re-check every 0.4 s."""
+    mission.members.add(user)
+    monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.4)
+    stream = sse(f"/events/missions/{mission.pk}/", headers={"Cookie": session_cookie(client, user)})
+    opened(stream)
+    mission.members.remove(user)
+    return stream
+
+
 def test_a_removed_member_s_mission_stream_ends_forbidden(sse, small_mission, alice, bob, client):
     m = small_mission.mission
     m.members.add(bob)
@@ -66,11 +77,7 @@ def test_a_removed_member_s_list_stream_is_told_its_channels_changed(sse, small_
 def test_a_membership_removed_elsewhere_ends_the_stream_on_its_keep_alive(sse, small_mission, alice, bob, client,
                                                                           monkeypatch):
     m = small_mission.mission
-    m.members.add(bob)
-    monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.3)
-    stream = sse(f"/events/missions/{m.pk}/", headers={"Cookie": session_cookie(client, bob)})
-    opened(stream)
-    m.members.remove(bob)  # as another process would: no kick reaches this one
+    stream = removed_elsewhere(sse, m, bob, client, monkeypatch)
     error = stream.next(timeout=5)
     assert error["event"] == "stream-error" and error["json"]["condition"] == "forbidden"
 
@@ -122,3 +129,18 @@ def test_a_member_removed_in_the_admin_loses_the_websocket(small_mission, alice,
     assert answer.status_code == 302, answer.content.decode()[:2000]
     assert not m.members.filter(pk=bob.pk).exists()
     assert closed == {"type": "websocket.close", "code": 4403}
+
+
+def test_a_busy_stream_is_re_checked_too(sse, small_mission, alice, bob, client, monkeypatch):
+    """Events every 0.1 s: the stream never idles into a keep-alive, and still ends."""
+    m = small_mission.mission
+    stream = removed_elsewhere(sse, m, bob, client, monkeypatch)
+    seen = []
+    for i in range(60):
+        publish(m.pk, f"busy {i}")
+        event = stream.next(timeout=5)
+        seen.append(event["event"])
+        if event["event"] == "stream-error":
+            assert event["json"]["condition"] == "forbidden"
+            break
+    assert seen[-1] == "stream-error" and len(seen) > 1, seen

@@ -201,3 +201,30 @@ def test_a_record_left_locked_by_a_worker_killed_inside_worktree_add_is_dropped(
     recover()
     assert not record.exists()
     assert_no_snapshot_left(git_repo)
+
+
+def test_the_sweep_never_removes_anything_outside_the_snapshot_root(idle_broker, build_mission, git_repo, tmp_path):
+    """Worktree records are the repository's to write (an executor or a check may forge
+    them): whatever they point at, only snapshot folders directly under the root go."""
+    hello_feature(build_mission, git_repo)
+    root = snapshot_root()
+    victim = tmp_path / "victim"
+    (victim / "run-5-0123456789ab").mkdir(parents=True)
+    (victim / "keep.txt").write_text("mine")
+    records = Path(git_repo.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip()) / "worktrees"
+    forged = {
+        "up": f"{root}/../.git",                                           # the data dir above the root
+        "through": f"{root}/run-6-0123456789ab/../../victim/.git",         # climbs out by name
+        "elsewhere": f"{victim}/run-5-0123456789ab/.git",                  # a snapshot's name, not under the root
+        "relative": "../../../../victim/.git",                             # relative to the record
+    }
+    for name, gitdir in forged.items():
+        (records / name).mkdir(parents=True)
+        (records / name / "gitdir").write_text(gitdir + "\n")
+        (records / name / "locked").write_text("initializing")
+    link = root / "run-7-0123456789ab"
+    link.symlink_to(victim, target_is_directory=True)  # a link under the root is dropped, not followed
+    recover()
+    assert (victim / "keep.txt").read_text() == "mine" and (victim / "run-5-0123456789ab").is_dir()
+    assert root.is_dir() and root.parent.is_dir() and not link.exists() and not link.is_symlink()
+    assert sorted(p.name for p in records.iterdir()) == sorted(forged)  # not ours: left alone

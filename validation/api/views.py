@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import SyncToAsync
+from django.db import connections
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -43,9 +47,29 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if run.status == RunStatus.RUNNING:
             raise Conflict("the run is still running; replay it once it has ended", code="run_running")
         try:
-            return Response(replay_run(run.pk).as_dict())
+            return Response(_off_the_event_loop(replay_run, run.pk).as_dict())
         except JournalIntegrityError as exc:
             return Response({"run": run.pk, "ok": False, "integrity_error": str(exc), "first_bad_seq": exc.seq})
+
+
+_REPLAYS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fusion-replay")
+
+
+def _off_the_event_loop(fn, *args):
+    """Under ASGI a sync view runs in a thread whose `async_to_sync` (the agent validator's)
+    schedules coroutines on the server's event loop: a replay there would stall every live
+    stream. It runs in a thread of its own instead (two at most at a time), with its own
+    loop and database connection."""
+    if getattr(SyncToAsync.threadlocal, "main_event_loop", None) is None:
+        return fn(*args)
+
+    def run():
+        try:
+            return fn(*args)
+        finally:
+            connections.close_all()
+
+    return _REPLAYS.submit(run).result()
 
 
 class LineageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

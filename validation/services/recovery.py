@@ -86,8 +86,12 @@ def clean_snapshots() -> int:
 
     from validation.review.pipeline import live_snapshot_labels
 
-    live = {f"run-{pk}" for pk in ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)}
-    live |= live_snapshot_labels()  # snapshots of reviews still running
+    def live() -> set[str]:
+        runs = ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)
+        return {f"run-{pk}" for pk in runs} | live_snapshot_labels()  # and reviews still running
+
+    # Reading a repository's worktree records costs no git process; prune runs only where
+    # something was dropped.
     workspaces = Mission.objects.exclude(workspace="").values_list("workspace", flat=True).distinct()
     return sweep_snapshots(live_labels=live, workspaces=list(workspaces))
 
