@@ -197,7 +197,7 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]], workspaces: Iterable
         if dead and _drop_records(git_dir, dead):
             touched.add(git_dir)
     for git_dir in touched:
-        if git_dir.is_dir():
+        with contextlib.suppress(OSError):  # a repository we may not write to: left as it is
             prune_worktrees(git_dir)
     return removed
 
