@@ -77,11 +77,13 @@ def verify_chain(run_id: int) -> ChainReport:
 class JournalMiss(Exception):
     """A replay needed an answer the journal does not hold; replay never calls out.
     `in_flight`: the run did send that request and never got its answer (it ended, or
-    its worker died, while waiting)."""
+    its worker died, while waiting). `past_end`: the journal holds no later model call
+    either (the run ended before it sent this one)."""
 
-    def __init__(self, message: str, *, in_flight: bool = False):
+    def __init__(self, message: str, *, in_flight: bool = False, past_end: bool = False):
         super().__init__(message)
         self.in_flight = in_flight
+        self.past_end = past_end
 
 
 class CallLog:
@@ -103,6 +105,11 @@ class CallLog:
 
     def answer(self, kind: str, key: str) -> Any:
         return self._answers.get((kind, key[:200]))
+
+    def last_model_call(self) -> int:
+        """The highest ordinal of a journaled model request (0: none)."""
+        return max((p.get("ordinal", 0) for (kind, _), p in self._answers.items()
+                    if kind == "model_request" and isinstance(p, dict)), default=0)
 
     def record(self, kind: str, key: str, payload: Any) -> Any:
         payload = _jsonable(payload)

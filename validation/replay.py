@@ -173,9 +173,10 @@ def _unanswered(run: ValidatorRun, report: ReplayReport, miss: JournalMiss) -> R
     when the run ended in error on it (its timeout, an unreachable model); for a run that
     is still running (its worker died) it is as far as the journal goes."""
     code = run.error.split(":", 1)[0] if run.status == RunStatus.ERROR else ""
-    # A timeout can strike before the request is even journaled (a repair turn being
-    # built); an unreachable model leaves its request journaled without an answer.
-    if code == "timeout" or (code == "model_unavailable" and miss.in_flight):
+    # A timeout can strike before the next request is even journaled (a repair turn being
+    # built); an unreachable model leaves its request journaled without an answer. A miss
+    # in the middle of the journal is a divergence whatever the run's error.
+    if (code == "timeout" and (miss.in_flight or miss.past_end)) or (code == "model_unavailable" and miss.in_flight):
         report.replayed, report.error_code = "error", code
         report.notes.append(f"the run ended in error while this call was unanswered: {miss}")
         report.ok = True

@@ -12,8 +12,8 @@ from missions.admin.helpers import (
     TIMESTAMPS, LinkDisplays, RollupRefreshMixin, SaveChangedFieldsMixin, admin_link, formsets_changed,
     linked_milestone_ids,
 )
-from missions.events import audience, revoke_on_commit
 from missions.admin.inlines import ContractAssertionInline, FeatureInline, MilestoneInline, SliceInline
+from missions.events import audience, revoke_on_commit
 from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, MissionStatus, Slice
 
 

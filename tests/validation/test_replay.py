@@ -136,6 +136,26 @@ def test_replay_of_a_run_that_timed_out_mid_call(scripted, hello_feature):
     assert len(fn.calls) == 2
 
 
+def test_a_timed_out_run_whose_replay_diverges_is_not_reproduced(scripted, hello_feature, monkeypatch):
+    """A timeout excuses a journal that ends early, not one the replay leaves mid-way."""
+    import time
+
+    from validation.validators import agent
+
+    def slow(context):
+        time.sleep(3)
+        return ("verdict", GOOD)
+
+    scripted([("tool", "ls", {}), slow], timeout=2)
+    run = run_now(hello_feature(TWO))
+    assert run.status == RunStatus.ERROR and run.error.startswith("timeout:")
+    # the replay builds other requests than the run sent (as a changed prompt would)
+    original = agent.request_document
+    monkeypatch.setattr(agent, "request_document", lambda *a: {**original(*a), "changed": True})
+    report = replay_run(run.pk)
+    assert not report.ok and report.problems and "model call 1" in report.problems[0], report
+
+
 def test_replay_through_the_api(scripted, hello_feature, api_for, alice, django_user_model):
     bob = django_user_model.objects.create_user("bob")  # signed in, a member of nothing
     fn = scripted([("tool", "ls", {}), ("verdict", GOOD)])

@@ -199,7 +199,8 @@ class JournaledModel(WrapperModel):
         if not s.log.live:
             raise journal.JournalMiss(f"model call {s.ordinal} (request sha256 {digest[:16]}) is not in the journal; "
                                       "a replay never makes a live call",
-                                      in_flight=s.log.answer("model_request", key) is not None)
+                                      in_flight=s.log.answer("model_request", key) is not None,
+                                      past_end=s.ordinal > s.log.last_model_call())
         s.check_budget(len(journal.canonical(document)) // 4 + 1)
         await sync_to_async(s.log.record)("model_request", key, {
             "ordinal": s.ordinal, "request_sha256": digest, "new_messages": new_messages,
