@@ -86,11 +86,10 @@ def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
     from channels.layers import get_channel_layer
     from django.contrib.auth import get_user_model
 
-    from missions.selectors import visible_missions
     from missions.streams import kick_listeners
 
-    revoked = {u.pk for u in get_user_model().objects.filter(pk__in=user_ids)
-               if not visible_missions(user=u).filter(pk=mission_id).exists()}
+    staff = set(get_user_model().objects.filter(pk__in=user_ids, is_staff=True).values_list("pk", flat=True))
+    revoked = user_ids - audience(mission_id) - staff  # whoever was given access back meanwhile keeps it
     if not revoked:
         return
     kick_listeners(channel=mission_channel(mission_id), user_ids=revoked)

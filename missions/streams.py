@@ -60,10 +60,14 @@ class MissionChannelManager(DefaultChannelManager):
             return False
         if channel == GLOBAL_CHANNEL:
             return bool(user.is_staff)
-        prefix, _, raw_id = channel.partition("-")
-        if prefix != "mission" or not raw_id.isdigit():
-            return False
-        return can_see_mission(user=user, mission_id=int(raw_id))
+        mission_id = channel_mission_id(channel)
+        return mission_id is not None and can_see_mission(user=user, mission_id=mission_id)
+
+
+def channel_mission_id(channel: str) -> int | None:
+    """The mission of a `mission-<id>` channel; None for any other channel."""
+    prefix, _, raw_id = channel.partition("-")
+    return int(raw_id) if prefix == "mission" and raw_id.isdigit() else None
 
 
 def kick_listeners(*, channel: str, user_ids: set[int]) -> int:
@@ -97,8 +101,8 @@ def _still_allowed(user_id, channels) -> bool:
         return False
     if user.is_staff:
         return True
-    ids = {int(c.partition("-")[2]) for c in channels if c.startswith("mission-") and c.partition("-")[2].isdigit()}
-    if len(ids) != len(channels):
+    ids = {channel_mission_id(c) for c in channels}
+    if None in ids:
         return False  # the global channel (staff only), or a channel that is not a mission's
     return visible_missions(user=user).filter(pk__in=ids).count() == len(ids)
 

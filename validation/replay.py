@@ -143,15 +143,11 @@ def replay_run(run_id: int) -> ReplayReport:
         except (ValidatorCrashed, HostValidatorDefect) as exc:
             return _compare_error(run, report, getattr(exc, "code", "host_defect"), str(exc))
     report.tokens = {"in": judgement.tokens_in, "out": judgement.tokens_out}
-    if _timed_out_before_deciding(run):
-        return _clock_ran_out(run, report, verdict.model_dump())
-    return _compare_verdict(run, report, verdict.model_dump())
-
-
-def _timed_out_before_deciding(run: ValidatorRun) -> bool:
     final = _recorded_final(run.pk)
-    return (run.status == RunStatus.ERROR and run.error.split(":", 1)[0] == "timeout"
-            and not (final and final.get("verdict") == "accepted"))
+    accepted = bool(final) and final.get("verdict") == "accepted"
+    if run.status == RunStatus.ERROR and run.error.split(":", 1)[0] == "timeout" and not accepted:
+        return _clock_ran_out(run, report, verdict.model_dump())
+    return _compare_verdict(run, report, verdict.model_dump(), final)
 
 
 def _clock_ran_out(run: ValidatorRun, report: ReplayReport, verdict: dict[str, Any]) -> ReplayReport:
@@ -196,10 +192,10 @@ def _compare_error(run: ValidatorRun, report: ReplayReport, code: str, message: 
     return report
 
 
-def _compare_verdict(run: ValidatorRun, report: ReplayReport, verdict: dict[str, Any]) -> ReplayReport:
+def _compare_verdict(run: ValidatorRun, report: ReplayReport, verdict: dict[str, Any],
+                     final: dict[str, Any] | None) -> ReplayReport:
     report.replayed = verdict["status"]
     report.verdict_sha256 = journal.sha256_of(verdict)
-    final = _recorded_final(run.pk)
     report.recorded_sha256 = (final or {}).get("candidate_sha256", "")
     report.stored_verdict_sha256 = journal.sha256_of(run.verdict) if run.verdict is not None else ""
     if OUTCOME.get(run.status) != report.replayed:

@@ -188,8 +188,7 @@ def parse_candidate(data: Any) -> tuple[Verdict | None, list[str]]:
     try:
         return Verdict.model_validate(data), []
     except ValidationError as exc:
-        return None, [f"schema: {'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}"
-                      for err in exc.errors()[:20]]
+        return None, [f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}" for err in exc.errors()[:20]]
 
 
 def normalize(v: Verdict) -> Verdict:

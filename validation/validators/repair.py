@@ -109,7 +109,7 @@ def assess(candidate: Any, frozen: FrozenContext) -> tuple[Verdict | None, str, 
         return None, "schema", {"schema": ["(document): the verdict must be one JSON object (no JSON document was found)"]}
     verdict, problems = parse_candidate(candidate)
     if verdict is None:
-        return None, "schema", {"schema": [p.removeprefix("schema: ") for p in problems]}
+        return None, "schema", {"schema": problems}
     report = run_host_validators(verdict, frozen)  # raises HostValidatorDefect: not caught here
     if not report.ok:
         return verdict, "host", report.problems
