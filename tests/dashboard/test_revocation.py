@@ -149,4 +149,3 @@ def test_a_busy_stream_is_re_checked_too(sse, small_mission, alice, bob, client,
             break
         time.sleep(0.1)
     assert seen[-1] == "stream-error" and len(seen) > 1, seen
-    assert seen[-1] == "stream-error" and len(seen) > 1, seen
