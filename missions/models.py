@@ -31,6 +31,11 @@ class MissionStatus(models.TextChoices):
     ARCHIVED = "archived"
 
 
+class ProtectedChange(models.TextChoices):
+    FAIL = "fail"
+    RESTORE = "restore"
+
+
 class Executor(models.TextChoices):
     MANUAL = "manual"
     COMMAND = "command"
@@ -47,6 +52,10 @@ class Mission(TimeStamped):
     retry_budget = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(100)])
     workspace = models.CharField(max_length=500, blank=True, default="", help_text="Path of a local git repository.")
     base_revision = models.CharField(max_length=80, blank=True, default="")
+    # Glob patterns (relative to the workspace) restored to their base_revision content in
+    # every snapshot before a check runs; see docs/TRUTH.md.
+    protected_paths = models.JSONField(default=list, blank=True)
+    on_protected_change = models.CharField(max_length=16, choices=ProtectedChange.choices, default=ProtectedChange.FAIL)
     validator = models.CharField(max_length=80, default="composite", help_text="Validator profile name.")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
     executor_command = models.TextField(blank=True, default="")
@@ -141,6 +150,8 @@ class LoopState(models.TextChoices):
     NEEDS_FIX = "needs_fix"
     PASSED = "passed"
     BLOCKED = "blocked"
+    # A fix closed because its root passed: counts as done, spends nothing, never judged again.
+    SUPERSEDED = "superseded"
 
 
 class StopReason(models.TextChoices):
@@ -215,6 +226,14 @@ class ContractAssertion(TimeStamped):
         ordering = ["milestone_id", "order", "id"]
         constraints = [models.UniqueConstraint(fields=["mission", "key"], name="assertion_key_unique_per_mission")]
 
+    def clean(self) -> None:
+        from validation.checks_spec import check_spec_problems
+
+        if self.check_spec is not None:
+            problems = check_spec_problems(self.check_spec)
+            if problems:
+                raise ValidationError({"check_spec": problems})
+
     def save(self, *args, **kwargs):
         self.mission_id = self.milestone.mission_id
         super().save(*args, **kwargs)
@@ -259,7 +278,10 @@ class Task(TimeStamped):
     title = models.CharField(max_length=200)
     prompt = models.TextField(blank=True, default="")
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.TODO, db_index=True)
+    # The full commit id the task landed (resolved when it completed) and the name the
+    # user gave it (a branch, `HEAD`, a short id), kept for display only.
     revision = models.CharField(max_length=80, blank=True, default="")
+    revision_name = models.CharField(max_length=200, blank=True, default="")
     summary = models.TextField(blank=True, default="")
     log = models.TextField(blank=True, default="")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
@@ -293,5 +315,5 @@ class MissionEvent(TimeStamped):
 __all__ = [
     "AssertionScope", "AssertionStatus", "ContractAssertion", "Executor", "Feature", "FeatureAssertion",
     "FeatureStatus", "LoopState", "Milestone", "MilestoneStatus", "Mission",
-    "MissionEvent", "MissionStatus", "RollupState", "Slice", "SliceStatus", "StopReason", "Task", "TaskStatus",
+    "MissionEvent", "MissionStatus", "ProtectedChange", "RollupState", "Slice", "SliceStatus", "StopReason", "Task", "TaskStatus",
 ]

@@ -1,4 +1,7 @@
-"""The shapes an assertion's deterministic `check` may take (DESIGN §5.1)."""
+"""The shapes an assertion's deterministic `check` may take (README, "Mission files").
+
+Every writer (API, mission files, admin, services) and the judge itself go through
+`check_spec_problems`: a check it finds a problem in is never run."""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-RUN_KEYS = {"run", "expect_exit", "timeout", "expect_output", "shell"}
-FILE_KEYS = {"file", "exists", "contains", "not_contains"}
+RUN_KEYS = {"run", "expect_exit", "timeout", "expect_output", "shell", "protect"}
+FILE_KEYS = {"file", "exists", "contains", "not_contains", "protect"}
 MAX_TIMEOUT = 3600
 
 
@@ -19,6 +22,24 @@ def _regex_problem(name: str, value: Any) -> list[str]:
     except re.error as exc:
         return [f"{name} is not a valid regular expression: {exc}"]
     return []
+
+
+def _relative_problem(name: str, path: str) -> str | None:
+    if "\x00" in path:
+        return f"{name} must not contain a NUL character"
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts:
+        return f"{name} must be a relative path inside the checkout"
+    return None
+
+
+def _protect_problems(spec: dict) -> list[str]:
+    if "protect" not in spec:
+        return []
+    patterns = spec["protect"]
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p.strip() for p in patterns):
+        return ["protect must be a list of non-empty glob patterns"]
+    return [problem for p in patterns if (problem := _relative_problem(f"protect pattern {p!r}", p))]
 
 
 def _run_problems(spec: dict) -> list[str]:
@@ -34,7 +55,7 @@ def _run_problems(spec: dict) -> list[str]:
         problems.append("shell must be true or false")
     if "expect_output" in spec:
         problems += _regex_problem("expect_output", spec["expect_output"])
-    return problems
+    return problems + _protect_problems(spec)
 
 
 def _file_problems(spec: dict) -> list[str]:
@@ -42,11 +63,8 @@ def _file_problems(spec: dict) -> list[str]:
     path = spec["file"]
     if not isinstance(path, str) or not path.strip():
         return problems + ["file must be a relative path"]
-    if "\x00" in path:
-        return problems + ["file must not contain a NUL character"]
-    pure = PurePosixPath(path)
-    if pure.is_absolute() or ".." in pure.parts:
-        problems.append("file must be a relative path inside the checkout")
+    if problem := _relative_problem("file", path):
+        problems.append(problem)
     tests = [k for k in ("exists", "contains", "not_contains") if k in spec]
     if len(tests) != 1:
         problems.append("a file check needs exactly one of exists, contains, not_contains")
@@ -55,7 +73,7 @@ def _file_problems(spec: dict) -> list[str]:
     for name in ("contains", "not_contains"):
         if name in spec:
             problems += _regex_problem(name, spec[name])
-    return problems
+    return problems + _protect_problems(spec)
 
 
 def check_spec_problems(spec: Any) -> list[str]:

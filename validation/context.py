@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from validation.protect import Protection
+
 
 @dataclass(frozen=True)
 class AssertionSpec:
@@ -35,6 +37,8 @@ class ValidationContext:
     log_tail: str = ""
     diff: str = ""
     replay: Any = None  # a journal replayer serves answers instead of live calls
+    # The protected paths the run judges under; the checkout is already restored.
+    protection: Protection = field(default_factory=Protection)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,4 +1,4 @@
-"""The feature loop state machine (DESIGN §4.1): the table, and the one function that
+"""The feature loop state machine (docs/TRUTH.md): the table, and the one function that
 changes a feature's `loop_state`.
 
 A transition is a compare-and-swap on the old state, an audit row naming the cause (and
@@ -20,18 +20,22 @@ from missions.models import Feature, FeatureStatus, LoopState
 S = LoopState
 
 # old state -> {new state: the causes that may move it there}
+SUPERSEDE = frozenset({"superseded"})
+
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     S.IDLE: {
         S.IMPLEMENTING: frozenset({"task_linked"}),
-        S.VALIDATING: frozenset({"validate", "recovery"}),
+        S.VALIDATING: frozenset({"validate", "recovery", "root_revalidation"}),
         S.BLOCKED: frozenset({"no_assertions", "workspace_unavailable", "fingerprint_failures"}),
         S.PASSED: frozenset({"fingerprint_reuse"}),
+        S.SUPERSEDED: SUPERSEDE,
     },
     S.IMPLEMENTING: {
         S.VALIDATING: frozenset({"task_done", "validate", "recovery", "re_run", "root_revalidation"}),
         S.BLOCKED: frozenset({"fingerprint_failures", "operator", "budget_exhausted", "no_assertions",
                               "workspace_unavailable"}),
-        S.PASSED: frozenset({"fingerprint_reuse", "superseded"}),
+        S.PASSED: frozenset({"fingerprint_reuse"}),
+        S.SUPERSEDED: SUPERSEDE,
     },
     S.VALIDATING: {
         S.PASSED: frozenset({"pass", "fingerprint_reuse"}),
@@ -39,13 +43,15 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         S.BLOCKED: frozenset({"blocked", "validator_unavailable", "operator", "fingerprint_failures",
                               "workspace_unavailable", "no_assertions"}),
         S.IMPLEMENTING: frozenset({"recovery", "clear"}),
+        S.SUPERSEDED: SUPERSEDE,
     },
     S.NEEDS_FIX: {
         S.IMPLEMENTING: frozenset({"fix_created", "task_linked", "clear"}),
         S.VALIDATING: frozenset({"validate", "re_run", "task_done", "recovery", "root_revalidation"}),
         S.BLOCKED: frozenset({"budget_exhausted", "operator", "fingerprint_failures", "no_assertions",
                               "workspace_unavailable"}),
-        S.PASSED: frozenset({"superseded", "fingerprint_reuse"}),
+        S.PASSED: frozenset({"fingerprint_reuse"}),
+        S.SUPERSEDED: SUPERSEDE,
     },
     S.PASSED: {
         S.IMPLEMENTING: frozenset({"clear", "task_linked"}),
@@ -53,12 +59,19 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         S.BLOCKED: frozenset({"fingerprint_failures", "no_assertions", "workspace_unavailable"}),
         S.NEEDS_FIX: frozenset({"milestone_regression"}),
     },
+    # Only an operator's clear or re-run, or a mission resume, leaves `blocked`; never a
+    # reused pass (docs/TRUTH.md). A blocked fix whose root passed is closed as superseded.
     S.BLOCKED: {
         S.IMPLEMENTING: frozenset({"clear", "resume"}),
         S.VALIDATING: frozenset({"re_run", "resume"}),
-        S.PASSED: frozenset({"fingerprint_reuse"}),
+        S.SUPERSEDED: SUPERSEDE,
     },
+    # Closed: a superseded fix is done for rollups and the autopilot and is never judged again.
+    S.SUPERSEDED: {},
 }
+
+# Loop states that count as done for slices, milestones, the mission and the autopilot.
+DONE_STATES = frozenset({S.PASSED, S.SUPERSEDED})
 
 # Feature.status follows the loop; idle keeps whatever planning status it has.
 STATUS_FOR_LOOP = {
@@ -67,6 +80,7 @@ STATUS_FOR_LOOP = {
     S.NEEDS_FIX: FeatureStatus.IN_PROGRESS,
     S.PASSED: FeatureStatus.DONE,
     S.BLOCKED: FeatureStatus.BLOCKED,
+    S.SUPERSEDED: FeatureStatus.DONE,
 }
 
 
@@ -95,6 +109,10 @@ def feature_transition(
             "feature": feature_id, "from": old, "loop_state": new, "status": updates.get("status"), "cause": cause,
             **({"reason": reason} if reason else {}), **(payload or {}),
         }, actor_id=actor_id)
+        if old in DONE_STATES and new not in DONE_STATES:
+            from missions.services.milestones import reopen_for_feature
+
+            reopen_for_feature(feature_id=feature_id, cause=cause)
     if isinstance(feature, Feature):
         feature.refresh_from_db()
     return True

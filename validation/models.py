@@ -44,6 +44,10 @@ class ValidatorRun(TimeStamped):
     validator_config = models.JSONField(default=dict, blank=True)
     revision = models.CharField(max_length=80, blank=True, default="")
     input_fingerprint = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    # Frozen at admission: exactly the assertions this run judges (key, title, statement,
+    # check, scope) and the protection it judges under; see docs/TRUTH.md.
+    assertions = models.JSONField(default=list, blank=True)
+    protection = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, default="")
     blocked_reason = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -55,6 +59,8 @@ class ValidatorRun(TimeStamped):
     completed_at = models.DateTimeField(null=True, blank=True)
     # Set when a worker starts executing the run; a run whose lease has passed is reaped.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Who executes the run: set by compare-and-swap when a delivery claims it (validation.services.runner).
+    claim_token = models.CharField(max_length=32, blank=True, default="")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:

@@ -1,10 +1,12 @@
 """Subprocess adapter: scrubbed environment, a timeout that kills the whole process
-group, and captured output capped to its tail. Every command the host runs for checks,
-command validators and executors goes through `run_command`."""
+group, and captured output capped to its tail (a pattern is still searched in the whole
+output). Every command the host runs for checks, command validators and executors goes
+through `run_command`."""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -30,6 +32,7 @@ class CommandResult:
     timed_out: bool
     truncated: bool
     duration: float
+    matched: bool | None = None  # whether `match` was found in the whole output; None: not asked
 
     @property
     def ok(self) -> bool:
@@ -66,7 +69,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_command(command: str | list[str], *, cwd: Path, timeout: float, max_output: int,
-                shell: bool = False, stdin: str | None = None, env: dict[str, str] | None = None) -> CommandResult:
+                shell: bool = False, stdin: str | None = None, env: dict[str, str] | None = None,
+                match: str | None = None) -> CommandResult:
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
@@ -90,8 +94,9 @@ def run_command(command: str | list[str], *, cwd: Path, timeout: float, max_outp
         _kill_group(proc)  # also reaps children left behind by a command that exited
         proc.wait()
         output, truncated = _tail(out, max_output)
+        matched = None if match is None else _search_all(out, match)
     return CommandResult(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
-                         truncated=truncated, duration=time.monotonic() - started)
+                         truncated=truncated, duration=time.monotonic() - started, matched=matched)
 
 
 def _tail(fh, limit: int) -> tuple[str, bool]:
@@ -100,3 +105,9 @@ def _tail(fh, limit: int) -> tuple[str, bool]:
     fh.seek(max(size - limit, 0))
     text = fh.read().decode("utf-8", errors="replace")
     return (("[… output truncated, last %d bytes shown]\n" % limit) + text if truncated else text), truncated
+
+
+def _search_all(fh, pattern: str) -> bool:
+    # The whole output, not the tail: "RESULT: OK" followed by a long log still matched.
+    fh.seek(0)
+    return re.search(pattern, fh.read().decode("utf-8", errors="replace")) is not None

@@ -30,13 +30,17 @@ class SnapshotError(Exception):
     """The workspace or revision cannot be checked out."""
 
 
-def git(repo: Path, *args: str, timeout: int = GIT_TIMEOUT) -> str:
+def _git_run(repo: Path, args: tuple[str, ...], timeout: int) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
            "GIT_TERMINAL_PROMPT": "0", "LANG": "C"}
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout, env=env)
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SnapshotError(f"git {' '.join(args[:2])} failed: {exc}") from exc
+
+
+def git(repo: Path, *args: str, timeout: int = GIT_TIMEOUT) -> str:
+    proc = _git_run(repo, args, timeout)
     if proc.returncode != 0:
         raise SnapshotError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[:500]}")
     return proc.stdout
@@ -75,6 +79,24 @@ def head_revision(workspace: str) -> str:
     return git(repository(workspace), "rev-parse", "HEAD").strip()
 
 
+FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def pin_revision(workspace: str, name: str) -> str:
+    """The full commit id `name` (a branch, a tag, `HEAD`, a short id) names in the
+    workspace's repository now. Judgements are pinned to this id: a ref that moves later
+    never changes what was judged (docs/TRUTH.md)."""
+    return resolve_revision(repository(workspace), name)
+
+
+def is_ancestor(workspace: str, older: str, newer: str) -> bool:
+    """Whether commit `older` is contained in the history of `newer`."""
+    proc = _git_run(repository(workspace), ("merge-base", "--is-ancestor", older, newer), GIT_TIMEOUT)
+    if proc.returncode not in (0, 1):
+        raise SnapshotError(f"git merge-base failed: {proc.stderr.strip()[:500]}")
+    return proc.returncode == 0
+
+
 @contextlib.contextmanager
 def repo_lock(repo: Path, name: str = "fusion-worktree.lock", *, git_dir: Path | None = None) -> Iterator[None]:
     """An exclusive lock, across processes, on one repository (a file in its git dir;
@@ -99,9 +121,9 @@ def snapshot_root() -> Path:
 def _make_read_only(path: Path) -> None:
     # Tracked files become read-only; directories stay writable so that tools can
     # keep caches (the snapshot is thrown away anyway).
-    for dirpath, _dirs, files in os.walk(path):
-        if "/.git" in dirpath:
-            continue
+    for dirpath, dirs, files in os.walk(path):
+        # Only a `.git` entry itself is git's: `.github/`, `.gitlab/` are the revision's.
+        dirs[:] = [d for d in dirs if d != ".git"]
         for name in files:
             target = Path(dirpath, name)
             if not target.is_symlink():
@@ -123,6 +145,58 @@ def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[P
         yield target
     finally:
         remove_snapshot(repo, target)
+
+
+@contextlib.contextmanager
+def private_copy(source: Path) -> Iterator[Path]:
+    """A copy of the snapshot `source` for one check, removed afterwards: what the check
+    deletes or generates stays in its copy, and no other check sees it. A real copy: a
+    hard link of a read-only file can be made writable and changed in place, which would
+    change the snapshot too. Named like its snapshot (`run-<pk>-<hex>`), so that the sweep
+    removes a copy a killed worker left."""
+    match = SNAPSHOT_NAME.match(source.name)
+    target = snapshot_root() / f"{match.group(1) if match else 'copy'}-{uuid.uuid4().hex[:12]}"
+    try:
+        _copy_tree(source, target)
+        yield target
+    finally:
+        _remove_tree(target)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    # `cp -a` keeps modes (read-only files), symlinks and times, several times faster than
+    # copytree (bench/check_copies.py); `--reflink=auto` shares blocks where the file
+    # system can. Without GNU cp, copytree does the same.
+    try:
+        done = subprocess.run(["cp", "-a", "--reflink=auto", "--", str(source), str(target)],
+                              capture_output=True).returncode == 0
+    except OSError:
+        done = False
+    if not done:
+        _remove_tree(target)
+        shutil.copytree(source, target, symlinks=True)
+
+
+def _remove_tree(path: Path) -> None:
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+
+    def retry(func, name, _exc_info) -> None:
+        # A check may have taken the permissions off a folder of its copy.
+        if func is os.rmdir and os.path.abspath(name) == os.path.abspath(path):
+            return  # its parent is the snapshot root, never ours to change
+        with contextlib.suppress(OSError):
+            if func in (os.open, os.scandir, os.listdir):
+                os.chmod(name, stat.S_IRWXU)
+                shutil.rmtree(name, onerror=retry)
+            else:
+                os.chmod(os.path.dirname(name), stat.S_IRWXU)
+                func(name)
+
+    shutil.rmtree(path, onerror=retry)
 
 
 def remove_snapshot(repo: Path | None, target: Path) -> None:

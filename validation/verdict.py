@@ -8,6 +8,7 @@ a verdict. The overall status is always recomputed from the per-assertion verdic
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class HostValidatorDefect(Exception):
 
 
 def overall_status(assertions: list[AssertionVerdict]) -> str:
+    if not assertions:  # nothing judged is never a pass (docs/TRUTH.md)
+        return "blocked"
     verdicts = {a.verdict for a in assertions}
     if "blocked" in verdicts:
         return "blocked"
@@ -110,6 +113,57 @@ def evidence_present(v: Verdict, ctx: FrozenContext) -> list[str]:
 
 
 FILE_REF = re.compile(r"^(?P<path>[^\s:]+?)(?::(?P<line>\d+))?(?:[:\s].*)?$", re.S)
+# After a quoted path (a JSON string): an optional :line, then the rest of the text.
+AFTER_QUOTED = re.compile(r"(?::(?P<line>\d+))?(?:[:\s].*)?$", re.S)
+
+
+def read_checkout_text(path: Path) -> str:
+    """A checkout file as text: undecodable bytes replaced, line endings kept as they are
+    (a check for a stray `\r` must see it)."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        return fh.read()
+
+
+def line_of(text: str, offset: int) -> int:
+    """The 1-based line holding `text[offset]`. `\r\n`, `\r` and `\n` each end one line,
+    for the checks validator and the host validator alike; an offset inside a line break,
+    or at the very end, belongs to the line that break ends."""
+    if offset == len(text) and text.endswith(("\r", "\n")):
+        offset -= 1
+    if 0 < offset < len(text) and text[offset - 1:offset + 1] == "\r\n":
+        offset -= 1
+    return text.count("\n", 0, offset) + text.count("\r", 0, offset) - text.count("\r\n", 0, offset) + 1
+
+
+def line_count(text: str) -> int:
+    return line_of(text, len(text)) if text else 0
+
+
+def escape_invisible(text: str) -> str:
+    """Invisible characters as JSON-style `\\uXXXX` escapes (a surrogate pair beyond the BMP)."""
+    if not _invisible_in(text):
+        return text
+    return "".join(json.dumps(ch)[1:-1] if unicodedata.category(ch) in INVISIBLE else ch for ch in text)
+
+
+def file_ref(path: str, line: int | None = None) -> str:
+    """File evidence naming `path` (and `line`) as `_file_ref_problem` reads it back: a path
+    with whitespace, a colon, a quote, a backslash or an invisible character is quoted."""
+    plain = bool(path) and not any(ch.isspace() or ch in ':"\\' for ch in path) and not _invisible_in(path)
+    text = path if plain else escape_invisible(json.dumps(path, ensure_ascii=False))
+    return text if line is None else f"{text}:{line}"
+
+
+def _split_file_ref(text: str) -> tuple[str, str | None] | None:
+    if text.startswith('"'):
+        try:
+            rel, end = json.JSONDecoder().raw_decode(text)
+        except ValueError:
+            return None
+        rest = AFTER_QUOTED.match(text, end)
+        return (rel, rest.group("line")) if isinstance(rel, str) and rest else None
+    match = FILE_REF.match(text)
+    return (match.group("path"), match.group("line")) if match else None
 
 
 def file_evidence_exists(v: Verdict, ctx: FrozenContext) -> list[str]:
@@ -128,16 +182,18 @@ def file_evidence_exists(v: Verdict, ctx: FrozenContext) -> list[str]:
 
 
 def _file_ref_problem(root: Path, text: str) -> str | None:
-    match = FILE_REF.match(text)
-    if not match:
-        return f"file evidence {text[:80]!r} must start with path or path:line"
-    rel, line = match.group("path"), match.group("line")
-    target = (root / rel).resolve()
-    if not target.is_relative_to(root) or not target.is_file():
+    ref = _split_file_ref(text)
+    if ref is None:
+        return f'file evidence {text[:80]!r} must start with path, path:line or "quoted path":line'
+    rel, line = ref
+    try:
+        target = (root / rel).resolve()
+    except (ValueError, OSError):
+        target = None
+    if target is None or not target.is_relative_to(root) or not target.is_file():
         return f"file evidence names {rel!r}, which is not a file in the checkout"
     if line is not None:
-        with open(target, "rb") as fh:
-            count = sum(1 for _ in fh)
+        count = line_count(read_checkout_text(target))
         if not 1 <= int(line) <= max(count, 1):
             return f"file evidence {rel}:{line} is past the end of the file ({count} lines)"
     return None
@@ -195,6 +251,8 @@ def normalize(v: Verdict) -> Verdict:
     """The stored verdict: status recomputed from per-assertion verdicts."""
     status = overall_status(v.assertions)
     blocked_reason = v.blocked_reason
-    if status == "blocked" and not blocked_reason.strip():
+    if status == "blocked" and not v.assertions:
+        blocked_reason = "no assertions to judge: a verdict over an empty set never passes"
+    elif status == "blocked" and not blocked_reason.strip():
         blocked_reason = "; ".join(f"{a.key}: {a.message}" for a in v.assertions if a.verdict == "blocked")[:2000]
     return v.model_copy(update={"status": status, "blocked_reason": blocked_reason if status == "blocked" else ""})

@@ -129,9 +129,9 @@ class TaskSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Task
-        fields = ["id", "mission", "feature", "title", "prompt", "status", "revision", "summary", "log", "executor",
-                  "started_at", "finished_at", "created_at", "updated_at"]
-        read_only_fields = ["status", "revision", "summary", "log", "executor", "started_at", "finished_at",
+        fields = ["id", "mission", "feature", "title", "prompt", "status", "revision", "revision_name", "summary", "log",
+                  "executor", "started_at", "finished_at", "created_at", "updated_at"]
+        read_only_fields = ["status", "revision", "revision_name", "summary", "log", "executor", "started_at", "finished_at",
                             "created_at", "updated_at"]
         # `POST /api/tasks/ {"feature": id}` is enough: the service titles the task after its feature.
         extra_kwargs = {"title": {"required": False}}
@@ -146,7 +146,7 @@ class TaskSerializer(serializers.ModelSerializer):
 
 
 class TaskCompleteSerializer(serializers.Serializer):
-    revision = serializers.CharField(max_length=80)
+    revision = serializers.CharField(max_length=200)
     summary = serializers.CharField(required=False, allow_blank=True, default="", max_length=20000)
 
 

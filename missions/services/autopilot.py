@@ -81,7 +81,7 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
         if blocked is not None:
             return _stop(mission, f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): "
                                   f"repair it to continue")
-        if features.exclude(loop_state=LoopState.PASSED).exists():
+        if features.exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]).exists():
             _triage(slice_)
             _clear_stop(mission)
             return "waiting"

@@ -16,6 +16,7 @@ from missions.models import (
     AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice, TaskStatus,
 )
 from missions.services.rollup import milestone_rollup_refresh
+from validation.checks_spec import check_spec_problems
 
 
 def require_staff_for_code(*, user, old: Any, new: Any, field: str) -> None:
@@ -220,9 +221,18 @@ def _assertion_payload(assertion: ContractAssertion) -> dict[str, Any]:
             "status": assertion.status, "scope": assertion.scope}
 
 
+def _require_valid_check(fields: dict[str, Any]) -> None:
+    """The one shape rule every writer applies (API, mission files, admin via the model)."""
+    spec = fields.get("check_spec")
+    problems = check_spec_problems(spec) if spec is not None else []
+    if problems:
+        raise Invalid("the check is not valid: " + "; ".join(problems), code="invalid_check", fields={"check": problems})
+
+
 @_unique_key_guard
 def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAssertion:
     require_staff_for_code(user=user, old=None, new=fields.get("check_spec"), field="check")
+    _require_valid_check(fields)
     assertion = ContractAssertion(milestone=milestone, **fields)
     assertion.save()
     publish_on_commit(milestone.mission_id, "assertion:created", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
@@ -233,6 +243,7 @@ def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAs
 @_unique_key_guard
 def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> ContractAssertion:
     require_staff_for_code(user=user, old=assertion.check_spec, new=fields.get("check_spec", assertion.check_spec), field="check")
+    _require_valid_check(fields)
     old_milestone = assertion.milestone_id
     milestone = fields.get("milestone", assertion.milestone)
     if milestone.mission_id != assertion.mission_id:

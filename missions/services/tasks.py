@@ -16,7 +16,9 @@ from missions.models import Executor, Feature, LoopState, Mission, MissionStatus
 
 def _task_event(task: Task, actor_id: int | None, **extra) -> None:
     publish_on_commit(task.mission_id, "task:updated", {
-        "task": task.pk, "feature": task.feature_id, "status": task.status, "revision": task.revision, **extra,
+        "task": task.pk, "feature": task.feature_id, "status": task.status, "revision": task.revision,
+        **({"revision_name": task.revision_name} if task.revision_name and task.revision_name != task.revision else {}),
+        **extra,
     }, actor_id=actor_id)
 
 
@@ -77,12 +79,31 @@ def task_start(*, user, task: Task) -> Task:
     return task
 
 
+def pin_task_revision(*, mission: Mission, name: str) -> str:
+    """The full commit id a completed task is judged at, resolved now (docs/TRUTH.md):
+    `main` or `HEAD` moving later never changes it. Unknown names are refused."""
+    from validation.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+
+    if not mission.workspace:
+        if FULL_COMMIT.match(name):
+            return name
+        raise Invalid(f"revision {name!r} cannot be resolved: the mission has no workspace; give the full commit id",
+                      code="unknown_revision", fields={"revision": ["not a full commit id"]})
+    try:
+        return pin_revision(mission.workspace, name)
+    except SnapshotError as exc:
+        raise Invalid(f"revision {name!r} is not a commit of the mission's workspace ({exc})", code="unknown_revision",
+                      fields={"revision": ["unknown revision"]}) from exc
+
+
 @transaction.atomic
 def task_complete(*, user, task: Task, revision: str, summary: str = "", log: str | None = None) -> Task:
-    """Record the landed revision; the outcome is processed after commit (idempotently)."""
-    revision = revision.strip()
-    if not revision:
+    """Record the landed revision, pinned to its commit id; the outcome is processed after
+    commit (idempotently)."""
+    name = revision.strip()
+    if not name:
         raise Invalid("a completed task needs the revision it landed", fields={"revision": ["required"]})
+    revision = pin_task_revision(mission=task.mission, name=name)
     lock_mission(task.mission_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
     if task.status == TaskStatus.DONE:
@@ -93,7 +114,8 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     if task.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
         raise Conflict(f"a {task.status} task cannot be completed", code="illegal_task_state")
     now = timezone.now()
-    fields = {"status": TaskStatus.DONE, "revision": revision, "summary": summary, "finished_at": now, "updated_at": now}
+    fields = {"status": TaskStatus.DONE, "revision": revision, "revision_name": name[:200], "summary": summary,
+              "finished_at": now, "updated_at": now}
     if task.started_at is None:
         fields["started_at"] = now
     if log is not None:

@@ -180,13 +180,14 @@ def test_the_database_allows_one_running_run_per_feature_even_without_the_row_lo
 
     profile = profiles.get_profile("composite")
     revision = git_repo.git("rev-parse", "HEAD").strip()
-    fingerprint = input_fingerprint(revision=revision, assertions=feature_assertion_specs(feature), profile=profile)
+    assertions = feature_assertion_specs(feature)
+    fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile)
 
     def bypass():
         with transaction.atomic():
             stale = Feature.objects.select_related("mission", "slice").get(pk=feature.pk)  # no row lock
             return start_run(feature=stale, trigger="manual", cause="validate", profile=profile, revision=revision,
-                             fingerprint=fingerprint, actor_id=None)
+                             fingerprint=fingerprint, actor_id=None, assertions=assertions, protection={})
 
     results = race(bypass, bypass)
     runs = [r for r in results if isinstance(r, ValidatorRun)]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from django.db import transaction
 
 from missions.models import Feature, MissionEvent, Task
 from missions.services.tasks import task_complete, task_create
@@ -108,16 +111,30 @@ def test_report_only_mission_records_failure_without_fix(worker, build_mission, 
     assert again.status_code == 409 and again.json()["code"] in ("fix_exists", "no_failure")
 
 
-def test_not_a_git_repository_blocks_with_clear_reason(worker, build_mission, tmp_path, alice, api_for):
+def test_a_revision_the_workspace_cannot_resolve_is_refused_at_once(worker, build_mission, tmp_path, alice, api_for):
     plain = tmp_path / "plain"
     plain.mkdir()
     build_mission({"hello": [("VAL-1", GREETING)]}, workspace=plain)
     feature = Feature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
-    task_complete(user=alice, task=task, revision="abc123")
+    response = api_for(alice).post(f"/api/tasks/{task.pk}/complete/", {"revision": "abc123"}, format="json")
+    assert response.status_code == 400 and response.json()["code"] == "unknown_revision", response.json()
+    assert "is not a git repository" in response.json()["detail"]
+    task.refresh_from_db()
+    assert task.status == "todo" and task.revision == "" and not ValidatorRun.objects.exists()
+
+
+def test_a_workspace_gone_after_completion_blocks_with_clear_reason(worker, build_mission, git_repo, alice):
+    build_mission({"hello": [("VAL-1", GREETING)]})
+    feature = Feature.objects.get(key="hello")
+    task = task_create(user=alice, feature=feature)
+    revision = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
+    with transaction.atomic():
+        task_complete(user=alice, task=task, revision=revision)
+        shutil.rmtree(git_repo.path / ".git")  # gone before the run executes (after commit)
     worker.drain()
     feature.refresh_from_db()
-    run = ValidatorRun.objects.get(feature=feature)
+    run = ValidatorRun.objects.filter(feature=feature).order_by("id").first()
     assert run.status == RunStatus.ERROR and "is not a git repository" in run.error
     assert feature.loop_state == "blocked" and feature.stop_reason == "workspace_unavailable"
 

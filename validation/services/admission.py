@@ -1,4 +1,4 @@
-"""Admission (DESIGN §4.3): under a lock on the feature row, decide whether a validator
+"""Admission (docs/TRUTH.md): under a lock on the feature row, decide whether a validator
 run starts, an identical earlier pass is reused, or the feature is blocked.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -17,6 +18,8 @@ from validation import profiles
 from validation.journal import sha256_of
 from validation.loop import feature_transition
 from validation.models import RunScope, RunStatus, ValidatorRun
+from validation.selectors import feature_revision, newest_judged_run
+from validation.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 
 IDENTICAL_FAILURE_LIMIT = 3
 
@@ -29,32 +32,54 @@ class Admission:
 
 
 def feature_assertion_specs(feature: Feature) -> list[dict[str, Any]]:
-    return [{"key": a.key, "statement": a.statement, "check": a.check_spec}
-            for a in feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")]
+    """The feature's assertion set as a run freezes it: what it is judged by, nothing else."""
+    return [frozen_assertion(a) for a in feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")]
 
 
-def input_fingerprint(*, revision: str, assertions: list[dict[str, Any]], profile: dict[str, Any]) -> str:
-    return sha256_of({"revision": revision, "assertions": assertions, "validator": profiles.public_config(profile)})
+def frozen_assertion(a) -> dict[str, Any]:
+    return {"key": a.key, "title": a.title, "statement": a.statement, "check": a.check_spec, "scope": a.scope}
 
 
-def latest_revision(feature: Feature) -> str:
-    task = feature.tasks.filter(status=TaskStatus.DONE).exclude(revision="").order_by("-finished_at", "-id").first()
-    if task is not None:
-        return task.revision
-    if feature.mission.workspace:
-        from validation.snapshots import SnapshotError, head_revision
+def input_fingerprint(*, revision: str, assertions: list[dict[str, Any]], profile: dict[str, Any],
+                      protection: dict[str, Any] | None = None) -> str:
+    judged = [{"key": a["key"], "statement": a["statement"], "check": a["check"]} for a in assertions]
+    return sha256_of({"revision": revision, "assertions": judged, "validator": profiles.public_config(profile),
+                      **({"protection": protection} if protection else {})})
 
-        try:
-            return head_revision(feature.mission.workspace)
-        except SnapshotError:
-            return ""
-    return ""
+
+def mission_protection(mission) -> dict[str, Any]:
+    """The protection a run judges under, frozen with the base pinned to its commit id."""
+    if not mission.protected_paths:
+        return {}
+    return {"paths": list(mission.protected_paths), "on_change": mission.on_protected_change,
+            "base": pin_revision(mission.workspace, mission.base_revision)}
+
+
+def standing_revision(feature: Feature) -> str:
+    """`feature_revision`, or the workspace's HEAD pinned now for a feature never tasked."""
+    revision = feature_revision(feature)
+    if revision or not feature.mission.workspace:
+        return revision
+    try:
+        return pin_revision(feature.mission.workspace, "HEAD")
+    except SnapshotError:
+        return ""
+
+
+def _pinned(feature: Feature, revision: str) -> str:
+    if not revision or FULL_COMMIT.match(revision) or not feature.mission.workspace:
+        return revision
+    return pin_revision(feature.mission.workspace, revision)
 
 
 def _block(feature: Feature, *, cause: str, reason: str, detail: str, actor_id: int | None) -> Admission:
     feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.BLOCKED, cause=cause, actor_id=actor_id,
                        reason=detail, fields={"stop_reason": reason, "stop_detail": detail, "stopped_at": timezone.now()})
     return Admission("blocked", detail=detail)
+
+
+# Only these leave `blocked` (docs/TRUTH.md): never a reuse, a task outcome or a fix.
+UNBLOCKING_CAUSES = frozenset({"re_run", "resume"})
 
 
 @transaction.atomic
@@ -71,11 +96,23 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
             raise Conflict("a validation of this feature is already running", code="validation_already_running",
                            extra={"run": running.pk})
         return Admission("already_running", running)
+    refused = _refusal(feature, cause)
+    if refused is not None:
+        if raise_conflict:
+            raise refused
+        return Admission("refused", detail=refused.detail)
     try:
         profile = profiles.get_profile(profile_name or feature.mission.validator)
     except profiles.ProfileError as exc:
         raise Invalid(str(exc), code="unknown_validator", fields={"validator": [str(exc)]}) from exc
-    revision = revision or latest_revision(feature)
+    try:
+        revision = _pinned(feature, revision or standing_revision(feature))
+        protection = mission_protection(feature.mission)
+    except SnapshotError as exc:
+        if raise_conflict:
+            raise Invalid(str(exc), code="workspace_unavailable") from exc
+        return _block(feature, cause="workspace_unavailable", reason=StopReason.WORKSPACE_UNAVAILABLE,
+                      detail=str(exc)[:2000], actor_id=actor_id)
     if not revision:
         raise Invalid("nothing to validate: the feature has no landed task revision and the mission no workspace",
                       code="no_revision")
@@ -85,32 +122,61 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
             raise Invalid("the feature has no contract assertions to judge it by", code="no_assertions")
         return _block(feature, cause="no_assertions", reason=StopReason.NO_ASSERTIONS,
                       detail="no contract assertions are linked: a feature never passes without them", actor_id=actor_id)
-    fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile)
-    prior = ValidatorRun.objects.filter(feature=feature, input_fingerprint=fingerprint)
+    fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile, protection=protection)
     if not force:
-        reused = prior.filter(status=RunStatus.PASSED).order_by("-id").first()
-        if reused is not None:
-            return _reuse(feature, reused, trigger=trigger, actor_id=actor_id)
-        if prior.filter(status=RunStatus.FAILED).count() >= IDENTICAL_FAILURE_LIMIT:
+        newest = newest_judged_run(feature_id=feature.pk, fingerprint=fingerprint)
+        if newest is not None and newest.status == RunStatus.PASSED:
+            return _reuse(feature, newest, trigger=trigger, actor_id=actor_id)
+        failed = ValidatorRun.objects.filter(feature=feature, input_fingerprint=fingerprint, status=RunStatus.FAILED)
+        if failed.count() >= IDENTICAL_FAILURE_LIMIT:
             return _block(feature, cause="fingerprint_failures", reason=StopReason.FINGERPRINT, actor_id=actor_id,
                           detail=f"the same input failed {IDENTICAL_FAILURE_LIMIT} times; change the code or the assertions")
     run = start_run(feature=feature, trigger=trigger, cause=cause, profile=profile, revision=revision,
-                    fingerprint=fingerprint, actor_id=actor_id, reason=reason)
+                    fingerprint=fingerprint, actor_id=actor_id, reason=reason, assertions=assertions,
+                    protection=protection)
     return Admission("started", run)
 
 
+def _refusal(feature: Feature, cause: str) -> Conflict | None:
+    if feature.loop_state == LoopState.BLOCKED and cause not in UNBLOCKING_CAUSES:
+        return Conflict(f"the feature is blocked ({feature.stop_reason or 'validator'}): clear or re-run it",
+                        code="feature_blocked", extra={"stop_reason": feature.stop_reason})
+    if feature.loop_state == LoopState.SUPERSEDED:
+        return Conflict("the fix is superseded: its root passed", code="feature_superseded")
+    return None
+
+
+def new_run(*, feature: Feature | None, milestone_id: int, trigger: str, validator: str, validator_config: dict[str, Any],
+            revision: str, assertions: list[dict[str, Any]], protection: dict[str, Any], fingerprint: str = "",
+            actor_id: int | None = None, mission_id: int | None = None, **fields: Any) -> ValidatorRun:
+    """The one place a ValidatorRun row is made: every run carries its frozen input."""
+    return ValidatorRun.objects.create(
+        mission_id=feature.mission_id if feature else mission_id, feature=feature,
+        milestone_id=milestone_id, scope=RunScope.FEATURE if feature else RunScope.MILESTONE, trigger=trigger,
+        validator=validator, validator_config=validator_config, revision=revision,
+        input_fingerprint=fingerprint, assertions=assertions, protection=protection, requested_by_id=actor_id,
+        **({"implementation_attempt": feature.implementation_attempts} if feature else {}), **fields,
+    )
+
+
+def run_started_event(run: ValidatorRun, *, actor_id: int | None = None, **extra: Any) -> None:
+    publish_on_commit(run.mission_id, "validator-run:started", {
+        "run": run.pk, "feature": run.feature_id, "milestone": run.milestone_id, "scope": run.scope,
+        "trigger": run.trigger, "validator_attempt": run.validator_attempt,
+        "implementation_attempt": run.implementation_attempt, "revision": run.revision, **extra,
+    }, actor_id=actor_id)
+
+
 def start_run(*, feature: Feature, trigger: str, cause: str, profile: dict[str, Any], revision: str, fingerprint: str,
-              actor_id: int | None, reason: str = "") -> ValidatorRun:
+              actor_id: int | None, assertions: list[dict[str, Any]], protection: dict[str, Any],
+              reason: str = "") -> ValidatorRun:
     """Create the run, point the feature at it, move it to `validating`, queue the judge."""
     try:
         with transaction.atomic():
-            run = ValidatorRun.objects.create(
-                mission_id=feature.mission_id, feature=feature, milestone_id=feature.slice.milestone_id, scope=RunScope.FEATURE,
-                trigger=trigger, implementation_attempt=feature.implementation_attempts,
-                validator_attempt=feature.validator_attempts + 1, validator=profile["name"],
-                validator_config=profiles.public_config(profile), revision=revision, input_fingerprint=fingerprint,
-                requested_by_id=actor_id,
-            )
+            run = new_run(feature=feature, milestone_id=feature.slice.milestone_id, trigger=trigger,
+                          validator=profile["name"], validator_config=profiles.public_config(profile), revision=revision,
+                          assertions=assertions, protection=protection, fingerprint=fingerprint,
+                          actor_id=actor_id, validator_attempt=feature.validator_attempts + 1)
     except IntegrityError as exc:  # the database's own "one running run per feature"
         raise Conflict("a validation of this feature is already running", code="validation_already_running") from exc
     fields = {"last_run": run, "validator_attempts": feature.validator_attempts + 1}
@@ -123,31 +189,37 @@ def start_run(*, feature: Feature, trigger: str, cause: str, profile: dict[str, 
                                    actor_id=actor_id, reason=reason, fields=fields, payload={"run": run.pk})
         if not moved:
             raise Conflict("the feature changed state meanwhile; try again", code="state_changed")
-    publish_on_commit(feature.mission_id, "validator-run:started", {
-        "run": run.pk, "feature": feature.pk, "trigger": trigger, "validator_attempt": run.validator_attempt,
-        "implementation_attempt": run.implementation_attempt, "revision": revision,
-    }, actor_id=actor_id)
-    queue_run(run.pk)
+    run_started_event(run, actor_id=actor_id)
+    queue_run(run)
     return run
 
 
-def queue_run(run_id: int, delay_ms: int = 0) -> None:
+def run_time_limit_ms(run: ValidatorRun) -> int:
+    """The actor's time limit for one run, derived from what it may legitimately take: its
+    checks' own limits (run one after another at worst) plus the validator's timeout."""
+    checks = sum(min(float((a.get("check") or {}).get("timeout", settings.FUSION_CHECK_TIMEOUT)), 3600)
+                 for a in run.assertions if (a.get("check") or {}).get("run"))
+    return int((settings.FUSION_VALIDATOR_TIMEOUT + checks + 60) * 1000)
+
+
+def queue_run(run: ValidatorRun, delay_ms: int = 0) -> None:
     from validation.tasks import run_validator
 
-    transaction.on_commit(lambda: run_validator.send_with_options(args=(run_id,), delay=delay_ms or None))
+    run_id, limit = run.pk, run_time_limit_ms(run)
+    transaction.on_commit(lambda: run_validator.send_with_options(args=(run_id,), delay=delay_ms or None,
+                                                                  time_limit=limit))
 
 
 def _reuse(feature: Feature, reused: ValidatorRun, *, trigger: str, actor_id: int | None) -> Admission:
     from validation.services.outcomes import apply_pass
 
     now = timezone.now()
-    run = ValidatorRun.objects.create(
-        mission_id=feature.mission_id, feature=feature, milestone_id=feature.slice.milestone_id, trigger=trigger,
-        status=RunStatus.PASSED, implementation_attempt=feature.implementation_attempts,
-        validator_attempt=feature.validator_attempts, validator=reused.validator, validator_config=reused.validator_config,
-        revision=reused.revision, input_fingerprint=reused.input_fingerprint, verdict=reused.verdict, reused_from=reused,
-        summary=f"reused the pass of run {reused.pk} (identical input; no validator call)", completed_at=now,
-    )
+    run = new_run(feature=feature, milestone_id=feature.slice.milestone_id, trigger=trigger,
+                  validator=reused.validator, validator_config=reused.validator_config, revision=reused.revision,
+                  assertions=reused.assertions, protection=reused.protection, fingerprint=reused.input_fingerprint,
+                  actor_id=actor_id, status=RunStatus.PASSED, validator_attempt=feature.validator_attempts,
+                  verdict=reused.verdict, reused_from=reused, completed_at=now,
+                  summary=f"reused the pass of run {reused.pk} (identical input; no validator call)")
     Feature.objects.filter(pk=feature.pk).update(last_run=run, updated_at=now)
     feature.refresh_from_db()
     if feature.loop_state != LoopState.PASSED:  # already passed on this input: recorded, nothing moves

@@ -1,4 +1,4 @@
-"""Fix features and the retry budget (DESIGN §4.5).
+"""Fix features and the retry budget (docs/TRUTH.md).
 
 The budget is charged to the root of a lineage (fixes of fixes charge the root). Fix
 creation is idempotent per (source, run): the database's unique constraint decides
@@ -16,7 +16,7 @@ from missions.models import (
     AssertionScope, Feature, FeatureAssertion, LoopState, MissionStatus, Slice, SliceStatus, StopReason,
 )
 from validation.loop import feature_transition
-from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
+from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
 from validation.redact import bounded
 
 CAUSE_LIMIT = 12_000
@@ -94,6 +94,18 @@ def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
     return fix
 
 
+def fix_for_failure(*, source_id: int, run_id: int, actor_id: int | None = None) -> Feature | None:
+    """The fix a recorded failure calls for: a milestone run's failures narrowed to those
+    this source answers for."""
+    run = ValidatorRun.objects.select_related("milestone").get(pk=run_id)
+    keys = None
+    if run.scope == RunScope.MILESTONE:
+        from missions.services.milestones import regression_sources
+
+        keys = next((k for f, k in regression_sources(run).items() if f.pk == source_id), [])
+    return fix_create(source_id=source_id, run_id=run_id, actor_id=actor_id, assertion_keys=keys)
+
+
 def _create_fix_feature(source: Feature, root: Feature, run: ValidatorRun, failures: list[ValidatorFailure]) -> Feature:
     description = f"{source.description.strip()}\n\n{validation_cause(run, failures)}".strip()
     fix = Feature(slice=source.slice, key=_fix_key(root, root.fix_rounds + 1), title=f"Fix: {source.title}"[:200],
@@ -131,20 +143,50 @@ def _exhaust(root: Feature, source: Feature, run: ValidatorRun, actor_id: int | 
     _notify_autopilot(root.mission_id)
 
 
-def fix_passed(*, fix: Feature, run: ValidatorRun) -> None:
-    """A fix passed: re-validate the root at the fix's revision against all its assertions."""
+def fix_passed(*, fix: Feature, run: ValidatorRun) -> str:
+    """A fix passed: its root is re-judged at the fix's revision (which is now the revision
+    the root stands on, `feature_revision`). The outcome for every root state:
+    passed or superseded: nothing to do; validating (at an older revision): that run is
+    cancelled and a new one starts at the fix's revision; blocked: it stays blocked (only
+    clear, re-run or resume leave it) and a re-run will judge the fix's revision;
+    anything else: a new run at the fix's revision."""
     from validation.services.admission import feature_admit
 
     root = lineage_root(fix)
-    if root.pk == fix.pk or root.loop_state in (LoopState.PASSED, LoopState.VALIDATING):
-        return
-    feature_admit(feature_id=root.pk, trigger="fix", cause="root_revalidation", revision=run.revision)
+    if root.pk == fix.pk or root.loop_state in (LoopState.PASSED, LoopState.SUPERSEDED):
+        return "nothing"
+    if root.loop_state == LoopState.BLOCKED:
+        publish_on_commit(root.mission_id, "mission:updated", {
+            "mission": root.mission_id, "change": "fix_passed_root_blocked", "feature": root.pk, "fix": fix.pk,
+            "run": run.pk, "reason": "the root is blocked: re-run it to judge it at the fix's revision",
+        })
+        return "root_blocked"
+    if root.loop_state == LoopState.VALIDATING:
+        _cancel_running(root, reason=f"superseded by the pass of fix {fix.key} (run {run.pk})")
+    return feature_admit(feature_id=root.pk, trigger="fix", cause="root_revalidation", revision=run.revision).outcome
+
+
+def _cancel_running(feature: Feature, *, reason: str) -> None:
+    """Newer evidence makes a running judgement moot: it ends `cancelled`; its late result
+    (the worker may still be on it) changes nothing, as the feature no longer names it."""
+    now = timezone.now()
+    for run in ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING):
+        if ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.CANCELLED, summary=reason[:500], completed_at=now, updated_at=now):
+            publish_on_commit(feature.mission_id, "validator-run:completed", {
+                "run": run.pk, "feature": feature.pk, "milestone": run.milestone_id, "scope": run.scope,
+                "status": RunStatus.CANCELLED, "reason": reason[:300],
+            })
 
 
 def close_lineage(*, root: Feature) -> None:
-    """The root passed: fixes still open in its lineage are superseded."""
-    open_fixes = Feature.objects.filter(lineage_as_fix__root=root).exclude(loop_state__in=[LoopState.PASSED, LoopState.BLOCKED])
-    for fix in open_fixes.distinct():
-        if fix.loop_state in (LoopState.IMPLEMENTING, LoopState.NEEDS_FIX):
-            feature_transition(feature=fix.pk, old=fix.loop_state, new=LoopState.PASSED, cause="superseded",
-                               payload={"root": root.pk})
+    """The root passed: every fix of its lineage that has not passed is closed as
+    superseded, with its cause; a running judgement of it is cancelled (it spends nothing)."""
+    open_fixes = (Feature.objects.filter(lineage_as_fix__root=root)
+                  .exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]).distinct())
+    for fix in open_fixes:
+        _cancel_running(fix, reason=f"root {root.key} passed")
+        detail = f"closed: its root {root.key} passed"
+        feature_transition(feature=fix.pk, old=fix.loop_state, new=LoopState.SUPERSEDED, cause="superseded",
+                           reason=detail, payload={"root": root.pk},
+                           fields={"stop_reason": "", "stop_detail": detail, "stopped_at": timezone.now()})

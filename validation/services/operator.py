@@ -1,4 +1,4 @@
-"""Operator actions on a feature (DESIGN §4.8); each names the user in the audit log."""
+"""Operator actions on a feature (docs/TRUTH.md); each names the user in the audit log."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def feature_repair(*, feature: Feature, user, mode: str, reason: str = "") -> Ad
 
 @transaction.atomic
 def feature_create_fix(*, feature: Feature, user) -> Feature:
-    from validation.services.fixes import fix_create
+    from validation.services.fixes import fix_for_failure
 
     lock_mission(feature.mission_id)
     feature = Feature.objects.select_for_update().get(pk=feature.pk)
@@ -63,7 +63,7 @@ def feature_create_fix(*, feature: Feature, user) -> Feature:
         raise Conflict("only a feature whose last validation failed needs a fix", code="no_failure")
     if FixLineage.objects.filter(source=feature, run=run).exists():
         raise Conflict("a fix for this failure exists already", code="fix_exists")
-    fix = fix_create(source_id=feature.pk, run_id=run.pk, actor_id=getattr(user, "pk", None))
+    fix = fix_for_failure(source_id=feature.pk, run_id=run.pk, actor_id=getattr(user, "pk", None))
     if fix is None:
         raise Conflict("the retry budget is used up; the feature is blocked", code="budget_exhausted")
     return fix

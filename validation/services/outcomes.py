@@ -1,4 +1,4 @@
-"""Completing a run (DESIGN §4.4): compare-and-swap on `running`, then the feature moves
+"""Completing a run (docs/TRUTH.md): compare-and-swap on `running`, then the feature moves
 only if its `last_run` names this run. A late result after a reap changes nothing."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from missions.errors import DomainError
 from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionStatus, ContractAssertion, Feature, LoopState, StopReason
 from missions.services.rollup import milestone_rollup_refresh
@@ -96,7 +97,7 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
         if run.mission.auto_fix:
             from validation.services.fixes import fix_create
 
-            fix_create(source_id=feature.pk, run_id=run.pk)
+            follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
         else:
             publish_on_commit(run.mission_id, "mission:updated", {
                 "mission": run.mission_id, "change": "report_only_failure", "feature": feature.pk, "run": run.pk,
@@ -112,15 +113,26 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
 def apply_pass(*, feature: Feature, run: ValidatorRun, cause: str, old_state: str) -> None:
     feature_transition(feature=feature.pk, old=old_state, new=LoopState.PASSED, cause=cause, payload={"run": run.pk},
                        fields={"stop_reason": "", "stop_detail": "", "stopped_at": None})
+    from validation.services.fixes import close_lineage, fix_passed
+
     if feature.generated_from_id:
-        from validation.services.fixes import fix_passed
-
-        fix_passed(fix=feature, run=run)
+        follow_up(feature.mission_id, "fix_passed", lambda: fix_passed(fix=feature, run=run))
     else:
-        from validation.services.fixes import close_lineage
-
-        close_lineage(root=feature)
+        follow_up(feature.mission_id, "close_lineage", lambda: close_lineage(root=feature))
     _notify_autopilot(feature.mission_id)
+
+
+def follow_up(mission_id: int, step: str, action) -> None:
+    """Run a step that follows a recorded verdict in a savepoint: if it is refused, the
+    verdict stays recorded and the refusal is an event, never a rolled-back outcome."""
+    try:
+        with transaction.atomic():
+            action()
+    except DomainError as exc:
+        publish_on_commit(mission_id, "mission:updated", {
+            "mission": mission_id, "change": "follow_up_refused", "step": step, "code": exc.code,
+            "reason": str(exc)[:500],
+        })
 
 
 def _notify_autopilot(mission_id: int) -> None:
@@ -163,18 +175,13 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
 
 
 def _retry(feature: Feature, failed: ValidatorRun, errors: int) -> None:
-    from validation.services.admission import queue_run
+    from validation.services.admission import new_run, queue_run, run_started_event
 
-    run = ValidatorRun.objects.create(
-        mission_id=feature.mission_id, feature=feature, milestone_id=failed.milestone_id, trigger=failed.trigger,
-        implementation_attempt=feature.implementation_attempts, validator_attempt=feature.validator_attempts + 1,
-        validator=failed.validator, validator_config=failed.validator_config, revision=failed.revision,
-        input_fingerprint=failed.input_fingerprint,
-    )
+    run = new_run(feature=feature, milestone_id=failed.milestone_id, trigger=failed.trigger, validator=failed.validator,
+                  validator_config=failed.validator_config, revision=failed.revision, assertions=failed.assertions,
+                  protection=failed.protection, fingerprint=failed.input_fingerprint,
+                  validator_attempt=feature.validator_attempts + 1)
     Feature.objects.filter(pk=feature.pk).update(last_run=run, validator_attempts=feature.validator_attempts + 1,
                                                  updated_at=timezone.now())
-    publish_on_commit(feature.mission_id, "validator-run:started", {
-        "run": run.pk, "feature": feature.pk, "trigger": run.trigger, "validator_attempt": run.validator_attempt,
-        "implementation_attempt": run.implementation_attempt, "retry_of": failed.pk,
-    })
-    queue_run(run.pk, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))
+    run_started_event(run, retry_of=failed.pk)
+    queue_run(run, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))

@@ -38,10 +38,13 @@ def redrive_unclaimed(*, startup: bool, now=None) -> list[int]:
     qs = ValidatorRun.objects.filter(status=RunStatus.RUNNING)
     if not startup:
         qs = qs.filter(lease_until__isnull=True, created_at__lt=now - timedelta(seconds=settings.FUSION_REDRIVE_GRACE))
-    ids = list(qs.values_list("pk", flat=True))
-    for run_id in ids:
-        queue_run(run_id)
-    return ids
+    runs = list(qs.order_by("id"))
+    if startup:  # no delivery of the previous process holds them any more
+        ValidatorRun.objects.filter(pk__in=[r.pk for r in runs], status=RunStatus.RUNNING).update(
+            claim_token="", lease_until=None)
+    for run in runs:
+        queue_run(run)
+    return [run.pk for run in runs]
 
 
 def _recent(moment) -> bool:
@@ -55,7 +58,7 @@ def _active(qs):
 
 def redrive_features() -> dict[str, list[int]]:
     from validation.services.admission import feature_admit
-    from validation.services.fixes import fix_create
+    from validation.services.fixes import fix_for_failure
     from validation.tasks import process_task_outcome
 
     done: dict[str, list[int]] = {"validating": [], "needs_fix": [], "implementing": [], "stranded_done": []}
@@ -66,7 +69,7 @@ def redrive_features() -> dict[str, list[int]]:
     fixed = FixLineage.objects.filter(source=OuterRef("pk"), run=OuterRef("last_run"))
     for f in _active(Feature.objects.filter(loop_state=LoopState.NEEDS_FIX, mission__auto_fix=True,
                                              last_run__status=RunStatus.FAILED)).filter(~Exists(fixed)):
-        fix_create(source_id=f.pk, run_id=f.last_run_id)
+        fix_for_failure(source_id=f.pk, run_id=f.last_run_id)
         done["needs_fix"].append(f.pk)
     for f in _active(Feature.objects.filter(loop_state=LoopState.IMPLEMENTING)):
         task = Task.objects.filter(feature=f).order_by("-id").first()

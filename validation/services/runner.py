@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from missions.models import AssertionScope, Feature, Task, TaskStatus
-from validation import journal, profiles
+from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.services.outcomes import run_complete, run_error
@@ -22,11 +26,10 @@ logger = logging.getLogger(__name__)
 
 
 def run_assertions(run: ValidatorRun) -> list[AssertionSpec]:
-    if run.scope == RunScope.MILESTONE:
-        qs = run.milestone.assertions.order_by("order", "id")
-    else:
-        qs = run.feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")
-    return [AssertionSpec(key=a.key, title=a.title, statement=a.statement, check=a.check_spec, scope=a.scope) for a in qs]
+    """Exactly the set frozen on the run at admission: an assertion unlinked or edited
+    meanwhile changes nothing about what this run judges (docs/TRUTH.md)."""
+    return [AssertionSpec(key=a["key"], title=a.get("title", a["key"]), statement=a["statement"], check=a.get("check"),
+                          scope=a.get("scope", AssertionScope.FEATURE)) for a in run.assertions]
 
 
 def _task_context(feature: Feature | None) -> tuple[str, str]:
@@ -38,7 +41,7 @@ def _task_context(feature: Feature | None) -> tuple[str, str]:
     return task.summary[:4000], task.log[-4000:]
 
 
-def build_context(run: ValidatorRun, checkout, *, replay=None) -> ValidationContext:
+def build_context(run: ValidatorRun, checkout, *, replay=None, protection: protect.Protection | None = None) -> ValidationContext:
     mission, feature = run.mission, run.feature
     summary, log_tail = _task_context(feature)
     return ValidationContext(
@@ -48,35 +51,91 @@ def build_context(run: ValidatorRun, checkout, *, replay=None) -> ValidationCont
         assertions=run_assertions(run), revision=run.revision, checkout=checkout,
         profile={"name": run.validator, **run.validator_config}, task_summary=summary, log_tail=log_tail,
         diff=bounded_diff(mission.workspace, mission.base_revision, run.revision), replay=replay,
+        protection=protection or protect.Protection(),
     )
 
 
-def _claim(run_id: int) -> ValidatorRun | None:
-    """Take the lease of a running run; a run that is no longer running is stale."""
-    now = timezone.now()
-    lease = now + timedelta(seconds=settings.FUSION_VALIDATOR_TIMEOUT)
-    if not ValidatorRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(lease_until=lease, updated_at=now):
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.FUSION_RUN_LEASE_SECONDS)
+
+
+def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
+    """Take a running run by compare-and-swap: unclaimed, or its holder's lease has passed
+    (the holder died). Two deliveries of one message never both judge it."""
+    now, token = timezone.now(), uuid.uuid4().hex
+    free = Q(claim_token="") | Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+    claimed = ValidatorRun.objects.filter(free, pk=run_id, status=RunStatus.RUNNING).update(
+        claim_token=token, lease_until=now + _lease(), updated_at=now)
+    if not claimed:
+        return None, ""
+    return ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id), token
+
+
+@contextlib.contextmanager
+def heartbeat(run_id: int, token: str):
+    """Renew the run's lease while it is being judged, so that a long check is never
+    reaped; a dead worker stops renewing and its run is reaped after one lease."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(settings.FUSION_RUN_HEARTBEAT_SECONDS):
+                try:
+                    ValidatorRun.objects.filter(pk=run_id, claim_token=token, status=RunStatus.RUNNING).update(
+                        lease_until=timezone.now() + _lease())
+                except Exception:  # noqa: BLE001 — the database is away: try again next beat
+                    logger.warning("could not renew the lease of run %s", run_id, exc_info=True)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=beat, name=f"lease-run-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _complete_from_journal(run_id: int) -> str | None:
+    """Redelivered after the verdict was accepted but before the run was completed (the
+    worker lost its database or died): complete from the journal, judge nothing again.
+    Safe while another delivery holds the run: completion is a compare-and-swap."""
+    accepted = _accepted_earlier(run_id)
+    if accepted is None:
         return None
-    return ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id)
+    tokens = accepted.get("tokens", {})
+    run_complete(run_id=run_id, verdict=Verdict.model_validate(accepted["accepted_verdict"]),
+                 tokens_in=tokens.get("in", 0), tokens_out=tokens.get("out", 0))
+    return ValidatorRun.objects.filter(pk=run_id).values_list("status", flat=True).get()
 
 
 def execute_run(run_id: int) -> str:
     """Judge one run and record its outcome. Returns the final run status (or 'stale')."""
-    run = _claim(run_id)
+    run, token = _claim(run_id)
     if run is None:
-        return "stale"
-    accepted = _accepted_earlier(run.pk)
-    if accepted is not None:
-        # Redelivered after the verdict was accepted but before the run was completed (the
-        # worker lost its database or died): complete from the journal, judge nothing again.
-        tokens = accepted.get("tokens", {})
-        run_complete(run_id=run.pk, verdict=Verdict.model_validate(accepted["accepted_verdict"]),
-                     tokens_in=tokens.get("in", 0), tokens_out=tokens.get("out", 0))
-        return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
+        return _complete_from_journal(run_id) or "stale"
+    if (done := _complete_from_journal(run.pk)) is not None:
+        return done
+    with heartbeat(run.pk, token):
+        try:
+            return _judge_and_record(run)
+        except BaseException:
+            # The actor fails (the database went away, the time limit struck): its retry
+            # may claim the run at once and resume from the journal.
+            with contextlib.suppress(Exception):
+                ValidatorRun.objects.filter(pk=run.pk, claim_token=token).update(claim_token="")
+            raise
+
+
+def _judge_and_record(run: ValidatorRun) -> str:
     try:
         profiles.get_profile(run.validator)
         with snapshot(run.mission.workspace, run.revision, label=f"run-{run.pk}") as checkout:
-            ctx = build_context(run, checkout)
+            # Protected files go back to the base revision before anything reads the snapshot.
+            protection = protect.prepare(checkout, workspace=run.mission.workspace, revision=run.revision,
+                                         frozen=run.protection, fallback_base=run.mission.base_revision)
+            ctx = build_context(run, checkout, protection=protection)
             judgement = judge(ctx)
             verdict = host_accept(run.pk, judgement.candidate, FrozenContext(keys=ctx.keys, checkout=checkout),
                                   tokens={"in": judgement.tokens_in, "out": judgement.tokens_out})

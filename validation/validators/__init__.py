@@ -28,10 +28,12 @@ def judge(ctx: ValidationContext) -> Judgement:
         return judge_composite(ctx)
     if kind == "agent":
         from validation.validators.agent import judge_agent
+        from validation.validators.composite import with_declared_checks
 
-        return judge_agent(ctx)
+        return with_declared_checks(ctx, judge_agent(ctx))
     if kind == "command":
         from validation.validators.command import judge_command
+        from validation.validators.composite import with_declared_checks
 
-        return judge_command(ctx)
+        return with_declared_checks(ctx, judge_command(ctx))
     raise ValidatorCrashed(f"unknown validator kind {kind!r}", code="misconfigured")

@@ -6,6 +6,9 @@ run execute in parallel (bounded by FUSION_CHECK_PARALLELISM). Every result is j
 
 from __future__ import annotations
 
+import contextlib
+import json
+import posixpath
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,11 +17,13 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 
-from validation import journal
+from validation import journal, protect
+from validation.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation.context import AssertionSpec, ValidationContext
 from validation.proc import CommandError, run_command
 from validation.redact import bounded, redact
-from validation.verdict import AssertionVerdict, Evidence
+from validation.snapshots import private_copy
+from validation.verdict import AssertionVerdict, Evidence, escape_invisible, file_ref, line_of, read_checkout_text
 
 NO_CHECK = "no check and no agent configured"
 EVIDENCE_LIMIT = 4000  # what `bounded` keeps of one evidence text
@@ -33,30 +38,28 @@ def _confined(root: Path, rel: str) -> Path | None:
 
 
 def judge_file(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
-    """(verdict, expected, actual, evidence text)"""
+    """(verdict, expected, actual, evidence text) of a file check `check_spec_problems` accepts."""
     rel = spec["file"]
     target = _confined(root, rel)
     if target is None:
         return "fail", f"{rel} inside the checkout", "the path leaves the checkout; refused", f"{rel}: path escapes the checkout"
     if "exists" in spec:
-        exists = target.is_file()
-        want = bool(spec["exists"])
+        exists, want = target.is_file(), spec["exists"] is True
         verdict = "pass" if exists == want else "fail"
-        return verdict, f"{rel} {'exists' if want else 'does not exist'}", f"{rel} {'exists' if exists else 'does not exist'}", rel
+        return (verdict, f"{rel} {'exists' if want else 'does not exist'}", f"{rel} {'exists' if exists else 'does not exist'}",
+                file_ref(rel))
     if not target.is_file():
-        return "fail", f"{rel} exists", f"{rel} does not exist", rel
-    text = target.read_text(errors="replace")
-    pattern = spec.get("contains", spec.get("not_contains"))
+        return "fail", f"{rel} exists", f"{rel} does not exist", file_ref(rel)
+    text = read_checkout_text(target)
+    wanted = "contains" in spec
+    pattern = spec["contains"] if wanted else spec["not_contains"]
+    expected = f"{rel} matches /{pattern}/" if wanted else f"{rel} has no match for /{pattern}/"
     match = re.search(pattern, text, re.M)
-    if "contains" in spec:
-        if match:
-            line = text.count("\n", 0, match.start()) + 1
-            return "pass", f"{rel} matches /{pattern}/", f"match at line {line}", f"{rel}:{line}"
-        return "fail", f"{rel} matches /{pattern}/", "no match", rel
-    if match:
-        line = text.count("\n", 0, match.start()) + 1
-        return "fail", f"{rel} has no match for /{pattern}/", f"match at line {line}: {match.group(0)[:200]}", f"{rel}:{line}"
-    return "pass", f"{rel} has no match for /{pattern}/", "no match", rel
+    if match is None:
+        return "fail" if wanted else "pass", expected, "no match", file_ref(rel)
+    line = line_of(text, match.start())
+    actual = f"match at line {line}" if wanted else f"match at line {line}: {match.group(0)[:200]}"
+    return "pass" if wanted else "fail", expected, actual, file_ref(rel, line)
 
 
 def _output_tail(output: str, limit: int) -> str:
@@ -68,11 +71,14 @@ def _output_tail(output: str, limit: int) -> str:
 
 
 def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
-    timeout = min(float(spec.get("timeout", settings.FUSION_CHECK_TIMEOUT)), 3600)
-    expect_exit = int(spec.get("expect_exit", 0))
+    timeout = min(float(spec.get("timeout", settings.FUSION_CHECK_TIMEOUT)), MAX_TIMEOUT)
+    expect_exit = spec.get("expect_exit", 0)
+    pattern = spec.get("expect_output")
     try:
+        # `expect_output` is searched in the whole output (re.search, README "Mission files");
+        # only the evidence is the capped tail.
         result = run_command(spec["run"], cwd=root, timeout=timeout, max_output=settings.FUSION_CHECK_OUTPUT_BYTES,
-                             shell=bool(spec.get("shell", False)))
+                             shell=spec.get("shell", False) is True, match=pattern)
     except CommandError as exc:
         return "fail", f"`{spec['run']}` runs", str(exc), str(exc)
     tail = _output_tail(result.output, min(settings.FUSION_CHECK_OUTPUT_BYTES, EVIDENCE_LIMIT - 500))
@@ -82,23 +88,42 @@ def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
     expected = f"`{spec['run']}` exits {expect_exit}"
     if result.exit_code != expect_exit:
         return "fail", expected, f"exit {result.exit_code}", f"exit {result.exit_code}\n{tail}"
-    pattern = spec.get("expect_output")
-    if pattern and not re.search(pattern, result.output, re.M):
+    if pattern is not None and not result.matched:
         return "fail", f"{expected} and output matches /{pattern}/", f"exit {result.exit_code}; output does not match", tail
     return "pass", expected, f"exit {result.exit_code}", f"exit {result.exit_code}\n{tail}"
 
 
+def _shown(text: str, limit: int = 4000) -> str:
+    # Escaped first, so the checks validator's own verdicts pass `no_invisible_characters`
+    # (a "no BOM" check quotes a BOM) and the cut still bounds the escaped text.
+    return bounded(escape_invisible(text), limit)
+
+
+def _assertion_verdict(key: str, verdict: str, message: str, kind: str, evidence: str,
+                       expected: str = "", actual: str = "") -> AssertionVerdict:
+    # A file reference is a path the check names, not output: redacting or cutting it
+    # would make it name no file.
+    text = escape_invisible(evidence) if kind == "file" else _shown(evidence) or "(no output)"
+    return AssertionVerdict(key=key, verdict=verdict, message=_shown(message, 2000), expected=_shown(expected, 2000),
+                            actual=_shown(actual, 2000), evidence=[Evidence(kind=kind, text=text)])
+
+
 def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
-    spec = assertion.check or {}
-    kind = "command" if "run" in spec else "file"
-    verdict, expected, actual, evidence = (judge_run if kind == "command" else judge_file)(root, spec)
+    spec = assertion.check
+    problems = check_spec_problems(spec)
+    if problems:  # never guess what a check means: a human fixes it
+        return _assertion_verdict(assertion.key, "blocked", "the check is not understood: " + "; ".join(problems), "other",
+                                  f"{assertion.key}: check {json.dumps(spec, ensure_ascii=False, default=str)}")
+    if "run" in spec:
+        verdict, expected, actual, evidence = judge_run(root, spec)
+        kind = "test-output"
+    else:
+        verdict, expected, actual, evidence = judge_file(root, spec)
+        target = _confined(root, spec["file"])
+        # A `file` evidence must name a file that exists in the checkout.
+        kind = "file" if target is not None and target.is_file() else "other"
     message = f"check {'passed' if verdict == 'pass' else 'failed'}: {assertion.title}"
-    evidence_kind = "test-output" if kind == "command" else "file"
-    if kind == "file" and (_confined(root, spec["file"]) is None or not (root / spec["file"]).is_file()):
-        evidence_kind = "other"  # a `file` evidence must name a file that exists in the checkout
-    return AssertionVerdict(key=assertion.key, verdict=verdict, message=message, expected=bounded(expected, 2000),
-                            actual=bounded(actual, 2000),
-                            evidence=[Evidence(kind=evidence_kind, text=bounded(evidence) or "(no output)")])
+    return _assertion_verdict(assertion.key, verdict, message, kind, evidence, expected, actual)
 
 
 def _judge_journaled(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
@@ -106,12 +131,70 @@ def _judge_journaled(ctx: ValidationContext, assertion: AssertionSpec) -> Assert
         return AssertionVerdict.model_validate(ctx.replay.answer("check", assertion.key))
     close_old_connections()
     try:
-        verdict = judge_assertion(ctx.checkout, assertion)
+        verdict = _judge_isolated(ctx, assertion)
+        # The final verdict, protection rule applied: a replay serves exactly this.
         journal.append(run_id=ctx.run_id, kind="check", key=assertion.key,
                        payload={"check": assertion.check, "result": verdict.model_dump()})
         return verdict
     finally:
         close_old_connections()
+
+
+def _judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
+    """Judge one check against the revision alone, with its protected files restored."""
+    spec = assertion.check
+    if check_spec_problems(spec):  # judge_assertion blocks it without running anything
+        return judge_assertion(ctx.checkout, assertion)
+    protection = ctx.protection
+    own = spec.get("protect") or []
+    if own and not protection.base:
+        return _assertion_verdict(assertion.key, "blocked", "the check protects paths but the mission has no base "
+                                  "revision to restore them from", "other", f"{assertion.key}: protect {', '.join(own)}")
+    own_changed = protection.diff().under(own) if own else []
+    with _check_root(ctx.checkout, spec, protection, own_changed) as (root, restored):
+        verdict = judge_assertion(root, assertion)
+    if restored:
+        verdict = _outside_checkout(verdict)
+    return _protection_rule(verdict, sorted(set(protection.changed) | set(own_changed)), protection)
+
+
+@contextlib.contextmanager
+def _check_root(checkout: Path, spec: dict[str, Any], protection: protect.Protection, own_changed: list[str]):
+    """(folder, whether the checked file was restored in it). A run check runs in a private
+    copy of the snapshot, so that what it deletes or generates no other check sees; a file
+    check reads the snapshot itself (no check ever runs there), unless its own `protect`
+    covers its file and the implementation changed it: then the base content is judged."""
+    if "run" not in spec and posixpath.normpath(spec["file"]) not in own_changed:
+        yield checkout, False
+        return
+    with private_copy(checkout) as root:
+        if own_changed:
+            protect.restore(root, protection.diff(), own_changed)
+        yield root, "run" not in spec
+
+
+def _outside_checkout(verdict: AssertionVerdict) -> AssertionVerdict:
+    # The file judged is the base version, not the checkout's: a `file` evidence would name
+    # a line of a file the checkout holds differently, or not at all.
+    evidence = [e.model_copy(update={"kind": "other"}) if e.kind == "file" else e for e in verdict.evidence]
+    return verdict.model_copy(update={"evidence": evidence})
+
+
+def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: protect.Protection) -> AssertionVerdict:
+    """A check whose protected files the implementation changed says so (evidence); it
+    fails unless the mission judges against the restored files (`restore`)."""
+    if not changed:
+        return verdict
+    note = protect.changed_note(changed)
+    evidence = [*verdict.evidence, Evidence(kind="other", text=_shown(note))]
+    if protection.on_change == "restore":
+        return verdict.model_copy(update={"evidence": evidence})
+    outcome = "passed" if verdict.verdict == "pass" else "failed" if verdict.verdict == "fail" else "was blocked"
+    return AssertionVerdict(
+        key=verdict.key, verdict="fail", message=_shown(note, 2000),
+        expected=f"no protected file changed since the base revision {protection.base[:12]}",
+        actual=f"{len(changed)} protected file{'s' if len(changed) != 1 else ''} changed; the check itself {outcome} "
+               f"against the base versions", evidence=evidence)
 
 
 def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[AssertionVerdict]:
@@ -125,5 +208,5 @@ def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[
 
 
 def blocked_without_check(assertion: AssertionSpec) -> AssertionVerdict:
-    return AssertionVerdict(key=assertion.key, verdict="blocked", message=NO_CHECK,
-                            evidence=[Evidence(kind="other", text=f"{assertion.key} has no check and no agent profile is configured")])
+    return _assertion_verdict(assertion.key, "blocked", NO_CHECK, "other",
+                              f"{assertion.key} has no check and no agent profile is configured")

@@ -1,5 +1,6 @@
 """`checks` alone, and `composite` (the default): checks judge the assertions that have a
-check; an agent profile (option `agent`) judges the rest, or they are blocked."""
+check; an agent profile (option `agent`) judges the rest, or they are blocked. Whatever
+the kind, the host runs every declared check itself (`with_declared_checks`)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,28 @@ def judge_composite(ctx: ValidationContext) -> Judgement:
         results.setdefault(item["key"], AssertionVerdict.model_validate(item))
     items = [results.get(a.key) or blocked_without_check(a) for a in ctx.assertions]
     return Judgement(_document(items), judged.tokens_in, judged.tokens_out)
+
+
+def with_declared_checks(ctx: ValidationContext, judged: Judgement) -> Judgement:
+    """An `agent` or `command` validator's verdict, with every declared check run by the
+    host: a check that does not pass is final (no model answer turns it into a pass); on a
+    passing check a model's fail still stands (the statement may say more than the check),
+    a model's blocked does not (the check decided); the model's evidence is kept
+    (docs/TRUTH.md). A candidate without an assertion list is left to host validation."""
+    with_check = [a for a in ctx.assertions if a.check]
+    items = judged.candidate.get("assertions") if isinstance(judged.candidate, dict) else None
+    if not with_check or not isinstance(items, list):
+        return judged
+    checked = {v.key: v for v in run_checks(ctx, with_check)}
+    merged = [_merge(item, checked.pop(item.get("key"), None)) if isinstance(item, dict) else item for item in items]
+    merged += [v.model_dump() for v in checked.values()]  # checked assertions the model left out
+    return Judgement({**judged.candidate, "assertions": merged}, judged.tokens_in, judged.tokens_out)
+
+
+def _merge(item: dict, check) -> dict:
+    if check is None:
+        return item
+    evidence = [e for e in item.get("evidence", []) if isinstance(e, dict)]
+    if check.verdict == "pass" and item.get("verdict") == "fail":
+        return {**item, "evidence": evidence + [e.model_dump() for e in check.evidence]}
+    return {**check.model_dump(), "evidence": [e.model_dump() for e in check.evidence] + evidence}

@@ -1,0 +1,167 @@
+"""Benchmark: the private copy each `run` check gets of its run's snapshot.
+
+Run:  .venv/bin/python bench/check_copies.py [--files 2000] [--rounds 10]
+
+Builds a git repository of about 2,000 files in a temporary folder, makes one snapshot
+of it (`validation.snapshots.snapshot`), and times, per copy of that snapshot, making it
+and removing it, for each way of copying. The baseline, measured in the same run, is a
+plain `git worktree add` snapshot of the same revision (add, checkout, read-only, remove):
+what a check would cost if each one had its own snapshot. `private_copy` is what the
+service uses. Hard links are timed for comparison only: they are not safe (the script
+shows that a check can change the snapshot through one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATA_DIR = tempfile.mkdtemp(prefix="fusion-bench-")
+os.environ["FUSION_DATA_DIR"] = DATA_DIR  # before settings are read
+os.environ["FUSION_SNAPSHOT_DIR"] = str(Path(DATA_DIR) / "snapshots")
+os.environ["DJANGO_SETTINGS_MODULE"] = "fusion_site.settings"
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+import django  # noqa: E402
+
+django.setup()
+
+from validation.snapshots import _make_read_only, _remove_tree, private_copy, snapshot, snapshot_root  # noqa: E402
+
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+
+
+def make_repository(path: Path, n_files: int) -> None:
+    """Python-like sources of 0.1-8 KiB in 100 packages, a few executables and symlinks."""
+    rng = random.Random(7)
+    for i in range(n_files):
+        target = path / f"pkg{i % 100:03d}" / f"sub{i % 7}" / f"mod{i}.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"VALUE = {i}\n" * rng.randint(8, 700))
+        if i % 97 == 0:
+            target.chmod(0o755)
+    for i in range(0, n_files, 250):
+        (path / f"link{i}.py").symlink_to(f"pkg{i % 100:03d}/sub{i % 7}/mod{i}.py")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, env=GIT_ENV)
+
+
+@contextlib.contextmanager
+def cp(source: Path, *flags: str):
+    target = snapshot_root() / f"bench-cp-{time.perf_counter_ns()}"
+    subprocess.run(["cp", *flags, "--", str(source), str(target)], check=True, capture_output=True)
+    try:
+        yield target
+    finally:
+        _remove_tree(target)
+
+
+@contextlib.contextmanager
+def copytree(source: Path):
+    target = snapshot_root() / f"bench-tree-{time.perf_counter_ns()}"
+    shutil.copytree(source, target, symlinks=True)
+    try:
+        yield target
+    finally:
+        _remove_tree(target)
+
+
+@contextlib.contextmanager
+def checkout_index(repo: Path, commit: str):
+    """A tree of the revision from git's objects: a private index, `checkout-index` into a
+    folder, made read-only (restored protected files would have to be written again)."""
+    target = snapshot_root() / f"bench-index-{time.perf_counter_ns()}"
+    index = Path(f"{target}.index")
+    env = {**GIT_ENV, "GIT_INDEX_FILE": str(index)}
+    subprocess.run(["git", "-C", str(repo), "read-tree", commit], check=True, capture_output=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "checkout-index", "-a", f"--prefix={target}/"], check=True,
+                   capture_output=True, env=env)
+    index.unlink()
+    _make_read_only(target)
+    try:
+        yield target
+    finally:
+        _remove_tree(target)
+
+
+def timed(make, rounds: int) -> tuple[float, float]:
+    """Median ms to make one copy and to remove it."""
+    made, removed = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        manager = make()
+        manager.__enter__()
+        middle = time.perf_counter()
+        manager.__exit__(None, None, None)
+        made.append((middle - started) * 1000)
+        removed.append((time.perf_counter() - middle) * 1000)
+    return statistics.median(made), statistics.median(removed)
+
+
+def hard_links_leak(source: Path) -> bool:
+    """Whether a check in a hard-linked copy can change the snapshot: chmod, write in place."""
+    victim = next(p for p in sorted(source.rglob("*.py")) if p.is_file() and not p.is_symlink())
+    before = victim.read_bytes()
+    with cp(source, "-al") as copy:
+        inside = copy / victim.relative_to(source)
+        inside.chmod(0o644)
+        inside.write_text("changed by a check\n")
+        leaked = victim.read_bytes() != before
+    victim.chmod(0o644)
+    victim.write_bytes(before)
+    victim.chmod(0o444)
+    return leaked
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    repo = Path(DATA_DIR) / "repo"
+    repo.mkdir()
+    try:
+        make_repository(repo, args.files)
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                                text=True).stdout.strip()
+        with snapshot(str(repo), commit, label="run-1") as source:
+            files = sum(len(names) for _dirpath, _dirs, names in os.walk(source))
+            rows = [
+                ("git worktree add (baseline)", lambda: snapshot(str(repo), commit, label="run-1")),
+                ("private_copy (cp -a --reflink=auto)", lambda: private_copy(source)),
+                ("cp -a", lambda: cp(source, "-a")),
+                ("shutil.copytree", lambda: copytree(source)),
+                ("read-tree + checkout-index", lambda: checkout_index(repo, commit)),
+                ("cp -al (hard links, NOT safe)", lambda: cp(source, "-al")),
+            ]
+            timed(rows[1][1], 2)  # warm the page cache
+            results = [(name, *timed(make, args.rounds)) for name, make in rows]
+            leaked = hard_links_leak(source)
+    finally:
+        shutil.rmtree(DATA_DIR, ignore_errors=True)
+
+    print(f"one copy of a snapshot of {files} files ({args.files} sources), median of {args.rounds}")
+    print(f"{'strategy':<38} {'make ms':>8} {'remove ms':>10} {'total ms':>9} {'ratio':>6}")
+    baseline = results[0][1] + results[0][2]
+    for name, made, removed in results:
+        print(f"{name:<38} {made:>8.1f} {removed:>10.1f} {made + removed:>9.1f} {(made + removed) / baseline:>6.2f}")
+    print(f"ratio_private_copy_over_worktree={(results[1][1] + results[1][2]) / baseline:.2f}")
+    print(f"hard_links_change_the_snapshot={'yes' if leaked else 'no'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Protected paths (README, "Mission files"): files an implementation must not change to
+make its checks pass, typically its own tests.
+
+Before a check runs, every protected path of the snapshot is put back as it is at the
+base revision: a file the implementation changed gets its base content back, a file it
+added is removed, a file it deleted returns. Which protected files it changed is kept,
+so that every verdict of a check can say so (and fail, unless the mission chose
+`restore`). Only the snapshot folder is written; the repository is only read.
+
+Patterns are globs relative to the repository root, matched against whole paths: `*`
+and `?` stay within one folder, `**` crosses folders (`tests/**`, `**/test_*.py`), and a
+pattern ending in `/` covers everything under that folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
+
+from validation.snapshots import GIT_TIMEOUT, SnapshotError, git, repository, resolve_revision
+from validation.verdict import escape_invisible
+
+ON_CHANGE = ("fail", "restore")
+MAX_PATTERNS = 200
+MAX_PATTERN_CHARS = 500
+NOTE = "the implementation changed protected files: "
+NOTE_FILES = 50  # named in a note; the rest are counted
+GITLINK = "160000"
+
+
+# ---------------------------------------------------------------- patterns
+
+
+def pattern_problems(patterns: Any, name: str = "protected_paths") -> list[str]:
+    """What is wrong with a list of protected path patterns, each problem prefixed by `name[i]`."""
+    if not isinstance(patterns, list):
+        return [f"{name}: must be a list of glob patterns"]
+    if len(patterns) > MAX_PATTERNS:
+        return [f"{name}: at most {MAX_PATTERNS} patterns"]
+    problems = []
+    for i, pattern in enumerate(patterns):
+        problem = _pattern_problem(pattern)
+        if problem:
+            problems.append(f"{name}[{i}]: {problem}")
+    return problems
+
+
+def _pattern_problem(pattern: Any) -> str | None:
+    if not isinstance(pattern, str) or not pattern.strip():
+        return "must be a non-empty string"
+    if "\x00" in pattern:
+        return "must not contain a NUL character"
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"must be at most {MAX_PATTERN_CHARS} characters"
+    pure = PurePosixPath(pattern)
+    if pure.is_absolute():
+        return "must be relative to the repository root, not an absolute path"
+    if ".." in pure.parts:
+        return "must not contain `..`"
+    return None
+
+
+def _translate(pattern: str) -> str:
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    if pattern.endswith("/"):
+        pattern += "**"
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")  # zero or more folders
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[":
+            piece, i = _char_class(pattern, i)
+            out.append(piece)
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _char_class(pattern: str, i: int) -> tuple[str, int]:
+    """`[abc]`, `[!abc]` as fnmatch reads them; an unclosed `[` is a literal."""
+    j = i + 1
+    if j < len(pattern) and pattern[j] in "!^":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":
+        j += 1
+    while j < len(pattern) and pattern[j] != "]":
+        j += 1
+    if j >= len(pattern):
+        return r"\[", i + 1
+    body = pattern[i + 1:j].replace("\\", "\\\\")
+    if body[0] in "!^":
+        body = "^/" + body[1:]
+    return f"[{body}]", j + 1
+
+
+def compile_patterns(patterns: Iterable[str]) -> re.Pattern | None:
+    parts = [_translate(p) for p in patterns]
+    return re.compile("|".join(f"(?:{p})" for p in parts) + r"\Z", re.S) if parts else None
+
+
+def matches(path: str, patterns: Iterable[str]) -> bool:
+    rx = compile_patterns(patterns)
+    return rx is not None and rx.match(path) is not None
+
+
+# ---------------------------------------------------------------- trees
+
+
+@dataclass(frozen=True)
+class Entry:
+    mode: str
+    kind: str  # blob | commit (a submodule)
+    oid: str
+
+
+def tree(repo: Path, commit: str) -> dict[str, Entry]:
+    """Every path of `commit` with its mode and object id."""
+    entries = {}
+    for record in git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            mode, kind, oid = meta.split(" ")
+            entries[path] = Entry(mode, kind, oid)
+    return entries
+
+
+class TreeDiff:
+    """The paths whose entry differs between the base revision and the judged commit."""
+
+    def __init__(self, repo: Path, base: str, commit: str):
+        self.repo = repo
+        self.base = tree(repo, base)
+        head = tree(repo, commit)
+        self.changed = tuple(sorted(p for p in self.base.keys() | head.keys() if self.base.get(p) != head.get(p)))
+
+    def under(self, patterns: Iterable[str]) -> list[str]:
+        rx = compile_patterns(patterns)
+        return [p for p in self.changed if rx is not None and rx.match(p)]
+
+
+def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
+    """Blob contents in one `git cat-file --batch`, as bytes: a protected file may be binary,
+    which the text adapter `git()` would mangle."""
+    if not oids:
+        return {}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "GIT_TERMINAL_PROMPT": "0", "LANG": "C"}
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="".join(f"{o}\n" for o in oids).encode(),
+                              capture_output=True, timeout=GIT_TIMEOUT, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SnapshotError(f"git cat-file failed: {exc}") from exc
+    if proc.returncode != 0:
+        raise SnapshotError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()[:500]}")
+    out, pos, found = proc.stdout, 0, {}
+    while pos < len(out):
+        end = out.index(b"\n", pos)
+        header = out[pos:end].decode().split(" ")
+        if len(header) != 3:  # `<oid> missing`: a repository without the object cannot restore it
+            raise SnapshotError(f"git cat-file: {' '.join(header)[:200]}")
+        oid, _kind, size = header
+        start = end + 1
+        found[oid] = out[start:start + int(size)]
+        pos = start + int(size) + 1
+    return found
+
+
+# ---------------------------------------------------------------- restoring
+
+
+def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
+    """Put `paths` of the snapshot at `root` back as they are at the base revision."""
+    if not paths:
+        return
+    blobs = _blobs(diff.repo, sorted({diff.base[p].oid for p in paths if p in diff.base and diff.base[p].kind == "blob"}))
+    for rel in paths:  # everything out of the way first: a file may have become a folder, or back
+        _clear(root, rel)
+    for rel in paths:
+        entry = diff.base.get(rel)
+        if entry is not None:
+            _write(root, rel, entry, blobs.get(entry.oid, b""))
+        else:
+            _prune_empty(root, rel)
+
+
+def _inside(root: Path, rel: str, *, make: bool) -> Path | None:
+    """`root/rel` with every folder on the way a real folder of the snapshot. A symlink or
+    a file in the way is replaced when `make` (writing through it could leave the
+    snapshot); otherwise there is nothing at `rel` inside the snapshot (None)."""
+    current = root
+    for part in rel.split("/")[:-1]:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            if not make:
+                return None
+            current.unlink()
+        if not current.exists():
+            if not make:
+                return None
+            current.mkdir()
+    return current / rel.rsplit("/", 1)[-1]
+
+
+def _clear(root: Path, rel: str) -> None:
+    target = _inside(root, rel, make=False)
+    if target is None:
+        return
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif target.is_symlink() or target.exists():
+        target.unlink()
+
+
+def _write(root: Path, rel: str, entry: Entry, content: bytes) -> None:
+    target = _inside(root, rel, make=True)
+    if entry.kind != "blob":  # a submodule: an empty folder, as a checkout leaves it
+        target.mkdir(exist_ok=True)
+    elif entry.mode == "120000":
+        os.symlink(content, os.fsencode(target))
+    else:
+        # Read-only like every file of the snapshot.
+        mode = 0o555 if entry.mode == "100755" else 0o444
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.chmod(target, mode)
+
+
+def _prune_empty(root: Path, rel: str) -> None:
+    # A folder holding only removed files is not in the base revision either.
+    parent = (root / rel).parent
+    while parent != root and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+
+
+# ---------------------------------------------------------------- one run's protection
+
+
+@dataclass
+class Protection:
+    """What a run judges under: the mission's patterns, what to do when they were changed,
+    the base revision, and the mission-protected files the implementation changed (set
+    once the snapshot is restored)."""
+
+    paths: tuple[str, ...] = ()
+    on_change: str = "fail"
+    base: str = ""
+    workspace: str = ""
+    revision: str = ""
+    changed: tuple[str, ...] = ()
+    _diff: TreeDiff | None = field(default=None, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def diff(self) -> TreeDiff:
+        """Computed once per run, by whichever check needs it first."""
+        with self._lock:
+            if self._diff is None:
+                if not self.base:
+                    raise SnapshotError("protected paths need the mission's base revision, and it has none")
+                repo = repository(self.workspace)
+                self._diff = TreeDiff(repo, resolve_revision(repo, self.base), resolve_revision(repo, self.revision))
+            return self._diff
+
+
+def prepare(checkout: Path, *, workspace: str, revision: str, frozen: dict[str, Any], fallback_base: str = "") -> Protection:
+    """The run's protection, with the mission's protected paths of `checkout` restored.
+    `frozen` is the protection frozen on the run; `fallback_base` is the base a check's own
+    `protect` falls back to when the mission protects nothing."""
+    frozen = frozen or {}
+    protection = Protection(paths=tuple(frozen.get("paths") or ()), on_change=frozen.get("on_change") or "fail",
+                            base=frozen.get("base") or fallback_base, workspace=workspace, revision=revision)
+    if protection.paths:
+        diff = protection.diff()
+        protection.changed = tuple(diff.under(protection.paths))
+        restore(checkout, diff, list(protection.changed))
+    return protection
+
+
+def changed_note(files: Iterable[str]) -> str:
+    """`the implementation changed protected files: a, b (and 3 more)`, sorted."""
+    files = sorted(set(files))
+    shown = ", ".join(escape_invisible(f) for f in files[:NOTE_FILES])
+    more = f" (and {len(files) - NOTE_FILES} more)" if len(files) > NOTE_FILES else ""
+    return NOTE + shown + more
