@@ -44,7 +44,9 @@ def dashboard_missions(*, user) -> list[Mission]:
         Mission.objects.filter(pk__in=visible_mission_ids(user=user))
         .annotate(
             features_total=Count("features", distinct=True),
-            features_passed=Count("features", filter=Q(features__loop_state=LoopState.PASSED), distinct=True),
+            # A superseded fix is done: it counts with the passed ones (docs/TRUTH.md).
+            features_passed=Count("features", filter=Q(features__loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]),
+                                  distinct=True),
             features_blocked=Count("features", filter=Q(features__loop_state=LoopState.BLOCKED), distinct=True),
             last_event_at=Subquery(latest.values("created_at")[:1]),
             last_event_type=Subquery(latest.values("type")[:1]),

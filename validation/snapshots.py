@@ -52,18 +52,26 @@ def repository(workspace: str) -> Path:
 
 def repository_dirs(workspace: str) -> tuple[Path, Path]:
     """(top-level folder, common git dir) of the repository at `workspace`, in one git call."""
+    top, git_dir, _prefix = repository_info(workspace)
+    return top, git_dir
+
+
+def repository_info(workspace: str) -> tuple[Path, Path, str]:
+    """(top-level folder, common git dir, the workspace's folder inside the repository
+    such as `app/` or ''), in one git call."""
     if not workspace:
         raise SnapshotError("the mission has no workspace (a local git repository) to validate in")
     path = Path(workspace).expanduser()
     if not path.is_dir():
         raise SnapshotError(f"workspace {workspace} does not exist")
     try:
-        out = git(path, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir").splitlines()
+        out = git(path, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir",
+                  "--show-prefix").splitlines()
     except SnapshotError as exc:
         raise SnapshotError(f"workspace {workspace} is not a git repository") from exc
-    if len(out) != 2:
+    if len(out) not in (2, 3):
         raise SnapshotError(f"workspace {workspace} is not a git repository with a working tree")
-    return Path(out[0]), Path(out[1])
+    return Path(out[0]), Path(out[1]), (out[2] if len(out) == 3 else "")
 
 
 def resolve_revision(repo: Path, revision: str) -> str:

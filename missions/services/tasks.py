@@ -103,16 +103,16 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     name = revision.strip()
     if not name:
         raise Invalid("a completed task needs the revision it landed", fields={"revision": ["required"]})
-    revision = pin_task_revision(mission=task.mission, name=name)
     lock_mission(task.mission_id)
-    task = Task.objects.select_for_update().get(pk=task.pk)
+    task = Task.objects.select_for_update().select_related("mission").get(pk=task.pk)
+    if task.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
+        raise Conflict(f"a {task.status} task cannot be completed", code="illegal_task_state")
+    revision = pin_task_revision(mission=task.mission, name=name)
     if task.status == TaskStatus.DONE:
         if task.revision == revision:
             return task  # the same completion delivered twice: nothing new to do
         raise Conflict("the task is already done at another revision", code="task_already_done",
                        extra={"revision": task.revision})
-    if task.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
-        raise Conflict(f"a {task.status} task cannot be completed", code="illegal_task_state")
     now = timezone.now()
     fields = {"status": TaskStatus.DONE, "revision": revision, "revision_name": name[:200], "summary": summary,
               "finished_at": now, "updated_at": now}

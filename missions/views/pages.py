@@ -62,7 +62,7 @@ def _header_context(mission: Mission) -> dict:
     from missions.models import LoopState
 
     counts = Feature.objects.filter(mission=mission).aggregate(
-        total=Count("id"), passed=Count("id", filter=Q(loop_state=LoopState.PASSED)),
+        total=Count("id"), passed=Count("id", filter=Q(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED])),
         blocked=Count("id", filter=Q(loop_state=LoopState.BLOCKED)),
         validating=Count("id", filter=Q(loop_state=LoopState.VALIDATING)))
     return {"mission": mission, "counts": counts}

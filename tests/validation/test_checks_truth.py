@@ -267,7 +267,7 @@ def test_models_still_may_not_write_invisible_characters(tmp_path):
     assert "no_invisible_characters" in host_problems(tmp_path, [smuggled])
 
 
-@given(st.text(st.sampled_from(["a", " ", "\r", "\n", "\r\n", "\ufeff", "\u200b", "\U000f0000", "é"]), max_size=40),
+@given(st.text(st.sampled_from(["a", " ", "\r", "\n", "\ufeff", "\u200b", "\U000f0000", "é"]), max_size=40),
        st.integers(min_value=0, max_value=60))
 def test_line_numbers_never_pass_the_line_count(text, offset):
     offset = min(offset, len(text))
