@@ -25,7 +25,7 @@ SUPERSEDE = frozenset({"superseded"})
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     S.IDLE: {
         S.IMPLEMENTING: frozenset({"task_linked"}),
-        S.VALIDATING: frozenset({"validate", "recovery", "root_revalidation"}),
+        S.VALIDATING: frozenset({"validate", "recovery", "root_revalidation", "contract_changed"}),
         S.BLOCKED: frozenset({"no_assertions", "workspace_unavailable", "fingerprint_failures"}),
         S.PASSED: frozenset({"fingerprint_reuse"}),
         S.SUPERSEDED: SUPERSEDE,
@@ -54,6 +54,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         S.SUPERSEDED: SUPERSEDE,
     },
     S.PASSED: {
+        S.IDLE: frozenset({"contract_changed"}),
         S.IMPLEMENTING: frozenset({"clear", "task_linked"}),
         S.VALIDATING: frozenset({"re_run", "validate", "root_revalidation", "milestone_regression"}),
         S.BLOCKED: frozenset({"fingerprint_failures", "no_assertions", "workspace_unavailable"}),

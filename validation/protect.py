@@ -281,13 +281,17 @@ class Protection:
             return self._diff
 
 
-def prepare(checkout: Path, *, workspace: str, revision: str, frozen: dict[str, Any], fallback_base: str = "") -> Protection:
-    """The run's protection, with the mission's protected paths of `checkout` restored.
-    `frozen` is the protection frozen on the run; `fallback_base` is the base a check's own
-    `protect` falls back to when the mission protects nothing."""
-    frozen = frozen or {}
+def unfrozen(mission: Any) -> dict[str, Any]:
+    """For a run frozen without protection (its mission protects nothing): no mission paths,
+    but the base and the choice a check's own `protect` judges under."""
+    return {"on_change": mission.on_protected_change, "base": mission.base_revision}
+
+
+def prepare(checkout: Path, *, workspace: str, revision: str, frozen: dict[str, Any]) -> Protection:
+    """The run's protection (`frozen` on the run at admission), with the mission's protected
+    paths of `checkout` restored."""
     protection = Protection(paths=tuple(frozen.get("paths") or ()), on_change=frozen.get("on_change") or "fail",
-                            base=frozen.get("base") or fallback_base, workspace=workspace, revision=revision)
+                            base=frozen.get("base") or "", workspace=workspace, revision=revision)
     if protection.paths:
         diff = protection.diff()
         protection.changed = tuple(diff.under(protection.paths))

@@ -172,9 +172,9 @@ def private_copy(source: Path) -> Iterator[Path]:
 
 
 def _copy_tree(source: Path, target: Path) -> None:
-    # `cp -a` keeps modes (read-only files), symlinks and times, several times faster than
-    # copytree (bench/check_copies.py); `--reflink=auto` shares blocks where the file
-    # system can. Without GNU cp, copytree does the same.
+    # `cp -a` keeps modes (read-only files), symlinks and times, and is faster than copytree
+    # or a checkout (bench/check_copies.py); `--reflink=auto` shares the blocks where the
+    # file system can (btrfs, XFS). Without GNU cp, copytree does the same, slower.
     try:
         done = subprocess.run(["cp", "-a", "--reflink=auto", "--", str(source), str(target)],
                               capture_output=True).returncode == 0

@@ -122,7 +122,9 @@ class ContractAssertionAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDis
         return set(queryset.values_list("milestone_id", flat=True))
 
     def rollup_changed(self, request, form, formsets, change):
-        return not change or bool({"milestone", "scope"} & set(form.changed_data)) or formsets_changed(formsets)
+        # An edited statement or check is a new contract: the milestone must be judged again.
+        judged = {"milestone", "scope", "statement", "check_spec"}
+        return not change or bool(judged & set(form.changed_data)) or formsets_changed(formsets)
 
 
 @admin.register(FeatureAssertion)

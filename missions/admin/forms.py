@@ -25,6 +25,32 @@ def mission_id_of(parent: models.Model | None) -> int | None:
     return getattr(parent, "mission_id", None)
 
 
+class MissionForm(forms.ModelForm):
+    class Meta:
+        model = Mission
+        fields = "__all__"
+        help_texts = {"protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
+                                         "base revision content before any check runs."}
+
+    def clean_protected_paths(self):
+        from validation.protect import pattern_problems
+
+        value = self.cleaned_data.get("protected_paths")
+        if value in (None, ""):  # an emptied field protects nothing
+            return []
+        problems = pattern_problems(value)
+        if problems:
+            raise forms.ValidationError(problems)
+        return value
+
+    def clean(self):
+        cleaned = super().clean()
+        base = cleaned.get("base_revision", self.instance.base_revision)
+        if cleaned.get("protected_paths") and not (base or "").strip():
+            self.add_error("base_revision", "Set a base revision: protected paths are restored from it.")
+        return cleaned
+
+
 class MissionScopedForm(forms.ModelForm):
     """For models whose `mission` is derived from a parent in save().
 

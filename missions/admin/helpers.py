@@ -100,9 +100,14 @@ class SaveChangedFieldsMixin:
 
 
 def refresh_rollups(milestone_ids: Iterable[int | None]) -> None:
+    """An admin write changed what these milestones are judged by: new rollups, and a
+    complete milestone is complete no more (docs/TRUTH.md)."""
+    from missions.services.milestones import milestone_inputs_changed
+
     ids = {pk for pk in milestone_ids if pk is not None}
     if ids:
         milestone_rollup_refresh(milestone_ids=ids)
+        milestone_inputs_changed(milestone_ids=ids, cause="admin_edit")
 
 
 def linked_milestone_ids(**link_filter: Any) -> set[int]:

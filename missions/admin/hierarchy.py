@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
 from missions.admin.actions import MISSION_ACTIONS
-from missions.admin.forms import MilestoneForm, SliceForm
+from missions.admin.forms import MilestoneForm, MissionForm, SliceForm
 from missions.admin.helpers import (
     TIMESTAMPS, LinkDisplays, RollupRefreshMixin, SaveChangedFieldsMixin, admin_link, formsets_changed,
     linked_milestone_ids,
@@ -19,6 +19,7 @@ from missions.models import ContractAssertion, Feature, Milestone, Mission, Miss
 
 @admin.register(Mission)
 class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+    form = MissionForm
     list_display = ("key", "title", "status", "autopilot", "auto_fix", "retry_budget", "executor", "owner",
                     "updated_at")
     list_filter = ("status", "autopilot", "auto_fix", "executor", "validator")
@@ -33,6 +34,7 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
         (None, {"fields": ("key", "title", "description", "status", "status_reason", "resume_blockers")}),
         ("Loop", {"fields": ("autopilot", "auto_fix", "retry_budget", "validator")}),
         ("Workspace and executor", {"fields": ("workspace", "base_revision", "executor", "executor_command")}),
+        ("Protected paths", {"fields": ("protected_paths", "on_protected_change")}),
         ("People", {"fields": ("owner", "members")}),
         ("Record", {"fields": ("event_seq", *TIMESTAMPS)}),
     )

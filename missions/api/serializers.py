@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.validators import validate_slug
 from rest_framework import serializers
 
+from missions.errors import Invalid
 from missions.models import (
     ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, Slice, Task,
 )
@@ -50,10 +51,28 @@ class MissionSerializer(serializers.ModelSerializer):
         model = Mission
         fields = [
             "id", "key", "title", "description", "status", "status_reason", "autopilot", "auto_fix", "retry_budget",
-            "workspace", "base_revision", "validator", "executor", "executor_command", "owner", "members",
-            "created_at", "updated_at",
+            "workspace", "base_revision", "protected_paths", "on_protected_change", "validator", "executor",
+            "executor_command", "owner", "members", "created_at", "updated_at",
         ]
         read_only_fields = ["status", "status_reason", "autopilot", "owner", "created_at", "updated_at"]
+
+    def validate_protected_paths(self, value):
+        from validation.protect import pattern_problems
+
+        problems = pattern_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return value
+
+    def validate(self, attrs):
+        current = self.instance
+        paths = attrs.get("protected_paths", current.protected_paths if current else [])
+        base = attrs.get("base_revision", current.base_revision if current else "")
+        if paths and not base.strip():
+            # Protected files are restored from the base revision: without one nothing can be.
+            raise Invalid("base_revision is required when protected_paths is set", code="base_revision_required",
+                          fields={"base_revision": ["required when protected_paths is set"]})
+        return attrs
 
 
 class MilestoneSerializer(serializers.ModelSerializer):

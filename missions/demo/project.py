@@ -27,7 +27,9 @@ def unittest_check(test: str) -> dict:
 
 MISSION = {
     "mission": {"key": "demo", "title": "Demo: a tiny shop", "description": "Built by the demo implementer, judged by real checks.",
-                "validator": "composite", "executor": "command", "autopilot": True, "auto_fix": True, "retry_budget": 3},
+                "validator": "composite", "executor": "command", "autopilot": True, "auto_fix": True, "retry_budget": 3,
+                # The tests came first (the base revision): an implementation cannot pass by editing them.
+                "protected_paths": ["tests/**"]},
     "milestones": [
         {"key": "cart", "title": "Cart", "assertions": [
             {"key": "VAL-CART-001", "title": "Cart total multiplies price by quantity", "statement": "cart_total([(2.5,2),(1,3)]) == 8",

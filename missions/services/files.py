@@ -46,20 +46,23 @@ from missions.events import publish_on_commit
 from missions.models import AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice
 from missions.services.rollup import milestone_rollup_refresh
 from validation.checks_spec import check_spec_problems
+from validation.protect import pattern_problems
 
 MAX_DOCUMENT_CHARS = 5_000_000
 MAX_ERRORS = 200
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
-MISSION_FIELDS = ("key", "title", "description", "status", "workspace", "base_revision", "validator", "executor",
-                  "executor_command", "autopilot", "auto_fix", "retry_budget")
+MISSION_FIELDS = ("key", "title", "description", "status", "workspace", "base_revision", "protected_paths",
+                  "on_protected_change", "validator", "executor", "executor_command", "autopilot", "auto_fix",
+                  "retry_budget")
 MILESTONE_FIELDS = ("key", "title", "description")
 ASSERTION_FIELDS = ("key", "title", "statement", "scope", "check")
 SLICE_FIELDS = ("key", "title", "description")
 FEATURE_FIELDS = ("key", "title", "description", "acceptance_criteria")
 
 # Export writes a check's keys in this order (then any other key, sorted).
-_CHECK_KEY_ORDER = ("run", "shell", "expect_exit", "expect_output", "timeout", "file", "exists", "contains", "not_contains")
+_CHECK_KEY_ORDER = ("run", "shell", "expect_exit", "expect_output", "timeout", "file", "exists", "contains", "not_contains",
+                    "protect")
 
 
 @dataclass
@@ -211,7 +214,7 @@ def _canonical_check(check: Any) -> Any:
 @dataclass(frozen=True)
 class _Spec:
     attr: str
-    kind: str  # slug | str | choice | bool | int | check
+    kind: str  # slug | str | choice | bool | int | check | patterns
     required: bool
     nonblank: bool
     default: Any
@@ -227,7 +230,7 @@ def _specs(model: type[models.Model], names: tuple[str, ...]) -> dict[str, _Spec
     for name in names:
         f = model._meta.get_field("check_spec" if name == "check" else name)
         if isinstance(f, models.JSONField):
-            kind = "check"
+            kind = "check" if name == "check" else "patterns"
         elif isinstance(f, models.BooleanField):
             kind = "bool"
         elif isinstance(f, models.IntegerField):
@@ -300,6 +303,7 @@ def _validated(document: str | dict, base_dir: pathlib.Path | None) -> _Document
     if doc is not None:
         if doc.mission is not None:
             _resolve_workspace(doc.mission, base_dir, errors)
+            _check_protection(doc.mission, errors)
         _cross_check(doc, errors)
     if errors or doc is None or doc.mission is None:
         raise _invalid(errors or ["document: must be a mapping with `mission` and `milestones`"])
@@ -399,7 +403,7 @@ def _value(spec: _Spec, value: Any, path: str, errors: list[str]) -> Any:
     if value is None:
         if spec.required:
             errors.append(f"{path}: required")
-        return spec.default
+        return list(spec.default) if isinstance(spec.default, list) else spec.default  # never one shared list
     problem = _problem(spec, value)
     if problem:
         errors.append(f"{path}: {problem}")
@@ -407,6 +411,8 @@ def _value(spec: _Spec, value: Any, path: str, errors: list[str]) -> Any:
     if spec.kind == "check":
         problems = _check_problems(value)
         errors.extend(f"{path}{p}" for p in problems)
+    if spec.kind == "patterns":
+        errors.extend(pattern_problems(value, path))
     return value
 
 
@@ -422,6 +428,8 @@ def _problem(spec: _Spec, value: Any) -> str | None:
         return None
     if kind == "check":
         return None if isinstance(value, dict) else "must be a mapping (a check, DESIGN §5.1) or null"
+    if kind == "patterns":
+        return None if isinstance(value, list) else "must be a list of glob patterns"
     if not isinstance(value, str):
         return "must be a string"
     if "\x00" in value:
@@ -454,6 +462,13 @@ def _resolve_workspace(mission: _Node, base_dir: pathlib.Path | None, errors: li
     if len(resolved) > limit:
         errors.append(f"mission.workspace: must be at most {limit} characters once resolved ({resolved})")
     mission.values["workspace"] = resolved
+
+
+def _check_protection(mission: _Node, errors: list[str]) -> None:
+    # Protected paths are restored from the base revision: without one there is nothing to restore.
+    if mission.values["protected_paths"] and not mission.values["base_revision"].strip():
+        errors.append("mission.base_revision: required when protected_paths is set (protected files are "
+                      "restored from it)")
 
 
 def _cross_check(doc: _Document, errors: list[str]) -> None:

@@ -221,6 +221,15 @@ def _assertion_payload(assertion: ContractAssertion) -> dict[str, Any]:
             "status": assertion.status, "scope": assertion.scope}
 
 
+def _judged_by_changed(milestone_ids: list[int], *, cause: str) -> None:
+    """What these milestones are judged by changed: new rollups, and a complete one is not
+    complete any more (its last milestone run judged another set; docs/TRUTH.md)."""
+    from missions.services.milestones import milestone_inputs_changed
+
+    milestone_rollup_refresh(milestone_ids=milestone_ids)
+    milestone_inputs_changed(milestone_ids=milestone_ids, cause=cause)
+
+
 def _require_valid_check(fields: dict[str, Any]) -> None:
     """The one shape rule every writer applies (API, mission files, admin via the model)."""
     spec = fields.get("check_spec")
@@ -236,7 +245,7 @@ def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAs
     assertion = ContractAssertion(milestone=milestone, **fields)
     assertion.save()
     publish_on_commit(milestone.mission_id, "assertion:created", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
-    milestone_rollup_refresh(milestone_ids=[milestone.pk])
+    _judged_by_changed([milestone.pk], cause="assertion_created")
     return assertion
 
 
@@ -253,7 +262,7 @@ def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> Co
                       code="linked_assertion", fields={"scope": ["the assertion is linked to features"]})
     if apply_fields(assertion, fields):
         publish_on_commit(assertion.mission_id, "assertion:updated", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
-        milestone_rollup_refresh(milestone_ids=[old_milestone, assertion.milestone_id])
+        _judged_by_changed([old_milestone, assertion.milestone_id], cause="assertion_updated")
     return assertion
 
 
@@ -263,7 +272,7 @@ def assertion_delete(*, user, assertion: ContractAssertion) -> None:
     mission_id = assertion.mission_id
     assertion.delete()
     publish_on_commit(mission_id, "assertion:deleted", payload, actor_id=getattr(user, "pk", None))
-    milestone_rollup_refresh(milestone_ids=[payload["milestone"]])
+    _judged_by_changed([payload["milestone"]], cause="assertion_deleted")
 
 
 @transaction.atomic
@@ -280,7 +289,7 @@ def assertion_link(*, user, feature: Feature, assertion: ContractAssertion) -> F
         raise Conflict(f"{assertion.key} is already linked to this feature", code="already_linked") from exc
     publish_on_commit(feature.mission_id, "assertion:linked", {**_assertion_payload(assertion), "feature": feature.pk},
                       actor_id=getattr(user, "pk", None))
-    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
+    _judged_by_changed([assertion.milestone_id, feature.slice.milestone_id], cause="assertion_linked")
     return link
 
 
@@ -291,4 +300,4 @@ def assertion_unlink(*, user, feature: Feature, assertion: ContractAssertion) ->
         raise Invalid(f"{assertion.key} is not linked to this feature", code="not_linked")
     publish_on_commit(feature.mission_id, "assertion:unlinked", {**_assertion_payload(assertion), "feature": feature.pk},
                       actor_id=getattr(user, "pk", None))
-    milestone_rollup_refresh(milestone_ids=[assertion.milestone_id])
+    _judged_by_changed([assertion.milestone_id, feature.slice.milestone_id], cause="assertion_unlinked")

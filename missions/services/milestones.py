@@ -137,6 +137,18 @@ def reopen_slice(*, slice_id: int, cause: str, **payload) -> None:
     reopen_milestone(milestone_id=row["milestone_id"], cause=cause, **payload)
 
 
+def milestone_inputs_changed(*, milestone_ids, cause: str) -> None:
+    """An assertion was added, edited, linked, unlinked or deleted: the milestone's last
+    judgement is no longer over its current set, so it is not complete; and a passed
+    feature whose contract changed is judged again (validation.services.operator)."""
+    from validation.services.operator import revalidate_changed_contracts
+
+    ids = sorted({pk for pk in milestone_ids if pk is not None})
+    for milestone_id in ids:
+        reopen_milestone(milestone_id=milestone_id, cause=cause)
+    revalidate_changed_contracts(milestone_ids=ids, cause=cause)
+
+
 def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> None:
     row = Milestone.objects.filter(pk=milestone_id).values("mission_id", "status").first()
     if row is None:

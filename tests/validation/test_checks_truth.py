@@ -178,7 +178,8 @@ HOSTILE_FILES: dict[str, bytes] = {
     "latin1.bin": b"caf\xe9\nline2\n\xff\xfe end",
     "long.txt": b"x" * 300_000 + b"\nneedle",
 }
-PRINT_INVISIBLE = f"{sys.executable} -c \"print('zero\\u200bwidth \\ufeff bom'); import sys; sys.stdout.flush(); sys.stdout.buffer.write(b'\\xff\\xfe raw')\""
+PRINT_INVISIBLE = (f"{sys.executable} -c \"import sys; print('zero\\u200bwidth \\ufeff bom'); sys.stdout.flush(); "
+                   f"sys.stdout.buffer.write(b'\\xff\\xfe raw')\"")  # invisible characters and non-UTF-8 bytes
 
 PASSING = {
     **{f"VAL-E{i}": {"file": path, "exists": True} for i, path in enumerate(HOSTILE_FILES)},

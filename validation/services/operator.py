@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Q
 
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission
 from missions.models import Feature, LoopState, MissionStatus
 from validation.loop import feature_transition
+from validation.journal import canonical
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.admission import Admission, feature_admit
 
@@ -69,3 +71,30 @@ def feature_create_fix(*, feature: Feature, user) -> Feature:
     return fix
 
 
+
+
+def _judged(assertions: list[dict]) -> list[tuple]:
+    return [(a["key"], a["statement"], canonical(a.get("check"))) for a in assertions]
+
+
+def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> list[int]:
+    """A `passed` feature whose linked assertion set (keys, statements, checks) is no
+    longer the one its passing run judged is not passed any more (docs/TRUTH.md): it is
+    judged again now when its mission is active, else it waits `idle` (its status stays
+    done, so the recovery sweep judges it once the mission is active)."""
+    from validation.services.admission import feature_assertion_specs
+
+    candidates = (Feature.objects.filter(loop_state=LoopState.PASSED, last_run__isnull=False)
+                  .filter(Q(slice__milestone_id__in=milestone_ids) | Q(assertions__milestone_id__in=milestone_ids))
+                  .select_related("mission", "last_run").distinct())
+    moved = []
+    for feature in candidates:
+        if _judged(feature_assertion_specs(feature)) == _judged(feature.last_run.assertions):
+            continue
+        if not feature_transition(feature=feature.pk, old=LoopState.PASSED, new=LoopState.IDLE, cause="contract_changed",
+                                  reason=f"its assertions changed ({cause}); it is judged again"):
+            continue
+        moved.append(feature.pk)
+        if feature.mission.status == MissionStatus.ACTIVE:
+            feature_admit(feature_id=feature.pk, trigger="manual", cause="contract_changed")
+    return moved

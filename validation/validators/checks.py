@@ -45,9 +45,8 @@ def judge_file(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
         return "fail", f"{rel} inside the checkout", "the path leaves the checkout; refused", f"{rel}: path escapes the checkout"
     if "exists" in spec:
         exists, want = target.is_file(), spec["exists"] is True
-        verdict = "pass" if exists == want else "fail"
-        return (verdict, f"{rel} {'exists' if want else 'does not exist'}", f"{rel} {'exists' if exists else 'does not exist'}",
-                file_ref(rel))
+        state = {True: "exists", False: "does not exist"}
+        return "pass" if exists == want else "fail", f"{rel} {state[want]}", f"{rel} {state[exists]}", file_ref(rel)
     if not target.is_file():
         return "fail", f"{rel} exists", f"{rel} does not exist", file_ref(rel)
     text = read_checkout_text(target)
@@ -75,8 +74,8 @@ def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
     expect_exit = spec.get("expect_exit", 0)
     pattern = spec.get("expect_output")
     try:
-        # `expect_output` is searched in the whole output (re.search, README "Mission files");
-        # only the evidence is the capped tail.
+        # `expect_output` is a plain re.search over the whole output (no re.M): "RESULT: OK"
+        # before a long log still counts. Only the evidence is the capped tail.
         result = run_command(spec["run"], cwd=root, timeout=timeout, max_output=settings.FUSION_CHECK_OUTPUT_BYTES,
                              shell=spec.get("shell", False) is True, match=pattern)
     except CommandError as exc:

@@ -1,6 +1,7 @@
 """`manage.py demo`: (re)create a real local git repository (a tiny shop with its tests),
 a mission over it whose `command` executor replays prepared changes, and start it with
-autopilot. `--wait` runs it end to end in this process and prints where it got to."""
+autopilot. The first commit (the tests) is the mission's base revision and `tests/**` are
+protected paths. `--wait` runs it end to end in this process and prints where it got to."""
 
 from __future__ import annotations
 

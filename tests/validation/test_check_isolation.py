@@ -1,0 +1,133 @@
+"""Checks do not disturb each other: every check sees the revision and nothing else.
+
+Each `run` check runs in its own private copy of the snapshot, removed afterwards; file
+checks read the snapshot itself, where no check ever runs. Real runs (admission, then
+`execute_run`) over real git repositories.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import dramatiq
+import pytest
+
+from missions.models import Feature
+from validation.models import JournalEntry, RunStatus
+from validation.services import runner
+from validation.services.admission import feature_admit
+from validation.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DELETES = {"run": "python -c \"import os; os.remove('data.txt')\""}  # fails when data.txt is already gone
+
+
+@pytest.fixture(autouse=True)
+def idle_broker():
+    """No worker: what a completed run enqueues stays queued."""
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    yield broker
+    broker.flush_all()
+
+
+def judged(build_mission, git_repo, checks: list[dict], files: dict[str, str] | None = None):
+    """Run the `checks` (VAL-1, VAL-2, ...) of one feature at a new commit; (run, verdicts by key)."""
+    git_repo.commit(files or {"data.txt": "payload\n"})
+    build_mission({"iso": [(f"VAL-{i}", check) for i, check in enumerate(checks, 1)]})
+    run = feature_admit(feature_id=Feature.objects.get(key="iso").pk, trigger="manual", cause="validate").run
+    runner.execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.verdict is not None, run.error
+    return run, {a["key"]: a for a in run.verdict["assertions"]}
+
+
+def test_a_run_check_that_deletes_a_file_leaves_it_to_the_others(build_mission, git_repo, settings):
+    settings.FUSION_CHECK_PARALLELISM = 4
+    run, verdicts = judged(build_mission, git_repo, [DELETES, DELETES, DELETES, {"file": "data.txt", "exists": True},
+                                                     {"file": "data.txt", "contains": "^payload$"}])
+    assert {key: v["verdict"] for key, v in verdicts.items()} == dict.fromkeys(verdicts, "pass"), verdicts
+    assert run.status == RunStatus.PASSED
+
+
+def test_a_file_a_run_check_generates_is_not_in_the_revision(build_mission, git_repo, settings):
+    settings.FUSION_CHECK_PARALLELISM = 1  # in order: the file checks come after the generator
+    generate = {"run": "python -c \"open('gen.txt', 'w').write('made by a check')\""}
+    run, verdicts = judged(build_mission, git_repo, [generate, {"file": "gen.txt", "exists": True},
+                                                     {"file": "gen.txt", "exists": False}])
+    assert [verdicts[k]["verdict"] for k in ("VAL-1", "VAL-2", "VAL-3")] == ["pass", "fail", "pass"]
+    assert verdicts["VAL-2"]["actual"] == "gen.txt does not exist"
+    assert run.status == RunStatus.FAILED
+
+
+def test_a_check_cannot_change_a_file_in_place_for_the_others(build_mission, git_repo, settings):
+    settings.FUSION_CHECK_PARALLELISM = 1
+    overwrite = {"run": "chmod u+w data.txt && echo changed > data.txt", "shell": True}
+    run, verdicts = judged(build_mission, git_repo, [overwrite, {"file": "data.txt", "contains": "^payload$"},
+                                                     {"run": "grep -qx payload data.txt"}])
+    assert [verdicts[k]["verdict"] for k in ("VAL-1", "VAL-2", "VAL-3")] == ["pass", "pass", "pass"], verdicts
+    assert run.status == RunStatus.PASSED
+
+
+def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(build_mission, git_repo, settings,
+                                                                                monkeypatch, tmp_path):
+    settings.FUSION_CHECK_PARALLELISM = 4
+    seen: list[Path] = []
+    real_judge = runner.judge
+
+    def spying(ctx):
+        seen.append(ctx.checkout)
+        return real_judge(ctx)
+
+    monkeypatch.setattr(runner, "judge", spying)
+    hang = tmp_path / "hanging-cwd"
+    checks = [
+        {"run": "python -c \"import os; print(os.getcwd())\""},
+        {"run": f"python -c \"import os, time; open({str(hang)!r}, 'w').write(os.getcwd()); time.sleep(30)\"",
+         "timeout": 1},
+        # A folder its copy cannot list any more: the copy is removed all the same.
+        {"run": "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner && chmod 500 locked",
+         "shell": True},
+        {"file": "data.txt", "exists": True},
+    ]
+    run, verdicts = judged(build_mission, git_repo, checks)
+    assert [verdicts[k]["verdict"] for k in ("VAL-1", "VAL-2", "VAL-3", "VAL-4")] == ["pass", "fail", "pass", "pass"]
+    assert "timed out" in verdicts["VAL-2"]["actual"]
+    printed = Path(verdicts["VAL-1"]["evidence"][0]["text"].splitlines()[1])
+    copies = {printed, Path(hang.read_text())}
+    assert len(copies) == 2 and seen[0] not in copies, "each run check runs in a copy of its own"
+    assert all(SNAPSHOT_NAME.match(c.name).group(1) == f"run-{run.pk}" and c.parent == snapshot_root() for c in copies)
+    assert sorted(snapshot_root().iterdir()) == [], "a private copy or the snapshot was left behind"
+
+
+def test_the_journal_holds_what_each_check_saw(build_mission, git_repo, settings):
+    settings.FUSION_CHECK_PARALLELISM = 4
+    run, verdicts = judged(build_mission, git_repo, [DELETES, DELETES])
+    entries = JournalEntry.objects.filter(run_id=run.pk, kind="check").order_by("key")
+    assert [json.dumps(e.payload["result"], sort_keys=True) for e in entries] == [
+        json.dumps(verdicts[k], sort_keys=True) for k in ("VAL-1", "VAL-2")]
+
+
+@pytest.mark.parametrize("parent", ["snapshots", ".gitcache/snapshots"])
+def test_files_under_dot_github_are_read_only_in_the_snapshot(git_repo, settings, tmp_path, parent):
+    settings.FUSION_SNAPSHOT_DIR = tmp_path / parent  # a `.git` in the folder's own path is not git's either
+    rev = git_repo.commit({".github/workflows/ci.yml": "on: push\n", ".gitlab/ci.yml": "x\n", "src/a.py": "A = 1\n"})
+    with snapshot(str(git_repo.path), rev) as root:
+        for rel in (".github/workflows/ci.yml", ".gitlab/ci.yml", "src/a.py"):
+            mode = (root / rel).stat().st_mode
+            assert not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH), f"{rel} is writable"
+        assert (root / ".github/workflows").stat().st_mode & stat.S_IWUSR, "folders stay writable"
+
+
+def test_a_private_copy_is_named_like_its_snapshot_and_swept_with_it(git_repo):
+    rev = git_repo.commit({"data.txt": "payload\n"})
+    with snapshot(str(git_repo.path), rev, label="run-7") as root, private_copy(root) as copy:
+        assert SNAPSHOT_NAME.match(copy.name).group(1) == "run-7"
+        assert (copy / "data.txt").read_text() == "payload\n"
+        assert not (copy / "data.txt").stat().st_mode & stat.S_IWUSR
+        assert sweep_snapshots(live_labels=lambda: {"run-7"}) == 0 and copy.exists()
+        assert sweep_snapshots(live_labels=set) == 2 and not copy.exists()
+    assert sorted(snapshot_root().iterdir()) == []

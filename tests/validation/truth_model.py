@@ -1,0 +1,167 @@
+"""The test's own model for `test_truth_property`: what each commit of the example's git
+repository really contains, and therefore whether a check truly holds there, computed
+without the code under test (no snapshot, no validator, no subprocess).
+
+Every assertion key `k` has four possible checks, all about the file `k.txt`:
+
+- `file`:      `{"file": "k.txt", "contains": "done k"}`
+- `file_v2`:   `{"file": "k.txt", "contains": "done k v2"}` (an edit that a `done k` file fails)
+- `run`:       `python check_k.py`, a script committed in the base that exits 0 iff `k.txt` says `done k`
+- `protected`: `python tests/check_k.py`, the same script under the mission's protected `tests/**`
+
+The mission protects `tests/**` with `on_protected_change = fail` (the default): every
+check of a run fails when the judged commit changed a protected file since the base, so a
+commit that rewrites a test script is truly wrong for every assertion.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import GIT_ENV, Repo
+
+# Feature-scoped assertion keys a1..a8, a spare one (linked to nothing at the start) and
+# the milestone-scoped one. Single digits: `done a1` never matches inside `done a10`.
+ASSERTION_KEYS = tuple(f"a{i}" for i in range(1, 10))
+MILESTONE_KEY = "m1"
+ALL_KEYS = ASSERTION_KEYS + (MILESTONE_KEY,)
+VARIANTS = ("file", "file_v2", "run", "protected")
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+SCRIPT = """import pathlib
+import sys
+
+target = pathlib.Path("{key}.txt")
+sys.exit(0 if target.is_file() and "done {key}" in target.read_text() else 1)
+"""
+ALWAYS_PASSES = "import sys\nsys.exit(0)\n"
+
+
+def check_spec(key: str, variant: str) -> dict[str, Any]:
+    if variant == "file":
+        return {"file": f"{key}.txt", "contains": f"done {key}"}
+    if variant == "file_v2":
+        return {"file": f"{key}.txt", "contains": f"done {key} v2"}
+    if variant == "run":
+        return {"run": f"python check_{key}.py", "timeout": 30}
+    if variant == "protected":
+        return {"run": f"python tests/check_{key}.py", "timeout": 30}
+    raise ValueError(variant)
+
+
+def variant_of(spec: dict[str, Any] | None) -> str:
+    for variant in VARIANTS:
+        for key in ALL_KEYS:
+            if spec == check_spec(key, variant):
+                return variant
+    raise AssertionError(f"a check the model does not know: {spec!r}")
+
+
+def key_of(spec: dict[str, Any]) -> str:
+    for variant in VARIANTS:
+        for key in ALL_KEYS:
+            if spec == check_spec(key, variant):
+                return key
+    raise AssertionError(f"a check the model does not know: {spec!r}")
+
+
+def base_files() -> dict[str, str]:
+    files = {"README.md": "# project\n"}
+    for key in ALL_KEYS:
+        files[f"check_{key}.py"] = SCRIPT.format(key=key)
+        files[f"tests/check_{key}.py"] = SCRIPT.format(key=key)
+    return files
+
+
+BASE_FILES = base_files()
+PROTECTED = {p: t for p, t in BASE_FILES.items() if p.startswith("tests/")}
+
+
+def correct_text(key: str, variant: str) -> str:
+    """What a correct implementation writes into `key.txt` for the current check."""
+    return f"done {key} v2\n" if variant == "file_v2" else f"done {key}\n"
+
+
+def wrong_text(key: str) -> str:
+    return f"not yet {key}\n"
+
+
+def protected_changed(tree: dict[str, str]) -> bool:
+    now = {p: t for p, t in tree.items() if p.startswith("tests/")}
+    return now != PROTECTED
+
+
+def check_holds(spec: dict[str, Any] | None, tree: dict[str, str]) -> bool:
+    """Whether the check truly holds at a commit whose files are `tree` (the mission's
+    protection rule included)."""
+    if spec is None or protected_changed(tree):
+        return False
+    key, variant = key_of(spec), variant_of(spec)
+    text = tree.get(f"{key}.txt")
+    if text is None:
+        return False
+    if variant in ("file", "file_v2"):
+        return re.search(spec["contains"], text, re.M) is not None
+    # Both scripts are the base ones when judged: the root one is never changed by an
+    # implementation here, the protected one is restored from the base.
+    assert tree.get(f"check_{key}.py") == BASE_FILES[f"check_{key}.py"]
+    return f"done {key}" in text
+
+
+@dataclass
+class History:
+    """The example's repository and the files of every commit made in it."""
+
+    repo: Repo
+    trees: dict[str, dict[str, str]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def head(self) -> str:
+        return self.order[-1]
+
+    def commit(self, changes: dict[str, str], message: str) -> str:
+        changes = {p: t for p, t in changes.items() if self.files.get(p) != t}
+        sha = self.repo.commit(changes, message)
+        assert HEX40.match(sha), sha
+        self.files.update(changes)
+        self.trees[sha] = dict(self.files)
+        self.order.append(sha)
+        return sha
+
+    def tree(self, revision: str) -> dict[str, str]:
+        assert revision in self.trees, f"revision {revision} is not a commit the test made"
+        return self.trees[revision]
+
+
+class Template:
+    """One base repository per test session, copied (cheaply) for every example: the same
+    base commit id every time, no `git init` + first commit per example."""
+
+    def __init__(self, root: Path):
+        self.path = root / "template"
+        self.path.mkdir(parents=True)
+        repo = Repo(self.path)
+        repo.git("init", "-q", "-b", "main")
+        repo.git("config", "gc.auto", "0")
+        self.base = repo.commit(dict(BASE_FILES), "base: the tests")
+
+    def clone(self, target: Path) -> History:
+        done = subprocess.run(["cp", "-a", "--", str(self.path), str(target)], capture_output=True)
+        if done.returncode != 0:
+            shutil.copytree(self.path, target, symlinks=True)
+        history = History(Repo(target), files=dict(BASE_FILES))
+        history.trees[self.base] = dict(BASE_FILES)
+        history.order.append(self.base)
+        return history
+
+
+def git_env() -> dict[str, str]:
+    return {**os.environ, **GIT_ENV}
