@@ -146,7 +146,8 @@ def complete_tasks(modeladmin, request, queryset):
         def complete(task):
             done = task_services.task_complete(user=request.user, task=task, revision=data["revision"],
                                                summary=data["summary"])
-            return f"at {done.revision[:12]}"
+            named = f" ({done.revision_name})" if done.revision_name not in ("", done.revision) else ""
+            return f"at {done.revision[:12]}{named}"
 
         run_each(modeladmin, request, queryset, done="Completed; validation queued", fn=complete)
 

@@ -211,7 +211,8 @@ class FeatureChoiceFormSet(MissionLinkInlineFormSet):
 
 
 class TaskCompleteForm(forms.Form):
-    revision = forms.CharField(max_length=80, help_text="The commit the task landed (a sha or a ref of the workspace).")
+    revision = forms.CharField(max_length=200, help_text="The commit the task landed (a sha or a ref of the workspace); "
+                                                          "a ref is pinned to its commit id now.")
     summary = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
                               help_text="What was done; the validator sees it.")
 
