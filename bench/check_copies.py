@@ -97,18 +97,23 @@ def checkout_index(repo: Path, commit: str):
         _remove_tree(target)
 
 
-def timed(make, rounds: int) -> tuple[float, float]:
-    """Median ms to make one copy and to remove it."""
-    made, removed = [], []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        manager = make()
-        manager.__enter__()
+def once(make) -> tuple[float, float]:
+    """ms to make one copy, and to remove it."""
+    started = time.perf_counter()
+    with make():
         middle = time.perf_counter()
-        manager.__exit__(None, None, None)
-        made.append((middle - started) * 1000)
-        removed.append((time.perf_counter() - middle) * 1000)
-    return statistics.median(made), statistics.median(removed)
+    return (middle - started) * 1000, (time.perf_counter() - middle) * 1000
+
+
+def timed(rows, rounds: int) -> list[tuple[str, float, float]]:
+    """Median make and remove ms per strategy; the strategies take turns, round after
+    round, so that a slow moment of the machine weighs on all of them alike."""
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name, _make in rows}
+    for _ in range(rounds):
+        for name, make in rows:
+            samples[name].append(once(make))
+    return [(name, statistics.median(m for m, _r in got), statistics.median(r for _m, r in got))
+            for name, got in samples.items()]
 
 
 def hard_links_leak(source: Path) -> bool:
@@ -147,8 +152,8 @@ def main() -> int:
                 ("read-tree + checkout-index", lambda: checkout_index(repo, commit)),
                 ("cp -al (hard links, NOT safe)", lambda: cp(source, "-al")),
             ]
-            timed(rows[1][1], 2)  # warm the page cache
-            results = [(name, *timed(make, args.rounds)) for name, make in rows]
+            timed(rows[:2], 1)  # warm the page cache
+            results = timed(rows, args.rounds)
             leaked = hard_links_leak(source)
     finally:
         shutil.rmtree(DATA_DIR, ignore_errors=True)

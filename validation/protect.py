@@ -26,12 +26,10 @@ from typing import Any, Iterable
 from validation.snapshots import GIT_TIMEOUT, SnapshotError, git, repository, resolve_revision
 from validation.verdict import escape_invisible
 
-ON_CHANGE = ("fail", "restore")
 MAX_PATTERNS = 200
 MAX_PATTERN_CHARS = 500
 NOTE = "the implementation changed protected files: "
 NOTE_FILES = 50  # named in a note; the rest are counted
-GITLINK = "160000"
 
 
 # ---------------------------------------------------------------- patterns
@@ -164,8 +162,8 @@ def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
            "GIT_TERMINAL_PROMPT": "0", "LANG": "C"}
     try:
-        proc = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="".join(f"{o}\n" for o in oids).encode(),
-                              capture_output=True, timeout=GIT_TIMEOUT, env=env)
+        proc = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], capture_output=True, env=env,
+                              input="".join(f"{oid}\n" for oid in oids).encode(), timeout=GIT_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SnapshotError(f"git cat-file failed: {exc}") from exc
     if proc.returncode != 0:
@@ -190,7 +188,8 @@ def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
     """Put `paths` of the snapshot at `root` back as they are at the base revision."""
     if not paths:
         return
-    blobs = _blobs(diff.repo, sorted({diff.base[p].oid for p in paths if p in diff.base and diff.base[p].kind == "blob"}))
+    entries = [diff.base[p] for p in paths if p in diff.base]
+    blobs = _blobs(diff.repo, sorted({e.oid for e in entries if e.kind == "blob"}))
     for rel in paths:  # everything out of the way first: a file may have become a folder, or back
         _clear(root, rel)
     for rel in paths:

@@ -271,7 +271,8 @@ def assert_checks_outrank_the_model(run: ValidatorRun) -> None:
     failures = {f.assertion_key: f for f in ValidatorFailure.objects.filter(run=run)}
     assert sorted(failures) == ["VAL-1", "VAL-3"] and failures["VAL-1"].actual == "no match"
     feature = Feature.objects.get(pk=run.feature_id)
-    assert feature.loop_state == "needs_fix"
+    fix = Feature.objects.get(generated_from=feature)  # auto_fix: the failures come back as a fix
+    assert feature.loop_state == "implementing" and "VAL-1" in fix.description and "VAL-3" in fix.description
 
 
 def test_a_command_validators_pass_cannot_override_a_failing_check(settings, tmp_path, hello_feature):
@@ -300,8 +301,6 @@ def test_an_agent_validators_pass_cannot_override_a_failing_check(scripted, hell
 
 
 def test_a_root_is_judged_at_its_fixs_revision_afterwards(worker, build_mission, git_repo, alice):
-    from validation.selectors import feature_revision
-
     build_mission({"hello": [("VAL-1", GREETING)]})
     root = hello()
     r1 = git_repo.commit(BAD, "r1: wrong")
@@ -314,10 +313,12 @@ def test_a_root_is_judged_at_its_fixs_revision_afterwards(worker, build_mission,
     root.refresh_from_db()
     assert root.loop_state == "passed"
     assert [(r.revision, r.status) for r in runs_of(root)] == [(r1, "failed"), (r2, "passed")]
-    assert feature_revision(root) == r2
 
     admission = feature_validate(feature=root, user=alice)
     assert admission.run.revision == r2, (admission.outcome, admission.run.revision)
+    from validation.selectors import feature_revision
+
+    assert feature_revision(root) == r2
     worker.drain()
     root.refresh_from_db()
     assert root.loop_state == "passed" and ValidatorRun.objects.get(pk=admission.run.pk).status == RunStatus.PASSED
@@ -333,7 +334,6 @@ def test_a_root_is_judged_at_its_fixs_revision_afterwards(worker, build_mission,
 
 
 def test_a_long_check_keeps_its_lease_and_is_never_reaped(idle_broker, settings, build_mission, git_repo, tmp_path):
-    from validation.services.admission import run_time_limit_ms
     from validation.services.recovery import reap_runs
 
     settings.FUSION_RUN_LEASE_SECONDS = 2
@@ -352,11 +352,9 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(idle_broker, settings,
     build_mission({"hello": [("VAL-1", {"run": f"{sys.executable} {waiter}", "expect_exit": 0, "timeout": 900})]})
     feature = hello()
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
-    [queued] = [dramatiq.Message.decode(m) for m in list(idle_broker.queues["fusion"].queue)
-                if dramatiq.Message.decode(m).actor_name == "run_validator"]
-    assert queued.args == (run.pk,) or list(queued.args) == [run.pk]
-    assert queued.options["time_limit"] == run_time_limit_ms(run) >= 900 * 1000
-    assert run_time_limit_ms(run) > (settings.FUSION_VALIDATOR_TIMEOUT + 60) * 1000  # more than the actor's default
+    queued = [dramatiq.Message.decode(m) for m in list(idle_broker.queues["fusion"].queue)]
+    [message] = [m for m in queued if m.actor_name == "run_validator"]
+    assert list(message.args) == [run.pk]
 
     outcome: dict = {}
 
@@ -387,6 +385,11 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(idle_broker, settings,
     assert run.status == RunStatus.PASSED and run.error == ""
     feature.refresh_from_db()
     assert feature.loop_state == "passed"
+    # The message carried a time limit that leaves room for the check's own 900 s.
+    assert message.options.get("time_limit", 0) >= (settings.FUSION_VALIDATOR_TIMEOUT + 900) * 1000
+    from validation.services.admission import run_time_limit_ms
+
+    assert message.options["time_limit"] == run_time_limit_ms(run) >= 900 * 1000
 
 
 # --- 14. a fix that passes while its root is validating or blocked ------------------------------
@@ -470,11 +473,13 @@ def test_a_claim_is_exclusive_until_its_lease_passes(idle_broker, build_mission,
     git_repo.commit(GOOD)
     build_mission({"hello": [("VAL-1", GREETING)]})
     run = feature_admit(feature_id=hello().pk, trigger="manual", cause="validate").run
-    held, token = _claim(run.pk)
-    assert held is not None and held.pk == run.pk and token
-    assert _claim(run.pk) == (None, "")
+    first = _claim(run.pk)
     assert execute_run(run.pk) == "stale"  # another delivery while it is held judges nothing
     assert not JournalEntry.objects.filter(run=run).exists()
+    assert ValidatorRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
+    held, token = first
+    assert held is not None and held.pk == run.pk and token
+    assert _claim(run.pk) == (None, "")
     ValidatorRun.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timedelta(seconds=1))  # the holder died
     taken, second = _claim(run.pk)
     assert taken is not None and second and second != token

@@ -147,8 +147,8 @@ def _judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> Asserti
     protection = ctx.protection
     own = spec.get("protect") or []
     if own and not protection.base:
-        return _assertion_verdict(assertion.key, "blocked", "the check protects paths but the mission has no base "
-                                  "revision to restore them from", "other", f"{assertion.key}: protect {', '.join(own)}")
+        message = "the check protects paths but the mission has no base revision to restore them from"
+        return _assertion_verdict(assertion.key, "blocked", message, "other", f"{assertion.key}: protect {', '.join(own)}")
     own_changed = protection.diff().under(own) if own else []
     with _check_root(ctx.checkout, spec, protection, own_changed) as (root, restored):
         verdict = judge_assertion(root, assertion)
@@ -192,8 +192,8 @@ def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: 
     return AssertionVerdict(
         key=verdict.key, verdict="fail", message=_shown(note, 2000),
         expected=f"no protected file changed since the base revision {protection.base[:12]}",
-        actual=f"{len(changed)} protected file{'s' if len(changed) != 1 else ''} changed; the check itself {outcome} "
-               f"against the base versions", evidence=evidence)
+        actual=f"{len(changed)} protected file{'s' if len(changed) != 1 else ''} changed; with them restored, the "
+               f"check itself {outcome}", evidence=evidence)
 
 
 def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[AssertionVerdict]:

@@ -1,0 +1,233 @@
+"""A pass means exactly what the docs say (milestones): a milestone, its slices and the
+mission are complete only while everything under them is done; a milestone run judges a
+defined commit (the newest passed feature revision that contains the others); a
+milestone regression in a report-only mission waits for an operator's fix, which carries
+the milestone run's failures.
+
+Names that only the new loop has are imported inside the tests, so that each test fails
+on its own against an older loop."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice
+from missions.services.lifecycle import mission_activate
+from missions.services.milestones import milestone_ready
+from missions.services.tasks import task_complete, task_create
+from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, open_task
+from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
+from validation.services.admission import feature_admit
+from validation.services.operator import feature_repair
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REOPENED = ["slice_reopened", "milestone_reopened", "reopened"]
+
+
+def changes(mission: Mission, *, after: int = 0) -> list[str]:
+    return [e.payload.get("change") for e in events(mission, "mission:updated") if e.seq > after]
+
+
+def last_seq(mission: Mission) -> int:
+    return max((e.seq for e in events(mission)), default=0)
+
+
+def statuses(mission: Mission) -> tuple[str, str, str]:
+    mission.refresh_from_db()
+    return (Slice.objects.get(mission=mission).status, Milestone.objects.get(mission=mission).status, mission.status)
+
+
+def milestone_runs(mission: Mission) -> list[ValidatorRun]:
+    return list(ValidatorRun.objects.filter(mission=mission, scope=RunScope.MILESTONE).order_by("id"))
+
+
+def milestone_assertion(mission: Mission, check: dict) -> ContractAssertion:
+    milestone = Milestone.objects.get(mission=mission, key="m1")
+    assertion = ContractAssertion(milestone=milestone, key="VAL-M", title="the whole", statement="the milestone holds",
+                                  scope="milestone", check_spec=check)
+    assertion.save()
+    return assertion
+
+
+def land(worker, alice, repo, mission: Mission, key: str, *, good: bool = True) -> str:
+    """Complete the open task of `key` with a real commit; returns the revision."""
+    task = open_task(feature(mission, key))
+    assert task is not None, f"no open task for {key}"
+    revision = implement(repo, key, good=good)
+    task_complete(user=alice, task=task, revision=revision)
+    worker.drain()
+    return revision
+
+
+def completed_mission(worker, alice, git_repo, **fields) -> Mission:
+    """The autopilot flow to the end: one milestone (a feature-scoped assertion per feature
+    and one milestone-scoped assertion), one slice of features a and b."""
+    mission = make_mission(alice, git_repo.path, autopilot=True, **fields)
+    add_slice(mission, "m1", "s1", ["a", "b"])
+    milestone_assertion(mission, {"file": "b.txt", "exists": True})
+    mission_activate(mission=mission, user=alice)
+    worker.drain()
+    land(worker, alice, git_repo, mission, "a")
+    land(worker, alice, git_repo, mission, "b")
+    assert statuses(mission) == ("complete", "complete", "complete"), mission.status_reason
+    assert [r.status for r in milestone_runs(mission)] == ["passed"]
+    return mission
+
+
+def assert_reopened(mission: Mission, *, after: int, cause: str) -> None:
+    assert statuses(mission) == ("active", "active", "active")
+    reopened = [e for e in events(mission, "mission:updated") if e.seq > after and e.payload.get("change") in REOPENED]
+    assert [e.payload["change"] for e in reopened] == REOPENED
+    assert {e.payload["cause"] for e in reopened} == {cause}
+    assert "completed" not in changes(mission, after=after) and "milestone_completed" not in changes(mission, after=after)
+
+
+# --- 6. complete only while everything under it is done -------------------------------------
+
+
+def test_clearing_a_passed_feature_reopens_slice_milestone_and_mission(worker, alice, git_repo):
+    mission = completed_mission(worker, alice, git_repo)
+    seq = last_seq(mission)
+    assert feature_repair(feature=feature(mission, "a"), user=alice, mode="clear") is None
+    worker.drain()
+    assert feature(mission, "a").loop_state == "implementing"
+    assert_reopened(mission, after=seq, cause="clear")
+
+
+def test_a_new_task_on_a_passed_feature_reopens_slice_milestone_and_mission(worker, alice, git_repo):
+    mission = completed_mission(worker, alice, git_repo)
+    seq = last_seq(mission)
+    task_create(user=alice, feature=feature(mission, "b"))
+    worker.drain()
+    assert feature(mission, "b").loop_state == "implementing"
+    assert_reopened(mission, after=seq, cause="task_linked")
+
+
+def test_a_failed_manual_validation_leaves_the_mission_incomplete(worker, alice, git_repo):
+    mission = completed_mission(worker, alice, git_repo, auto_fix=False)
+    broken = git_repo.commit({"a.txt": "broken\n"}, "a breaks")
+    seq = last_seq(mission)
+    a = feature(mission, "a")
+    admission = feature_admit(feature_id=a.pk, trigger="manual", cause="validate", actor_id=alice.pk, revision=broken)
+    assert admission.outcome == "started"
+    worker.drain()
+    run = ValidatorRun.objects.get(pk=admission.run.pk)
+    assert run.status == RunStatus.FAILED and run.revision == broken
+    a.refresh_from_db()
+    assert a.loop_state == "needs_fix" and not Feature.objects.filter(generated_from=a).exists()
+    assert_reopened(mission, after=seq, cause="validate")
+    assert "report_only_failure" in changes(mission, after=seq)
+
+
+def test_a_passing_milestone_run_does_not_complete_a_milestone_with_an_unfinished_feature(worker, alice, git_repo):
+    mission = make_mission(alice, git_repo.path, status="active")
+    add_slice(mission, "m1", "s1", ["a"])
+    milestone_assertion(mission, {"file": "a.txt", "exists": True})
+    task_create(user=alice, feature=feature(mission, "a"))
+    land(worker, alice, git_repo, mission, "a")
+    assert feature(mission, "a").loop_state == "passed"
+    milestone = Milestone.objects.get(mission=mission)
+    with transaction.atomic():  # the milestone run executes after a has left `passed`
+        assert milestone_ready(milestone=milestone) == "validating_milestone"
+        task_create(user=alice, feature=feature(mission, "a"))
+    worker.drain()
+    [run] = milestone_runs(mission)
+    assert run.status == RunStatus.PASSED
+    assert feature(mission, "a").loop_state == "implementing"
+    assert milestone_ready(milestone=milestone) == "waiting"
+    milestone.refresh_from_db()
+    assert milestone.status != "complete"
+    assert "milestone_completed" not in changes(mission)
+    assert len(milestone_runs(mission)) == 1
+
+
+# --- 9. the milestone run judges a defined commit -----------------------------------------------
+
+
+def _two_features(alice, git_repo) -> Mission:
+    mission = make_mission(alice, git_repo.path, status="active")
+    add_slice(mission, "m1", "s1", ["a", "b"])
+    milestone_assertion(mission, {"file": "a.txt", "exists": True})
+    for key in ("a", "b"):
+        task_create(user=alice, feature=feature(mission, key))
+    return mission
+
+
+def test_the_milestone_run_judges_the_newest_passed_revision_not_the_workspace_head(worker, alice, git_repo):
+    mission = _two_features(alice, git_repo)
+    a_rev = land(worker, alice, git_repo, mission, "a")
+    b_rev = land(worker, alice, git_repo, mission, "b")  # b's commit contains a's
+    assert {feature(mission, k).loop_state for k in "ab"} == {"passed"}
+    git_repo.git("checkout", "-q", "-b", "other")  # the workspace moves to unrelated work
+    git_repo.git("rm", "-q", "a.txt")
+    head = git_repo.commit({"b.txt": "unrelated\n"}, "unrelated work on another branch")
+    assert git_repo.git("rev-parse", "HEAD").strip() == head
+    milestone = Milestone.objects.get(mission=mission)
+    with transaction.atomic():
+        assert milestone_ready(milestone=milestone) == "validating_milestone"
+    worker.drain()
+    [run] = milestone_runs(mission)
+    assert run.revision == b_rev and run.revision not in (a_rev, head)
+    assert run.status == RunStatus.PASSED  # judged at b, where a.txt and b.txt hold
+    assert milestone_ready(milestone=milestone) == "complete"
+    from missions.services.milestones import milestone_revision
+
+    assert milestone_revision(milestone) == b_rev
+
+
+def test_passed_revisions_on_diverging_branches_stop_the_milestone(worker, alice, git_repo):
+    mission = _two_features(alice, git_repo)
+    git_repo.git("checkout", "-q", "-b", "side")
+    b_rev = land(worker, alice, git_repo, mission, "b")
+    git_repo.git("checkout", "-q", "main")
+    a_rev = land(worker, alice, git_repo, mission, "a")
+    assert git_repo.git("merge-base", a_rev, b_rev).strip() not in (a_rev, b_rev)  # neither contains the other
+    assert {feature(mission, k).loop_state for k in "ab"} == {"passed"}
+    milestone = Milestone.objects.get(mission=mission)
+    state = milestone_ready(milestone=milestone)
+    assert state.startswith("stop:") and "one line of history" in state, state
+    assert milestone_runs(mission) == []
+    milestone.refresh_from_db()
+    assert milestone.status != "complete"
+
+
+# --- 17. a milestone regression in a report-only mission ---------------------------------------
+
+
+def test_a_milestone_regression_without_auto_fix_waits_for_an_operators_fix(worker, alice, git_repo, api_for):
+    mission = make_mission(alice, git_repo.path, status="active", auto_fix=False)
+    add_slice(mission, "m1", "s1", ["a", "b"])
+    for key in ("a", "b"):
+        task_create(user=alice, feature=feature(mission, key))
+    land(worker, alice, git_repo, mission, "a")
+    b_task = open_task(feature(mission, "b"))
+    b_rev = git_repo.commit({"b.txt": "done b\n", "a.txt": "broken by b\n"}, "b, breaking a")
+    task_complete(user=alice, task=b_task, revision=b_rev)
+    worker.drain()
+    assert {feature(mission, k).loop_state for k in "ab"} == {"passed"}  # each passed its own contract
+    milestone = Milestone.objects.get(mission=mission)
+    with transaction.atomic():
+        assert milestone_ready(milestone=milestone) == "validating_milestone"
+    worker.drain()
+    [run] = milestone_runs(mission)
+    assert run.status == RunStatus.FAILED and run.revision == b_rev
+    assert list(run.failures.values_list("assertion_key", flat=True)) == ["VAL-a"]
+    a = feature(mission, "a")
+    assert a.loop_state == "needs_fix" and a.last_run_id == run.pk
+    assert not Feature.objects.filter(generated_from=a).exists()  # report only: nothing made by itself
+    moved = [e for e in events(mission, "feature:updated") if e.payload.get("feature") == a.pk][-1]
+    assert (moved.payload["from"], moved.payload["loop_state"], moved.payload["cause"]) == (
+        "passed", "needs_fix", "milestone_regression")
+
+    response = api_for(alice).post(f"/api/features/{a.pk}/create_fix/")
+    assert response.status_code == 201, response.json()
+    fix = Feature.objects.get(pk=response.json()["id"])
+    assert fix.generated_from_id == a.pk and fix.generated_from_run_id == run.pk
+    assert "## Validation cause" in fix.description and f"Validator run {run.pk}" in fix.description
+    assert "### VAL-a" in fix.description
+    assert list(fix.assertions.values_list("key", flat=True)) == ["VAL-a"]
+    assert FixLineage.objects.get(fix=fix).run_id == run.pk
+    created = [e for e in events(mission, "fix-feature:created") if e.payload["feature"] == fix.pk]
+    assert len(created) == 1 and created[0].payload["run"] == run.pk and created[0].payload["assertions"] == ["VAL-a"]

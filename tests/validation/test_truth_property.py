@@ -1,0 +1,625 @@
+"""The truth property, stateful: whatever order the messages arrive in, however often, and
+whatever operators, workers and edits do meanwhile, a feature is `passed` only at a
+revision where its implementation truly satisfies what it was judged by.
+
+Real services, a real database, a real git repository per example, real checks in real
+snapshots. No worker runs: every Dramatiq message the services send is captured
+(`Actor.send_with_options` is replaced by a recorder) and the machine delivers them
+itself, in any order, twice, late, or never (a worker that dies holding a run).
+
+The model (`truth_model.py`) knows the files of every commit the test makes, so it knows
+whether each check truly holds there without asking the code under test.
+
+Knobs: FUSION_TRUTH_EXAMPLES (default 300 embedded, 600 with DATABASE_URL),
+FUSION_TRUTH_STEPS (default 25), FUSION_TRUTH_SKIP (comma-separated invariant names to
+leave out while hunting for the next defect, e.g. `stale_completion`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import dramatiq
+import pytest
+from django.conf import settings as django_settings
+from django.utils import timezone
+from hypothesis import HealthCheck, note, settings, strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
+)
+
+from missions.errors import DomainError, IllegalTransition
+from missions.models import (
+    AssertionScope, ContractAssertion, Feature, FeatureAssertion, LoopState, Milestone, MilestoneStatus, Mission,
+    MissionEvent, MissionStatus, Slice, SliceStatus, StopReason, Task, TaskStatus,
+)
+from missions.services import hierarchy, lifecycle
+from missions.services.autopilot import autopilot_advance
+from missions.services.rollup import milestone_rollup_refresh
+from missions.services.tasks import task_complete, task_create
+from tests.validation import truth_model as model
+from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
+from validation.selectors import feature_revision
+from validation.services import operator, runner
+from validation.services.recovery import recover, reap_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ON_POSTGRES = bool(os.environ.get("DATABASE_URL"))
+EXAMPLES = int(os.environ.get("FUSION_TRUTH_EXAMPLES", 600 if ON_POSTGRES else 300))
+STEPS = int(os.environ.get("FUSION_TRUTH_STEPS", 25))
+SKIP = {s.strip() for s in os.environ.get("FUSION_TRUTH_SKIP", "").split(",") if s.strip()}
+DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
+OPEN_TASK = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
+
+
+# ---------------------------------------------------------------- the message recorder
+
+
+@dataclass
+class Message:
+    actor: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    attempt: int = 0
+
+    def __repr__(self) -> str:
+        return f"{self.actor}{self.args}"
+
+
+class _Sink:
+    machine: "TruthMachine | None" = None
+
+
+STATS: Counter = Counter()  # what the examples reached, printed at the end
+
+
+def _counted(fn):
+    @functools.wraps(fn)
+    def step(self, *args, **kwargs):
+        STATS[f"rule {fn.__name__}"] += 1
+        return fn(self, *args, **kwargs)
+    return step
+
+
+def _record(self, *, args=(), kwargs=None, **_options):
+    machine = _Sink.machine
+    if machine is None:
+        raise AssertionError(f"{self.actor_name}{tuple(args)} sent outside an example")
+    machine.pending.append(Message(self.actor_name, tuple(args), dict(kwargs or {})))
+
+
+def _record_send(self, *args, **kwargs):
+    return _record(self, args=args, kwargs=kwargs)
+
+
+# ---------------------------------------------------------------- the machine
+
+
+class TruthMachine(RuleBasedStateMachine):
+    template: model.Template  # set by the test function
+
+    def __init__(self):
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="truth-"))
+        self.pending: list[Message] = []
+        self.delivered_runs: list[Message] = []
+        self.dead: list[int] = []  # runs claimed by a worker that then died
+        self.mission: Mission | None = None
+        self.history: model.History | None = None
+        self.kinds: dict[str, str] = {}  # commit -> "correct f1" / "wrong f2 {a3}" / "rewrite f1"
+        self.refused: list[str] = []
+        self.illegal: list[str] = []
+        _Sink.machine = self
+
+    # ------------------------------------------------------------ set-up and teardown
+
+    @initialize(
+        autopilot=st.booleans(), auto_fix=st.booleans(), budget=st.integers(1, 3),
+        active=st.sampled_from((True, True, False)),
+        per_slice=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+        per_feature=st.lists(st.integers(1, 2), min_size=4, max_size=4),
+        variants=st.lists(st.sampled_from(("file", "run", "protected")), min_size=9, max_size=9),
+        milestone_check=st.none() | st.sampled_from(("file", "run", "protected")),
+        spare=st.booleans(),
+    )
+    def setup(self, autopilot, auto_fix, budget, active, per_slice, per_feature, variants, milestone_check, spare):
+        self.history = self.template.clone(self.tmp / "repo")
+        self.mission = Mission.objects.create(
+            key=f"truth-{uuid.uuid4().hex[:12]}", title="Truth", status=MissionStatus.ACTIVE if active else MissionStatus.PLANNING,
+            autopilot=autopilot, auto_fix=auto_fix, retry_budget=budget, workspace=str(self.history.repo.path),
+            base_revision=self.template.base, protected_paths=["tests/**"])
+        milestone = Milestone.objects.create(mission=self.mission, key="m1", title="Milestone 1")
+        keys = iter(model.ASSERTION_KEYS[:8])
+        n = 0
+        for s, count in enumerate(per_slice):
+            slice_ = Slice(milestone=milestone, key=f"s{s + 1}", title=f"Slice {s + 1}", order=s)
+            slice_.save()
+            for i in range(count):
+                n += 1
+                feature = Feature(slice=slice_, key=f"f{n}", title=f"Feature f{n}", description=f"Build f{n}.", order=i)
+                feature.save()
+                for _ in range(per_feature[n - 1]):
+                    key = next(keys)
+                    assertion = self._assertion(milestone, key, variants[int(key[1:]) - 1])
+                    FeatureAssertion.objects.create(feature=feature, assertion=assertion)
+        if spare:
+            self._assertion(milestone, "a9", variants[8])
+        if milestone_check:
+            self._assertion(milestone, model.MILESTONE_KEY, milestone_check, scope=AssertionScope.MILESTONE)
+        milestone_rollup_refresh(milestone_ids=[milestone.pk])
+
+    def _assertion(self, milestone, key, variant, scope=AssertionScope.FEATURE) -> ContractAssertion:
+        assertion = ContractAssertion(milestone=milestone, key=key, title=f"{key} holds", statement=f"{key}.txt says done {key}",
+                                      scope=scope, check_spec=model.check_spec(key, variant))
+        assertion.save()
+        return assertion
+
+    def teardown(self):
+        _Sink.machine = None
+        try:
+            if self.mission is not None:
+                self._tally()
+                Mission.objects.filter(pk=self.mission.pk).delete()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _tally(self) -> None:
+        STATS["examples"] += 1
+        runs = ValidatorRun.objects.filter(mission=self.mission)
+        STATS["runs"] += runs.count()
+        for status in runs.values_list("status", flat=True):
+            STATS[f"run {status}"] += 1
+        STATS["milestone runs"] += runs.filter(scope=RunScope.MILESTONE).count()
+        for state in Feature.objects.filter(mission=self.mission).values_list("loop_state", flat=True):
+            STATS[f"feature {state}"] += 1
+        STATS["fix features"] += Feature.objects.filter(mission=self.mission, generated_from__isnull=False).count()
+        STATS["slices complete"] += Slice.objects.filter(mission=self.mission, status=SliceStatus.COMPLETE).count()
+        STATS["milestones complete"] += Milestone.objects.filter(mission=self.mission, status=MilestoneStatus.COMPLETE).count()
+        STATS["missions complete"] += Mission.objects.filter(pk=self.mission.pk, status=MissionStatus.COMPLETE).count()
+        STATS["refusals"] += len(self.refused)
+        for line in self.refused:
+            what, _, rest = line.partition(": ")
+            STATS[f"refused {what.split()[0]} {rest.split()[0]}"] += 1
+        STATS["illegal transitions"] += len(self.illegal)
+        for line in self.illegal:
+            STATS[f"ILLEGAL {line[:160]}"] += 1
+
+    # ------------------------------------------------------------ helpers
+
+    def _has(self, qs, field: str = "mission") -> bool:
+        return self.mission is not None and qs.filter(**{field: self.mission.pk}).exists()
+
+    def _features(self) -> list[Feature]:
+        return list(Feature.objects.filter(mission=self.mission).order_by("id"))
+
+    def _feature(self, data, **filters) -> Feature | None:
+        keys = list(Feature.objects.filter(mission=self.mission, **filters).order_by("id").values_list("key", flat=True))
+        if not keys:
+            return None
+        key = data.draw(st.sampled_from(keys), label="feature")
+        return Feature.objects.select_related("mission").get(mission=self.mission, key=key)
+
+    def _refused(self, what: str, exc: DomainError) -> None:
+        (self.illegal if isinstance(exc, IllegalTransition) else self.refused).append(f"{what}: {exc.code} {exc}")
+
+    def _linked(self, feature: Feature) -> list[ContractAssertion]:
+        return list(feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("key"))
+
+    def _describe(self, message: Message) -> str:
+        if message.actor == "run_validator":
+            run = ValidatorRun.objects.filter(pk=message.args[0]).select_related("feature", "milestone").first()
+            if run is not None:
+                what = run.feature.key if run.feature_id else f"milestone {run.milestone.key}"
+                return (f"run_validator(run {run.pk} of {what} at {run.revision[:8]} "
+                        f"[{self.kinds.get(run.revision, 'base')}], now {run.status})")
+        if message.actor == "process_task_outcome":
+            task = Task.objects.filter(pk=message.args[0]).select_related("feature").first()
+            if task is not None:
+                return f"process_task_outcome(task {task.pk} of {task.feature.key}, {task.status})"
+        return repr(message)
+
+    def _deliver(self, message: Message) -> None:
+        note(f"deliver {self._describe(message)}")
+        actor = dramatiq.get_broker().get_actor(message.actor)
+        try:
+            actor.fn(*message.args, **message.kwargs)
+        except DomainError as exc:
+            self._refused(f"deliver {message}", exc)
+            # A failed actor is retried by Dramatiq (max_retries), as a fresh message.
+            if message.attempt < actor.options.get("max_retries", 0):
+                self.pending.append(Message(message.actor, message.args, message.kwargs, message.attempt + 1))
+        if message.actor == "run_validator":
+            self.delivered_runs.append(message)
+
+    # ------------------------------------------------------------ implementation and tasks
+
+    @precondition(lambda self: self._has(Task.objects.filter(status__in=OPEN_TASK)))
+    @rule(data=st.data(), kind=st.sampled_from(("correct", "correct", "wrong", "rewrite")),
+          naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")))
+    @_counted
+    def complete(self, data, kind, naming):
+        """Complete an open task: a correct implementation, a wrong one, or one that rewrites
+        a protected test to always pass and leaves the implementation wrong."""
+        open_ = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).select_related("feature").order_by("id")
+        by_feature = {t.feature.key: t for t in open_}
+        if not by_feature:
+            return
+        task = by_feature[data.draw(st.sampled_from(sorted(by_feature)), label="task of")]
+        if naming == "old":
+            revision = data.draw(st.sampled_from(self.history.order), label="old revision")
+        else:
+            changes = self._implementation(data, task.feature, kind)
+            sha = self.history.commit(changes, f"{kind} {task.feature.key}")
+            self.kinds[sha] = f"{kind} {task.feature.key}"
+            revision = {"sha": sha, "main": "main", "HEAD": "HEAD"}[naming]
+        try:
+            task_complete(user=None, task=task, revision=revision, summary=f"{kind} implementation")
+        except DomainError as exc:
+            self._refused(f"complete task {task.pk}", exc)
+
+    def _implementation(self, data, feature: Feature, kind: str) -> dict[str, str]:
+        linked = self._linked(feature)
+        keys = [a.key for a in linked]
+        changes = dict(model.PROTECTED)  # an implementation that does not tamper restores the tests
+        milestone = ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.MILESTONE).first()
+        if kind == "correct":
+            for a in linked:
+                changes[f"{a.key}.txt"] = model.correct_text(a.key, model.variant_of(a.check_spec))
+            if milestone is not None:
+                changes[f"{milestone.key}.txt"] = model.correct_text(milestone.key, model.variant_of(milestone.check_spec))
+        elif kind == "wrong":
+            wrong = data.draw(st.sets(st.sampled_from(keys), min_size=1), label="wrong keys") if keys else set()
+            for a in linked:
+                changes[f"{a.key}.txt"] = (model.wrong_text(a.key) if a.key in wrong
+                                           else model.correct_text(a.key, model.variant_of(a.check_spec)))
+            if milestone is not None and data.draw(st.booleans(), label="break the milestone assertion"):
+                changes[f"{milestone.key}.txt"] = model.wrong_text(milestone.key)
+        else:
+            for key in keys:
+                changes[f"{key}.txt"] = model.wrong_text(key)
+            tampered = [a.key for a in linked if model.variant_of(a.check_spec) == "protected"] or keys[:1] or ["a1"]
+            for key in tampered:
+                changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
+        return changes
+
+    @rule(data=st.data())
+    @_counted
+    def create_task(self, data):
+        """`task_create` for a feature without an open task (roots and fixes alike)."""
+        busy = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).values_list("feature_id", flat=True)
+        feature = self._feature(data, **{"pk__in": Feature.objects.filter(mission=self.mission).exclude(pk__in=list(busy))})
+        if feature is None:
+            return
+        try:
+            task_create(user=None, feature=feature)
+        except DomainError as exc:
+            self._refused(f"task_create {feature.key}", exc)
+
+    # ------------------------------------------------------------ operators
+
+    @rule(data=st.data())
+    @_counted
+    def validate(self, data):
+        feature = self._feature(data)
+        try:
+            operator.feature_validate(feature=feature, user=None)
+        except DomainError as exc:
+            self._refused(f"validate {feature.key}", exc)
+
+    @precondition(lambda self: self._has(Feature.objects.filter(loop_state__in=operator.REPAIRABLE)))
+    @rule(data=st.data(), mode=st.sampled_from(("clear", "re_run")))
+    @_counted
+    def repair(self, data, mode):
+        feature = self._feature(data)
+        try:
+            operator.feature_repair(feature=feature, user=None, mode=mode)
+        except DomainError as exc:
+            self._refused(f"repair {mode} {feature.key}", exc)
+
+    @rule(data=st.data())
+    @_counted
+    def link(self, data):
+        feature = self._feature(data)
+        free = list(ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.FEATURE)
+                    .exclude(feature_links__feature=feature).order_by("key").values_list("key", flat=True))
+        if not free:
+            return
+        assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(free), label="assertion"))
+        try:
+            hierarchy.assertion_link(user=None, feature=feature, assertion=assertion)
+        except DomainError as exc:
+            self._refused(f"link {assertion.key} to {feature.key}", exc)
+
+    @precondition(lambda self: self._has(FeatureAssertion.objects.all(), field="feature__mission"))
+    @rule(data=st.data())
+    @_counted
+    def unlink(self, data):
+        feature = self._feature(data)
+        linked = [a.key for a in self._linked(feature)]
+        if not linked:
+            return
+        assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(linked), label="assertion"))
+        try:
+            hierarchy.assertion_unlink(user=None, feature=feature, assertion=assertion)
+        except DomainError as exc:
+            self._refused(f"unlink {assertion.key} from {feature.key}", exc)
+
+    @rule(data=st.data(), variant=st.sampled_from(model.VARIANTS))
+    @_counted
+    def edit_check(self, data, variant):
+        keys = list(ContractAssertion.objects.filter(mission=self.mission).order_by("key").values_list("key", flat=True))
+        assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion"))
+        spec = model.check_spec(assertion.key, variant)
+        if spec == assertion.check_spec:
+            return
+        try:
+            hierarchy.assertion_update(user=None, assertion=assertion, check_spec=spec)
+        except DomainError as exc:
+            self._refused(f"edit {assertion.key}", exc)
+
+    @precondition(lambda self: self._has(Mission.objects.filter(status__in=[MissionStatus.PLANNING, MissionStatus.BLOCKED]),
+                                         field="pk"))
+    @rule()
+    @_counted
+    def activate(self):
+        try:
+            lifecycle.mission_activate(mission=Mission.objects.get(pk=self.mission.pk), user=None)
+        except DomainError as exc:
+            self._refused("activate", exc)
+
+    @precondition(lambda self: self.mission is not None and self.mission.autopilot)
+    @rule()
+    @_counted
+    def advance(self):
+        try:
+            autopilot_advance(mission_id=self.mission.pk)
+        except DomainError as exc:
+            self._refused("autopilot_advance", exc)
+
+    # ------------------------------------------------------------ delivery
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    @_counted
+    def deliver(self, data):
+        """One queued message, any of them (out of order is allowed)."""
+        self._deliver(self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1), label="message")))
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    @_counted
+    def deliver_twice(self, data):
+        message = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1), label="message"))
+        self._deliver(message)
+        self._deliver(message)
+
+    @precondition(lambda self: self.pending)
+    @rule(limit=st.integers(1, 40))
+    @_counted
+    def deliver_all(self, limit):
+        """A worker catching up: first in, first out, follow-ups included, `limit` at most."""
+        for _ in range(limit):
+            if not self.pending:
+                return
+            self._deliver(self.pending.pop(0))
+
+    @precondition(lambda self: self.delivered_runs)
+    @rule(data=st.data())
+    @_counted
+    def late_delivery(self, data):
+        """A run message delivered again later (a redelivery after an ack was lost)."""
+        self._deliver(data.draw(st.sampled_from(self.delivered_runs), label="message"))
+
+    # ------------------------------------------------------------ workers that die
+
+    @precondition(lambda self: self._has(ValidatorRun.objects.filter(status=RunStatus.RUNNING, claim_token="")))
+    @rule(data=st.data())
+    @_counted
+    def worker_death(self, data):
+        """A worker claims a running run and dies before judging it."""
+        runs = list(ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, claim_token="")
+                    .order_by("id").values_list("pk", flat=True))
+        if not runs:
+            return
+        # Drawn by position: run ids differ from one example to the next.
+        run, _token = runner._claim(runs[data.draw(st.integers(0, len(runs) - 1), label="running run #")])
+        if run is not None:
+            self.dead.append(run.pk)
+
+    @precondition(lambda self: self.dead)
+    @rule(data=st.data())
+    @_counted
+    def zombie_finishes(self, data):
+        """The "dead" worker was only slow: it judges and records, maybe after the reap."""
+        run_id = self.dead.pop(data.draw(st.integers(0, len(self.dead) - 1), label="dead run"))
+        run = ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id)
+        runner._judge_and_record(run)
+
+    @rule()
+    @_counted
+    def reap_and_recover(self):
+        """The sweep, with a clock past every lease: reap, then re-drive from the database."""
+        later = timezone.now() + timedelta(seconds=django_settings.FUSION_RUN_LEASE_SECONDS + 1)
+        try:
+            reap_runs(now=later)
+            recover()
+        except DomainError as exc:
+            self._refused("recover", exc)
+
+    # ------------------------------------------------------------ invariants (the database only)
+
+    def _check(self, name: str, ok: bool, message: str) -> None:
+        if name not in SKIP:
+            assert ok, f"[{name}] {message}"
+
+    def _tree(self, revision: str) -> dict[str, str]:
+        return self.history.tree(revision)
+
+    @invariant()
+    def passed_means_true(self):
+        """(a) A passed feature: its last run passed, at the revision it stands on, and every
+        check it was judged by truly holds there (THE property: no false pass)."""
+        if self.mission is None:
+            return
+        STATS["steps"] += 1
+        for f in Feature.objects.filter(mission=self.mission, loop_state=LoopState.PASSED).select_related("last_run"):
+            run = f.last_run
+            self._check("passed_run", run is not None and run.status == RunStatus.PASSED,
+                        f"{f.key} is passed but its last run is {run and (run.pk, run.status)}")
+            if run is None:
+                continue
+            stands_on = feature_revision(f)
+            self._check("stands_on", not stands_on or run.revision == stands_on,
+                        f"{f.key} passed at {run.revision[:10]} (run {run.pk}) but stands on {stands_on[:10]} "
+                        f"({self.kinds.get(stands_on, '?')})")
+            tree = self._tree(run.revision)
+            false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
+            self._check("false_pass", not false,
+                        f"FALSE PASS: {f.key} passed at {run.revision[:10]} (run {run.pk}, trigger {run.trigger}) "
+                        f"although {false} do not hold there ({self.kinds.get(run.revision, 'base')})")
+            if stands_on and stands_on != run.revision:
+                tree = self._tree(stands_on)
+                false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
+                self._check("false_pass", not false,
+                            f"FALSE PASS: {f.key} is passed and stands on {stands_on[:10]} where {false} do not hold")
+
+    def _fresh(self, f: Feature) -> bool:
+        run = f.last_run
+        current = {a.key: a.check_spec for a in f.assertions.filter(scope=AssertionScope.FEATURE)}
+        return run is not None and {a["key"]: a["check"] for a in run.assertions} == current
+
+    @invariant()
+    def complete_means_done(self):
+        """(b) Nothing is complete while a feature under it is not passed or superseded; and
+        (the code owners' rule) a passed feature whose linked set or checks changed after its
+        pass does not count for the completion of its milestone or mission."""
+        if self.mission is None:
+            return
+        features = list(Feature.objects.filter(mission=self.mission).select_related("last_run"))
+        for s in Slice.objects.filter(mission=self.mission, status=SliceStatus.COMPLETE):
+            open_ = [f.key for f in features if f.slice_id == s.pk and f.loop_state not in DONE]
+            self._check("complete_done", not open_, f"slice {s.key} is complete with {open_} not done")
+        mission = Mission.objects.get(pk=self.mission.pk)
+        milestones = list(Milestone.objects.filter(mission=self.mission))
+        for m in milestones:
+            if m.status != MilestoneStatus.COMPLETE and mission.status != MissionStatus.COMPLETE:
+                continue
+            under = [f for f in features if Slice.objects.filter(pk=f.slice_id, milestone=m).exists()]
+            open_ = [(f.key, f.loop_state) for f in under if f.loop_state not in DONE]
+            self._check("complete_done", not open_, f"milestone {m.key} ({m.status}) / mission ({mission.status}) "
+                        f"complete with {open_} not done")
+            stale = [f.key for f in under if f.loop_state == LoopState.PASSED and not self._fresh(f)]
+            self._check("stale_completion", not stale,
+                        f"milestone {m.key} is {m.status} / mission {mission.status} although {stale} passed on an "
+                        f"assertion set or checks that changed since")
+            self._milestone_run_true(m)
+
+    def _milestone_run_true(self, m: Milestone) -> None:
+        """A complete milestone with assertions has a passed milestone run over exactly its
+        current assertions, at a revision where they truly hold."""
+        current = {a.key: a.check_spec for a in m.assertions.all()}
+        if not current or m.status != MilestoneStatus.COMPLETE:
+            return
+        runs = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
+        matching = [r for r in runs if {a["key"]: a["check"] for a in r.assertions} == current]
+        self._check("stale_completion", bool(matching),
+                    f"milestone {m.key} is complete without a passed milestone run over its current assertions")
+        if matching:
+            run = matching[0]
+            false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], self._tree(run.revision))]
+            self._check("false_pass", not false, f"FALSE PASS: milestone run {run.pk} passed at {run.revision[:10]} "
+                        f"although {false} do not hold there")
+
+    @invariant()
+    def one_running_run(self):
+        """(c) At most one running run per feature."""
+        if self.mission is None:
+            return
+        running = list(ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, feature__isnull=False)
+                       .values_list("feature_id", flat=True))
+        self._check("one_running", len(running) == len(set(running)), f"two running runs for one feature: {running}")
+
+    def _last_cause(self, feature_id: int) -> str:
+        event = (MissionEvent.objects.filter(mission=self.mission, type="feature:updated", payload__feature=feature_id,
+                                             payload__has_key="cause").order_by("-seq").first())
+        return event.payload.get("cause", "") if event else ""
+
+    @invariant()
+    def failure_has_fix(self):
+        """(d) With auto_fix, a feature whose last run failed and that waits for a fix
+        (needs_fix, or implementing it) has exactly one fix lineage for that failure, or is
+        blocked with its budget used up. Adapted to the code: a repair `clear` starts over
+        (the failure no longer calls for a fix; the next task does)."""
+        if self.mission is None or not self.mission.auto_fix:
+            return
+        waiting = Feature.objects.filter(mission=self.mission, last_run__status=RunStatus.FAILED,
+                                         loop_state__in=[LoopState.NEEDS_FIX, LoopState.IMPLEMENTING])
+        for f in waiting:
+            lineages = FixLineage.objects.filter(source=f, run_id=f.last_run_id).count()
+            if lineages == 1:
+                continue
+            cause = self._last_cause(f.pk)
+            self._check("fix_for_failure", lineages == 0 and cause == "clear",
+                        f"{f.key} ({f.loop_state}, last cause {cause!r}) failed in run {f.last_run_id} and has "
+                        f"{lineages} fix lineages for it")
+
+    @invariant()
+    def budgets(self):
+        """(e) fix_rounds in [0, retry_budget], and it counts the fix rounds created since
+        the root's last `clear` (the audit log)."""
+        if self.mission is None:
+            return
+        budget = self.mission.retry_budget
+        rounds: dict[int, int] = {}
+        for e in MissionEvent.objects.filter(mission=self.mission, type__in=["fix-feature:created", "feature:updated"]).order_by("seq"):
+            p = e.payload
+            if e.type == "fix-feature:created":
+                rounds[p["root"]] = rounds.get(p["root"], 0) + 1
+                self._check("budget", p.get("budget_left", 0) >= 0, f"negative budget_left in {p}")
+            elif p.get("cause") == "clear":
+                rounds[p["feature"]] = 0
+        for f in Feature.objects.filter(mission=self.mission):
+            self._check("budget", 0 <= f.fix_rounds <= budget, f"{f.key} has fix_rounds {f.fix_rounds} > budget {budget}")
+            self._check("budget", rounds.get(f.pk, 0) == f.fix_rounds,
+                        f"{f.key}: {rounds.get(f.pk, 0)} fix rounds created since its last clear, fix_rounds {f.fix_rounds}")
+            self._check("budget", rounds.get(f.pk, 0) <= budget, f"{f.key}: {rounds.get(f.pk, 0)} fix rounds > {budget}")
+
+    @invariant()
+    def runs_are_frozen(self):
+        """(f) Every run froze a non-empty assertion set and a full commit id the test made;
+        no run ended in a crash of the host's own code; every done task is pinned."""
+        if self.mission is None:
+            return
+        for r in ValidatorRun.objects.filter(mission=self.mission):
+            self._check("frozen", bool(r.assertions), f"run {r.pk} froze no assertions")
+            self._check("frozen", bool(model.HEX40.match(r.revision)) and r.revision in self.history.trees,
+                        f"run {r.pk} has revision {r.revision!r}")
+            self._check("host_defect", not r.error.startswith("host_defect"), f"run {r.pk} crashed: {r.error[:500]}")
+        for t in Task.objects.filter(mission=self.mission, status=TaskStatus.DONE):
+            self._check("frozen", bool(model.HEX40.match(t.revision)), f"task {t.pk} done at {t.revision!r}")
+
+
+def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp_path):
+    monkeypatch.setattr(dramatiq.Actor, "send_with_options", _record)
+    monkeypatch.setattr(dramatiq.Actor, "send", _record_send)
+    TruthMachine.template = model.Template(tmp_path / "template-root")
+    started = time.monotonic()
+    try:
+        run_state_machine_as_test(TruthMachine, settings=settings(
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        ))
+    finally:
+        print(f"\ntruth property: {EXAMPLES} examples x {STEPS} steps in {time.monotonic() - started:.1f}s")
+        for name, count in sorted(STATS.items()):
+            print(f"  {name}: {count}")
