@@ -67,6 +67,17 @@ class Mission(TimeStamped):
     class Meta:
         ordering = ["id"]
 
+    def clean(self) -> None:
+        from validation.checks_spec import pattern_problems
+
+        errors = {}
+        if problems := pattern_problems(self.protected_paths):
+            errors["protected_paths"] = problems
+        elif self.protected_paths and not self.base_revision.strip():
+            errors["base_revision"] = ["required when protected_paths is set (protected files are restored from it)"]
+        if errors:
+            raise ValidationError(errors)
+
     def __str__(self) -> str:
         return self.key
 

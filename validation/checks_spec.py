@@ -33,13 +33,38 @@ def _relative_problem(name: str, path: str) -> str | None:
     return None
 
 
+MAX_PATTERNS = 200
+MAX_PATTERN_CHARS = 500
+
+
+def pattern_problems(patterns: Any, name: str = "protected_paths") -> list[str]:
+    """What is wrong with a list of protected path patterns (a mission's `protected_paths`,
+    a check's `protect`), each problem prefixed by `name[i]`. Patterns are relative to the
+    workspace folder."""
+    if not isinstance(patterns, list):
+        return [f"{name}: must be a list of glob patterns"]
+    if len(patterns) > MAX_PATTERNS:
+        return [f"{name}: at most {MAX_PATTERNS} patterns"]
+    return [f"{name}[{i}]: {problem}" for i, pattern in enumerate(patterns) if (problem := _pattern_problem(pattern))]
+
+
+def _pattern_problem(pattern: Any) -> str | None:
+    if not isinstance(pattern, str) or not pattern.strip():
+        return "must be a non-empty string"
+    if "\x00" in pattern:
+        return "must not contain a NUL character"
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"must be at most {MAX_PATTERN_CHARS} characters"
+    pure = PurePosixPath(pattern)
+    if pure.is_absolute():
+        return "must be relative to the workspace, not an absolute path"
+    if ".." in pure.parts:
+        return "must not contain `..`"
+    return None
+
+
 def _protect_problems(spec: dict) -> list[str]:
-    if "protect" not in spec:
-        return []
-    patterns = spec["protect"]
-    if not isinstance(patterns, list) or not all(isinstance(p, str) and p.strip() for p in patterns):
-        return ["protect must be a list of non-empty glob patterns"]
-    return [problem for p in patterns if (problem := _relative_problem(f"protect pattern {p!r}", p))]
+    return pattern_problems(spec["protect"], "protect") if "protect" in spec else []
 
 
 def _run_problems(spec: dict) -> list[str]:

@@ -7,7 +7,7 @@ added is removed, a file it deleted returns. Which protected files it changed is
 so that every verdict of a check can say so (and fail, unless the mission chose
 `restore`). Only the snapshot folder is written; the repository is only read.
 
-Patterns are globs relative to the repository root, matched against whole paths: `*`
+Patterns are globs relative to the workspace folder, matched against whole paths: `*`
 and `?` stay within one folder, `**` crosses folders (`tests/**`, `**/test_*.py`), and a
 pattern ending in `/` covers everything under that folder.
 """
@@ -23,45 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
-from validation.snapshots import GIT_TIMEOUT, SnapshotError, git, repository, resolve_revision
+from validation.snapshots import GIT_TIMEOUT, SnapshotError, git, repository_info, resolve_revision
 from validation.verdict import escape_invisible
 
-MAX_PATTERNS = 200
-MAX_PATTERN_CHARS = 500
 NOTE = "the implementation changed protected files: "
 NOTE_FILES = 50  # named in a note; the rest are counted
 
 
 # ---------------------------------------------------------------- patterns
-
-
-def pattern_problems(patterns: Any, name: str = "protected_paths") -> list[str]:
-    """What is wrong with a list of protected path patterns, each problem prefixed by `name[i]`."""
-    if not isinstance(patterns, list):
-        return [f"{name}: must be a list of glob patterns"]
-    if len(patterns) > MAX_PATTERNS:
-        return [f"{name}: at most {MAX_PATTERNS} patterns"]
-    problems = []
-    for i, pattern in enumerate(patterns):
-        problem = _pattern_problem(pattern)
-        if problem:
-            problems.append(f"{name}[{i}]: {problem}")
-    return problems
-
-
-def _pattern_problem(pattern: Any) -> str | None:
-    if not isinstance(pattern, str) or not pattern.strip():
-        return "must be a non-empty string"
-    if "\x00" in pattern:
-        return "must not contain a NUL character"
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return f"must be at most {MAX_PATTERN_CHARS} characters"
-    pure = PurePosixPath(pattern)
-    if pure.is_absolute():
-        return "must be relative to the repository root, not an absolute path"
-    if ".." in pure.parts:
-        return "must not contain `..`"
-    return None
 
 
 def _translate(pattern: str) -> str:
@@ -129,10 +98,14 @@ class Entry:
     oid: str
 
 
-def tree(repo: Path, commit: str) -> dict[str, Entry]:
-    """Every path of `commit` with its mode and object id."""
+def tree(repo: Path, commit: str, prefix: str = "") -> dict[str, Entry]:
+    """Every path of `commit` under the workspace folder `prefix` (relative to it, as
+    protected paths are) with its mode and object id; nothing when the folder is absent."""
+    treeish = f"{commit}:{prefix}" if prefix else commit
+    if prefix and not _has_tree(repo, treeish):
+        return {}
     entries = {}
-    for record in git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"):
+    for record in git(repo, "ls-tree", "-r", "-z", "--full-tree", treeish).split("\0"):
         if record:
             meta, path = record.split("\t", 1)
             mode, kind, oid = meta.split(" ")
@@ -140,13 +113,20 @@ def tree(repo: Path, commit: str) -> dict[str, Entry]:
     return entries
 
 
+def _has_tree(repo: Path, treeish: str) -> bool:
+    try:
+        return git(repo, "cat-file", "-t", treeish).strip() == "tree"
+    except SnapshotError:
+        return False
+
+
 class TreeDiff:
     """The paths whose entry differs between the base revision and the judged commit."""
 
-    def __init__(self, repo: Path, base: str, commit: str):
+    def __init__(self, repo: Path, base: str, commit: str, prefix: str = ""):
         self.repo = repo
-        self.base = tree(repo, base)
-        head = tree(repo, commit)
+        self.base = tree(repo, base, prefix)
+        head = tree(repo, commit, prefix)
         self.changed = tuple(sorted(p for p in self.base.keys() | head.keys() if self.base.get(p) != head.get(p)))
 
     def under(self, patterns: Iterable[str]) -> list[str]:
@@ -275,15 +255,10 @@ class Protection:
             if self._diff is None:
                 if not self.base:
                     raise SnapshotError("protected paths need the mission's base revision, and it has none")
-                repo = repository(self.workspace)
-                self._diff = TreeDiff(repo, resolve_revision(repo, self.base), resolve_revision(repo, self.revision))
+                repo, _git_dir, prefix = repository_info(self.workspace)
+                self._diff = TreeDiff(repo, resolve_revision(repo, self.base), resolve_revision(repo, self.revision),
+                                      prefix)
             return self._diff
-
-
-def unfrozen(mission: Any) -> dict[str, Any]:
-    """For a run frozen without protection (its mission protects nothing): no mission paths,
-    but the base and the choice a check's own `protect` judges under."""
-    return {"on_change": mission.on_protected_change, "base": mission.base_revision}
 
 
 def prepare(checkout: Path, *, workspace: str, revision: str, frozen: dict[str, Any]) -> Protection:

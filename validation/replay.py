@@ -69,9 +69,13 @@ def _checkout(run: ValidatorRun, notes: list[str]) -> Iterator[Any]:
     otherwise no checkout, and the report says so."""
     from validation.snapshots import SnapshotError, snapshot
 
+    from validation import protect
+
     stack = contextlib.ExitStack()
     try:
         path = stack.enter_context(snapshot(run.mission.workspace, run.revision, label=f"replay-{run.pk}"))
+        # The run judged its snapshot with the protected files restored: so does the replay.
+        protect.prepare(path, workspace=run.mission.workspace, revision=run.revision, frozen=run.protection)
     except SnapshotError as exc:
         notes.append(f"no checkout ({exc}); file evidence is not re-checked")
         path = None
@@ -107,9 +111,10 @@ def _fingerprint_note(run: ValidatorRun, ctx: ValidationContext, notes: list[str
     from validation.services.admission import feature_assertion_specs, input_fingerprint
 
     profile = {"name": run.validator, **run.validator_config}
-    now = input_fingerprint(revision=run.revision, assertions=feature_assertion_specs(run.feature), profile=profile)
+    now = input_fingerprint(revision=run.revision, assertions=feature_assertion_specs(run.feature), profile=profile,
+                            protection=run.protection)
     if now != run.input_fingerprint:
-        notes.append("the feature's assertions changed since the run; the replay judges the current ones")
+        notes.append("the feature's assertions changed since the run; the replay judges the run's own frozen set")
 
 
 def replay_run(run_id: int) -> ReplayReport:

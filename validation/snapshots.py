@@ -140,7 +140,9 @@ def _make_read_only(path: Path) -> None:
 
 @contextlib.contextmanager
 def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[Path]:
-    repo, git_dir = repository_dirs(workspace)
+    """The revision's files, read-only. What is yielded is the workspace's own folder in
+    the snapshot: a workspace that is a sub-folder of its repository is judged there."""
+    repo, git_dir, prefix = repository_info(workspace)
     commit = resolve_revision(repo, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
     try:
@@ -150,7 +152,10 @@ def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[P
             git(repo, "worktree", "add", "--no-checkout", "--detach", "--force", str(target), commit)
         git(target, "reset", "--hard", "--quiet")
         _make_read_only(target)
-        yield target
+        folder = target / prefix if prefix else target
+        if not folder.is_dir():
+            raise SnapshotError(f"revision {commit[:12]} has no folder {prefix} (the workspace's folder in its repository)")
+        yield folder
     finally:
         remove_snapshot(repo, target)
 
@@ -162,7 +167,8 @@ def private_copy(source: Path) -> Iterator[Path]:
     hard link of a read-only file can be made writable and changed in place, which would
     change the snapshot too. Named like its snapshot (`run-<pk>-<hex>`), so that the sweep
     removes a copy a killed worker left."""
-    match = SNAPSHOT_NAME.match(source.name)
+    # `source` may be the workspace's sub-folder of the snapshot: the label is the snapshot's.
+    match = next((m for m in map(SNAPSHOT_NAME.match, (p.name for p in (source, *source.parents))) if m), None)
     target = snapshot_root() / f"{match.group(1) if match else 'copy'}-{uuid.uuid4().hex[:12]}"
     try:
         _copy_tree(source, target)

@@ -33,7 +33,7 @@ class MissionForm(forms.ModelForm):
                                          "base revision content before any check runs."}
 
     def clean_protected_paths(self):
-        from validation.protect import pattern_problems
+        from validation.checks_spec import pattern_problems
 
         value = self.cleaned_data.get("protected_paths")
         if value in (None, ""):  # an emptied field protects nothing

@@ -57,7 +57,7 @@ class MissionSerializer(serializers.ModelSerializer):
         read_only_fields = ["status", "status_reason", "autopilot", "owner", "created_at", "updated_at"]
 
     def validate_protected_paths(self, value):
-        from validation.protect import pattern_problems
+        from validation.checks_spec import pattern_problems
 
         problems = pattern_problems(value)
         if problems:

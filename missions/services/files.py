@@ -46,7 +46,7 @@ from missions.events import publish_on_commit
 from missions.models import AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice
 from missions.services.rollup import milestone_rollup_refresh
 from validation.checks_spec import check_spec_problems
-from validation.protect import pattern_problems
+from validation.checks_spec import pattern_problems
 
 MAX_DOCUMENT_CHARS = 5_000_000
 MAX_ERRORS = 200

@@ -56,7 +56,7 @@ def _milestone_input(milestone: Milestone) -> dict:
     profile = profiles.get_profile(mission.validator)
     revision = milestone_revision(milestone)
     assertions = [frozen_assertion(a) for a in milestone.assertions.order_by("order", "id")]
-    protection = mission_protection(mission)
+    protection = mission_protection(mission, assertions)
     return {"profile": profile, "revision": revision, "assertions": assertions, "protection": protection,
             "fingerprint": input_fingerprint(revision=revision, assertions=assertions, profile=profile,
                                              protection=protection)}

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.agent_env import hello_feature, run_now, scripted  # noqa: F401
 from tests.support.verdicts import passing
-from validation.context import AssertionSpec
+from validation.context import AssertionSpec, ValidationContext
 from validation.models import JournalEntry, RunStatus
 from validation.validators import tools
 
@@ -75,9 +75,22 @@ def test_outputs_are_bounded_and_redacted(tree):
 def test_run_check_runs_only_declared_checks(tree):
     specs = [AssertionSpec("VAL-1", "t", "s", {"file": "pkg/mod.py", "contains": "def answer"}),
              AssertionSpec("VAL-2", "t", "s", None)]
-    assert '"verdict": "pass"' in tools.run_check(tree, specs, "VAL-1")
-    assert tools.run_check(tree, specs, "VAL-2").startswith("refused: VAL-2 has no declared check")
-    assert tools.run_check(tree, specs, "rm -rf /").startswith("refused:")
+    ctx = ValidationContext(run_id=0, mission_key="m", feature_key="f", feature_title="F", feature_description="",
+                            assertions=specs, revision="r", checkout=tree, profile={"name": "agent"})
+    assert '"verdict": "pass"' in tools.run_check(ctx, "VAL-1")
+    assert tools.run_check(ctx, "VAL-2").startswith("refused: VAL-2 has no declared check")
+    assert tools.run_check(ctx, "rm -rf /").startswith("refused:")
+
+
+def test_run_check_runs_in_a_private_copy(tree, settings, tmp_path):
+    """The agent's run_check is judged as the host judges: what the check deletes stays in
+    its own copy, the checkout the agent reads is untouched."""
+    settings.FUSION_SNAPSHOT_DIR = tmp_path / "snapshots"
+    specs = [AssertionSpec("VAL-1", "t", "s", {"run": "rm inner.py"})]
+    ctx = ValidationContext(run_id=0, mission_key="m", feature_key="f", feature_title="F", feature_description="",
+                            assertions=specs, revision="r", checkout=tree, profile={"name": "agent"})
+    assert '"verdict": "pass"' in tools.run_check(ctx, "VAL-1")
+    assert (tree / "inner.py").is_file()
 
 
 @pytest.mark.django_db(transaction=True)

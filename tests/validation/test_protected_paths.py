@@ -20,6 +20,7 @@ from missions.errors import Invalid
 from missions.models import Feature, Mission
 from missions.services.files import mission_export, mission_import
 from validation import protect
+from validation.checks_spec import pattern_problems
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
 from validation.services import runner
@@ -175,7 +176,8 @@ def test_a_checks_own_protect_applies_to_that_check_only(build_mission, git_repo
     guarded = {**UNITTEST, "protect": ["tests/test_calc.py"]}
     feature = protected_mission(build_mission, base, [guarded, UNITTEST], paths=())
     run, verdicts = execute(feature)
-    assert run.protection == {}
+    # frozen at admission too: no mission paths, the base a check's own `protect` restores from
+    assert run.protection["paths"] == [] and len(run.protection["base"]) == 40
     assert verdicts["VAL-1"]["verdict"] == "fail"
     assert verdicts["VAL-1"]["message"] == "the implementation changed protected files: tests/test_calc.py"
     # Unprotected, the rewritten test passes the wrong code: what protection is for.
@@ -225,11 +227,11 @@ def test_glob_semantics(pattern, yes, no):
 
 
 def test_pattern_problems():
-    assert protect.pattern_problems(["tests/**", "a/*.py"]) == []
-    assert protect.pattern_problems("tests/**") == ["protected_paths: must be a list of glob patterns"]
-    assert protect.pattern_problems(["", "/etc/x", "a/../b", "a\x00b", 3]) == [
+    assert pattern_problems(["tests/**", "a/*.py"]) == []
+    assert pattern_problems("tests/**") == ["protected_paths: must be a list of glob patterns"]
+    assert pattern_problems(["", "/etc/x", "a/../b", "a\x00b", 3]) == [
         "protected_paths[0]: must be a non-empty string",
-        "protected_paths[1]: must be relative to the repository root, not an absolute path",
+        "protected_paths[1]: must be relative to the workspace, not an absolute path",
         "protected_paths[2]: must not contain `..`",
         "protected_paths[3]: must not contain a NUL character",
         "protected_paths[4]: must be a non-empty string",
@@ -278,7 +280,7 @@ def test_mission_file_imports_and_exports_the_fields():
 @pytest.mark.parametrize(("fields", "error"), [
     ({"base_revision": ""}, "mission.base_revision: required when protected_paths is set (protected files are "
                             "restored from it)"),
-    ({"protected_paths": ["ok", "/abs"]}, "mission.protected_paths[1]: must be relative to the repository root, not "
+    ({"protected_paths": ["ok", "/abs"]}, "mission.protected_paths[1]: must be relative to the workspace, not "
                                           "an absolute path"),
     ({"protected_paths": "tests/**"}, "mission.protected_paths: must be a list of glob patterns"),
     ({"on_protected_change": "ignore"}, "mission.on_protected_change: must be one of fail, restore"),

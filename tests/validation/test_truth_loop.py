@@ -50,6 +50,23 @@ def idle_broker():
     broker.flush_all()
 
 
+class _Recorder(dramatiq.Middleware):
+    def __init__(self):
+        self.messages: list[dramatiq.Message] = []
+
+    def before_enqueue(self, broker, message, delay):
+        self.messages.append(message)
+
+
+@pytest.fixture
+def sent(idle_broker):
+    """Every message enqueued while the test runs, whatever the broker."""
+    recorder = _Recorder()
+    idle_broker.middleware.append(recorder)
+    yield recorder.messages
+    idle_broker.middleware.remove(recorder)
+
+
 def hello() -> Feature:
     return Feature.objects.get(key="hello")
 
@@ -204,12 +221,20 @@ def test_a_blocked_feature_is_never_moved_out_of_blocked_by_a_reuse(worker, buil
     assert (feature.loop_state, feature.stop_reason) == ("blocked", "budget_exhausted")
     assert len(runs_of(feature)) == runs_before and last_seq(mission) == events_before
 
-    assert feature_repair(feature=feature, user=alice, mode="clear") is None  # an operator's clear leaves it
+    # Only an operator leaves it: a re-run (it judges the standing revision, fails, and the
+    # spent budget blocks it again), then a clear.
+    rerun = feature_repair(feature=feature, user=alice, mode="re_run")
+    assert rerun.outcome == "started" and rerun.run.revision == feature.tasks.order_by("-id").first().revision
+    worker.drain()
+    feature.refresh_from_db()
+    assert (feature.loop_state, feature.stop_reason) == ("blocked", "budget_exhausted")
+    assert feature_repair(feature=feature, user=alice, mode="clear") is None
     feature.refresh_from_db()
     assert feature.loop_state == "implementing"
     left = [e for e in events(mission, "feature:updated") if e.seq > events_before]
     assert [(e.payload["from"], e.payload["loop_state"], e.payload["cause"]) for e in left] == [
-        ("blocked", "implementing", "clear")]
+        ("blocked", "validating", "re_run"), ("validating", "needs_fix", "fail"),
+        ("needs_fix", "blocked", "budget_exhausted"), ("blocked", "implementing", "clear")]
 
 
 # --- 3. a run judges exactly its admitted assertion set ----------------------------------------
@@ -333,7 +358,7 @@ def test_a_root_is_judged_at_its_fixs_revision_afterwards(worker, build_mission,
 # --- 13. long checks are not reaped --------------------------------------------------------------
 
 
-def test_a_long_check_keeps_its_lease_and_is_never_reaped(idle_broker, settings, build_mission, git_repo, tmp_path):
+def test_a_long_check_keeps_its_lease_and_is_never_reaped(sent, settings, build_mission, git_repo, tmp_path):
     from validation.services.recovery import reap_runs
 
     settings.FUSION_RUN_LEASE_SECONDS = 2
@@ -352,8 +377,7 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(idle_broker, settings,
     build_mission({"hello": [("VAL-1", {"run": f"{sys.executable} {waiter}", "expect_exit": 0, "timeout": 900})]})
     feature = hello()
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
-    queued = [dramatiq.Message.decode(m) for m in list(idle_broker.queues["fusion"].queue)]
-    [message] = [m for m in queued if m.actor_name == "run_validator"]
+    [message] = [m for m in sent if m.actor_name == "run_validator"]
     assert list(message.args) == [run.pk]
 
     outcome: dict = {}

@@ -305,30 +305,39 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"task_create {feature.key}", exc)
 
-    # ------------------------------------------------------------ operators
+    # ------------------------------------------------------------ operators and edits
+    # One rule draws the action, so that these (always possible) actions do not crowd out
+    # the ones that make progress: hypothesis still chooses every one of them.
 
-    @rule(data=st.data())
+    OPERATIONS = ("validate", "repair_clear", "repair_re_run", "link", "unlink", "edit_check")
+
+    @rule(data=st.data(), action=st.sampled_from(OPERATIONS))
     @_counted
-    def validate(self, data):
+    def operate(self, data, action):
+        STATS[f"operate {action}"] += 1
+        getattr(self, f"_{action}")(data)
+
+    def _validate(self, data):
         feature = self._feature(data)
         try:
             operator.feature_validate(feature=feature, user=None)
         except DomainError as exc:
             self._refused(f"validate {feature.key}", exc)
 
-    @precondition(lambda self: self._has(Feature.objects.filter(loop_state__in=operator.REPAIRABLE)))
-    @rule(data=st.data(), mode=st.sampled_from(("clear", "re_run")))
-    @_counted
-    def repair(self, data, mode):
+    def _repair_clear(self, data):
+        self._repair(data, "clear")
+
+    def _repair_re_run(self, data):
+        self._repair(data, "re_run")
+
+    def _repair(self, data, mode):
         feature = self._feature(data)
         try:
             operator.feature_repair(feature=feature, user=None, mode=mode)
         except DomainError as exc:
             self._refused(f"repair {mode} {feature.key}", exc)
 
-    @rule(data=st.data())
-    @_counted
-    def link(self, data):
+    def _link(self, data):
         feature = self._feature(data)
         free = list(ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.FEATURE)
                     .exclude(feature_links__feature=feature).order_by("key").values_list("key", flat=True))
@@ -340,10 +349,7 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"link {assertion.key} to {feature.key}", exc)
 
-    @precondition(lambda self: self._has(FeatureAssertion.objects.all(), field="feature__mission"))
-    @rule(data=st.data())
-    @_counted
-    def unlink(self, data):
+    def _unlink(self, data):
         feature = self._feature(data)
         linked = [a.key for a in self._linked(feature)]
         if not linked:
@@ -354,14 +360,11 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"unlink {assertion.key} from {feature.key}", exc)
 
-    @rule(data=st.data(), variant=st.sampled_from(model.VARIANTS))
-    @_counted
-    def edit_check(self, data, variant):
+    def _edit_check(self, data):
         keys = list(ContractAssertion.objects.filter(mission=self.mission).order_by("key").values_list("key", flat=True))
         assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion"))
-        spec = model.check_spec(assertion.key, variant)
-        if spec == assertion.check_spec:
-            return
+        variants = [v for v in model.VARIANTS if model.check_spec(assertion.key, v) != assertion.check_spec]
+        spec = model.check_spec(assertion.key, data.draw(st.sampled_from(variants), label="new check"))
         try:
             hierarchy.assertion_update(user=None, assertion=assertion, check_spec=spec)
         except DomainError as exc:
@@ -393,15 +396,7 @@ class TruthMachine(RuleBasedStateMachine):
     @_counted
     def deliver(self, data):
         """One queued message, any of them (out of order is allowed)."""
-        self._deliver(self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1), label="message")))
-
-    @precondition(lambda self: self.pending)
-    @rule(data=st.data())
-    @_counted
-    def deliver_twice(self, data):
-        message = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1), label="message"))
-        self._deliver(message)
-        self._deliver(message)
+        self._deliver(self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1), label="message #")))
 
     @precondition(lambda self: self.pending)
     @rule(limit=st.integers(1, 40))
@@ -413,19 +408,30 @@ class TruthMachine(RuleBasedStateMachine):
                 return
             self._deliver(self.pending.pop(0))
 
-    @precondition(lambda self: self.delivered_runs)
-    @rule(data=st.data())
+    # ------------------------------------------------------------ faults: duplicates, late messages, dead workers
+
+    FAULTS = ("deliver_twice", "late_delivery", "worker_death", "zombie_finishes", "reap_and_recover")
+
+    @rule(data=st.data(), fault=st.sampled_from(FAULTS))
     @_counted
-    def late_delivery(self, data):
+    def fault(self, data, fault):
+        STATS[f"fault {fault}"] += 1
+        getattr(self, f"_{fault}")(data)
+
+    def _deliver_twice(self, data):
+        """Duplicate delivery: the same message handled twice in a row."""
+        if not self.pending:
+            return
+        message = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1), label="message #"))
+        self._deliver(message)
+        self._deliver(message)
+
+    def _late_delivery(self, data):
         """A run message delivered again later (a redelivery after an ack was lost)."""
-        self._deliver(data.draw(st.sampled_from(self.delivered_runs), label="message"))
+        if self.delivered_runs:
+            self._deliver(data.draw(st.sampled_from(self.delivered_runs), label="delivered message"))
 
-    # ------------------------------------------------------------ workers that die
-
-    @precondition(lambda self: self._has(ValidatorRun.objects.filter(status=RunStatus.RUNNING, claim_token="")))
-    @rule(data=st.data())
-    @_counted
-    def worker_death(self, data):
+    def _worker_death(self, data):
         """A worker claims a running run and dies before judging it."""
         runs = list(ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, claim_token="")
                     .order_by("id").values_list("pk", flat=True))
@@ -434,20 +440,19 @@ class TruthMachine(RuleBasedStateMachine):
         # Drawn by position: run ids differ from one example to the next.
         run, _token = runner._claim(runs[data.draw(st.integers(0, len(runs) - 1), label="running run #")])
         if run is not None:
+            note(f"worker died holding run {run.pk} of {run.feature.key if run.feature_id else 'the milestone'}")
             self.dead.append(run.pk)
 
-    @precondition(lambda self: self.dead)
-    @rule(data=st.data())
-    @_counted
-    def zombie_finishes(self, data):
+    def _zombie_finishes(self, data):
         """The "dead" worker was only slow: it judges and records, maybe after the reap."""
-        run_id = self.dead.pop(data.draw(st.integers(0, len(self.dead) - 1), label="dead run"))
+        if not self.dead:
+            return
+        run_id = self.dead.pop(data.draw(st.integers(0, len(self.dead) - 1), label="dead run #"))
         run = ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id)
+        note(f"the worker of run {run_id} was only slow: it records its verdict now (run is {run.status})")
         runner._judge_and_record(run)
 
-    @rule()
-    @_counted
-    def reap_and_recover(self):
+    def _reap_and_recover(self, data):
         """The sweep, with a clock past every lease: reap, then re-drive from the database."""
         later = timezone.now() + timedelta(seconds=django_settings.FUSION_RUN_LEASE_SECONDS + 1)
         try:

@@ -47,12 +47,14 @@ def input_fingerprint(*, revision: str, assertions: list[dict[str, Any]], profil
                       **({"protection": protection} if protection else {})})
 
 
-def mission_protection(mission) -> dict[str, Any]:
-    """The protection a run judges under, frozen with the base pinned to its commit id."""
-    if not mission.protected_paths:
+def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The protection a run judges under (the mission's patterns, and the base a check's
+    own `protect` restores from), frozen with the base pinned to its commit id."""
+    protects = any((a.get("check") or {}).get("protect") for a in assertions)
+    if not mission.protected_paths and not protects:
         return {}
-    return {"paths": list(mission.protected_paths), "on_change": mission.on_protected_change,
-            "base": pin_revision(mission.workspace, mission.base_revision)}
+    base = pin_revision(mission.workspace, mission.base_revision) if mission.base_revision else ""
+    return {"paths": list(mission.protected_paths), "on_change": mission.on_protected_change, "base": base}
 
 
 def standing_revision(feature: Feature) -> str:
@@ -105,9 +107,10 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
         profile = profiles.get_profile(profile_name or feature.mission.validator)
     except profiles.ProfileError as exc:
         raise Invalid(str(exc), code="unknown_validator", fields={"validator": [str(exc)]}) from exc
+    assertions = feature_assertion_specs(feature)
     try:
         revision = _pinned(feature, revision or standing_revision(feature))
-        protection = mission_protection(feature.mission)
+        protection = mission_protection(feature.mission, assertions)
     except SnapshotError as exc:
         if raise_conflict:
             raise Invalid(str(exc), code="workspace_unavailable") from exc
@@ -116,7 +119,6 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
     if not revision:
         raise Invalid("nothing to validate: the feature has no landed task revision and the mission no workspace",
                       code="no_revision")
-    assertions = feature_assertion_specs(feature)
     if not assertions:
         if raise_conflict:
             raise Invalid("the feature has no contract assertions to judge it by", code="no_assertions")

@@ -134,7 +134,7 @@ def _judge_and_record(run: ValidatorRun) -> str:
         with snapshot(run.mission.workspace, run.revision, label=f"run-{run.pk}") as checkout:
             # Protected files go back to the base revision before anything reads the snapshot.
             protection = protect.prepare(checkout, workspace=run.mission.workspace, revision=run.revision,
-                                         frozen=run.protection or protect.unfrozen(run.mission))
+                                         frozen=run.protection)
             ctx = build_context(run, checkout, protection=protection)
             judgement = judge(ctx)
             verdict = host_accept(run.pk, judgement.candidate, FrozenContext(keys=ctx.keys, checkout=checkout),

@@ -167,7 +167,7 @@ class AgentSession:
 
     def _run_tool(self, name: str, args: dict[str, Any]) -> str:
         if name == "run_check":
-            return checkout_tools.run_check(self.ctx.checkout, self.ctx.assertions, args["key"])
+            return checkout_tools.run_check(self.ctx, args["key"])
         return checkout_tools.TOOL_FUNCTIONS[name](self.ctx.checkout, **args)
 
     # --- host validation --------------------------------------------------------------

@@ -130,7 +130,7 @@ def _judge_journaled(ctx: ValidationContext, assertion: AssertionSpec) -> Assert
         return AssertionVerdict.model_validate(ctx.replay.answer("check", assertion.key))
     close_old_connections()
     try:
-        verdict = _judge_isolated(ctx, assertion)
+        verdict = judge_isolated(ctx, assertion)
         # The final verdict, protection rule applied: a replay serves exactly this.
         journal.append(run_id=ctx.run_id, kind="check", key=assertion.key,
                        payload={"check": assertion.check, "result": verdict.model_dump()})
@@ -139,7 +139,7 @@ def _judge_journaled(ctx: ValidationContext, assertion: AssertionSpec) -> Assert
         close_old_connections()
 
 
-def _judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
+def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
     """Judge one check against the revision alone, with its protected files restored."""
     spec = assertion.check
     if check_spec_problems(spec):  # judge_assertion blocks it without running anything

@@ -155,16 +155,17 @@ def _grep(root: Path, pattern: str, path: str, glob: str) -> str:
     return "\n".join(hits) if hits else "(no match)"
 
 
-def run_check(root: Path, assertions: list[AssertionSpec], key: str) -> str:
-    """Run the declared check of one linked assertion; nothing else can be executed."""
-    from validation.validators.checks import judge_assertion
+def run_check(ctx, key: str) -> str:
+    """Run the declared check of one linked assertion; nothing else can be executed. It is
+    judged as the host judges it (its own copy, the protected files restored)."""
+    from validation.validators.checks import judge_isolated
 
-    spec = next((a for a in assertions if a.key == key), None)
+    spec = next((a for a in ctx.assertions if a.key == key), None)
     if spec is None:
-        return f"refused: {key!r} is not a linked assertion (linked: {', '.join(a.key for a in assertions)})"
+        return f"refused: {key!r} is not a linked assertion (linked: {', '.join(a.key for a in ctx.assertions)})"
     if not spec.check:
         return f"refused: {key} has no declared check; judge it from the code"
-    verdict = judge_assertion(root, spec)
+    verdict = judge_isolated(ctx, spec)
     return _bounded(json.dumps(verdict.model_dump(), indent=1))
 
 
