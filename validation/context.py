@@ -1,4 +1,4 @@
-"""What a validator receives (DESIGN §5): a frozen description of the feature at one
+"""What a validator receives: a frozen description of the feature at one
 revision and the path of its read-only checkout."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The verdict contract (DESIGN §5.4) and its host validators.
+"""The verdict contract (docs/TRUTH.md, docs/validators.md) and its host validators.
 
 Host validators are pure functions of (candidate, frozen context). All of them run, in a
 fixed order, on every candidate; each returns a list of problems that name the exact

@@ -1,4 +1,4 @@
-"""Autopilot (DESIGN §4.6): strictly serial — the first pending slice of the first
+"""Autopilot (docs/TRUTH.md): strictly serial — the first pending slice of the first
 incomplete milestone is activated and triaged into tasks; the next one waits until every
 feature of the slice has passed. Event-driven (outcomes notify it); the recovery sweep
 re-drives it. A row lock on the mission makes duplicate triggers harmless."""

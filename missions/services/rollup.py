@@ -1,4 +1,4 @@
-"""Milestone rollup (DESIGN §4.6), recomputed in the caller's transaction.
+"""Milestone rollup (docs/TRUTH.md), recomputed in the caller's transaction.
 
 Precedence: not_started (no assertions) > failed > blocked > needs_coverage (a
 feature-scoped assertion linked to no feature) > passed (all passed) > ready.

@@ -1,4 +1,4 @@
-"""Tasks: the unit of execution linked to a feature (DESIGN §4.2).
+"""Tasks: the unit of execution linked to a feature (docs/TRUTH.md).
 
 Creating a task links it to its feature and moves an idle feature to `implementing`.
 Completing it records the revision and, after commit, queues `process_task_outcome`.

@@ -2,17 +2,19 @@
 mission are complete only while everything under them is done; a milestone run judges a
 defined commit (the newest passed feature revision that contains the others); a
 milestone regression in a report-only mission waits for an operator's fix, which carries
-the milestone run's failures.
+the milestone run's failures; a fix still in flight when its root passes is closed as
+superseded, and the autopilot counts its slice done.
 
 Names that only the new loop has are imported inside the tests, so that each test fails
 on its own against an older loop."""
 
 from __future__ import annotations
 
+import dramatiq
 import pytest
 from django.db import transaction
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice
+from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice, Task
 from missions.services.lifecycle import mission_activate
 from missions.services.milestones import milestone_ready
 from missions.services.tasks import task_complete, task_create
@@ -20,10 +22,24 @@ from tests.missions.loop_helpers import add_slice, events, feature, implement, m
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.operator import feature_repair
+from validation.services.runner import execute_run
+from validation.services.task_outcome import task_outcome_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REOPENED = ["slice_reopened", "milestone_reopened", "reopened"]
+GREETING = {"file": "hello.py", "contains": r"def hello\("}
+GOOD = {"hello.py": "def hello():\n    return 'hi'\n"}
+BAD = {"hello.py": "def goodbye():\n    pass\n"}
+
+
+@pytest.fixture
+def idle_broker():
+    """No worker: a queued message stays in the broker; runs are executed by hand."""
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    yield broker
+    broker.flush_all()
 
 
 def changes(mission: Mission, *, after: int = 0) -> list[str]:
@@ -231,3 +247,62 @@ def test_a_milestone_regression_without_auto_fix_waits_for_an_operators_fix(work
     assert FixLineage.objects.get(fix=fix).run_id == run.pk
     created = [e for e in events(mission, "fix-feature:created") if e.payload["feature"] == fix.pk]
     assert len(created) == 1 and created[0].payload["run"] == run.pk and created[0].payload["assertions"] == ["VAL-a"]
+
+
+# --- 16. superseded fixes ------------------------------------------------------------------------
+
+
+def test_a_fix_in_flight_when_its_root_passes_is_superseded(idle_broker, build_mission, git_repo, alice):
+    from missions.services.autopilot import autopilot_advance
+
+    mission = build_mission({"hello": [("VAL-1", GREETING)]}, autopilot=True)
+    assert autopilot_advance(mission_id=mission.pk) == "activated"
+    root = Feature.objects.get(key="hello")
+    task = Task.objects.get(feature=root)
+    task_complete(user=alice, task=task, revision=git_repo.commit(BAD, "wrong"))
+    assert task_outcome_process(task_id=task.pk) == "started"
+    root.refresh_from_db()
+    assert execute_run(root.last_run_id) == RunStatus.FAILED
+    fix = Feature.objects.get(generated_from=root)
+    fix_task = Task.objects.get(feature=fix)  # the autopilot's
+    task_complete(user=alice, task=fix_task, revision=git_repo.commit({"hello.py": "def hullo():\n    pass\n"}, "fix attempt"))
+    assert task_outcome_process(task_id=fix_task.pk) == "started"
+    fix.refresh_from_db()
+    fix_run = fix.last_run
+    assert fix.loop_state == "validating" and fix_run.status == RunStatus.RUNNING
+    root.refresh_from_db()
+    rounds = root.fix_rounds
+    assert rounds == 1
+
+    # Meanwhile the root gets a correct implementation of its own and passes.
+    second = task_create(user=alice, feature=root)
+    task_complete(user=alice, task=second, revision=git_repo.commit(GOOD, "right"))
+    assert task_outcome_process(task_id=second.pk) == "started"
+    root.refresh_from_db()
+    assert execute_run(root.last_run_id) == RunStatus.PASSED
+    root.refresh_from_db()
+    fix.refresh_from_db()
+    assert root.loop_state == "passed" and root.fix_rounds == rounds
+    assert fix.loop_state == "superseded" and fix.status == "done"
+    assert ValidatorRun.objects.get(pk=fix_run.pk).status == RunStatus.CANCELLED
+    closed = [e for e in events(mission, "feature:updated") if e.payload.get("feature") == fix.pk][-1]
+    assert (closed.payload["from"], closed.payload["loop_state"], closed.payload["cause"]) == (
+        "validating", "superseded", "superseded")
+
+    # The cancelled run's late delivery changes nothing.
+    features, runs, seq = Feature.objects.count(), ValidatorRun.objects.count(), last_seq(mission)
+    assert execute_run(fix_run.pk) == "stale"
+    fix.refresh_from_db()
+    root.refresh_from_db()
+    assert fix.loop_state == "superseded" and ValidatorRun.objects.get(pk=fix_run.pk).status == RunStatus.CANCELLED
+    assert (Feature.objects.count(), ValidatorRun.objects.count(), last_seq(mission)) == (features, runs, seq)
+    assert root.fix_rounds == rounds and FixLineage.objects.filter(root=root).count() == 1
+
+    # The autopilot counts the slice done: the milestone is judged, then the mission completes.
+    assert autopilot_advance(mission_id=mission.pk) == "validating_milestone"
+    assert Slice.objects.get(mission=mission).status == "complete"
+    milestone_run = ValidatorRun.objects.get(mission=mission, scope="milestone")
+    assert execute_run(milestone_run.pk) == RunStatus.PASSED
+    assert autopilot_advance(mission_id=mission.pk) == "complete"
+    mission.refresh_from_db()
+    assert mission.status == "complete" and Milestone.objects.get(mission=mission).status == "complete"

@@ -11,7 +11,8 @@ The model (`truth_model.py`) knows the files of every commit the test makes, so 
 whether each check truly holds there without asking the code under test.
 
 Knobs: FUSION_TRUTH_EXAMPLES (default 300 embedded, 600 with DATABASE_URL),
-FUSION_TRUTH_STEPS (default 25), FUSION_TRUTH_SKIP (comma-separated invariant names to
+FUSION_TRUTH_STEPS (default 25), FUSION_TRUTH_SHRINK=0 (report the failing example as found,
+without minutes of shrinking), FUSION_TRUTH_SKIP (comma-separated invariant names to
 leave out while hunting for the next defect, e.g. `stale_completion`).
 """
 
@@ -32,7 +33,8 @@ import dramatiq
 import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, note, settings, strategies as st
+from hypothesis import HealthCheck, Phase, settings, strategies as st
+from hypothesis import note as _note, target
 from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
 )
@@ -57,6 +59,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ON_POSTGRES = bool(os.environ.get("DATABASE_URL"))
 EXAMPLES = int(os.environ.get("FUSION_TRUTH_EXAMPLES", 600 if ON_POSTGRES else 300))
 STEPS = int(os.environ.get("FUSION_TRUTH_STEPS", 25))
+SHRINK = os.environ.get("FUSION_TRUTH_SHRINK", "1") != "0"
 SKIP = {s.strip() for s in os.environ.get("FUSION_TRUTH_SKIP", "").split(",") if s.strip()}
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
 OPEN_TASK = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
@@ -81,6 +84,14 @@ class _Sink:
 
 
 STATS: Counter = Counter()  # what the examples reached, printed at the end
+
+
+def note(text: str) -> None:
+    """hypothesis.note inside an example; print when the machine is driven by hand."""
+    try:
+        _note(text)
+    except Exception:  # noqa: BLE001 — outside a hypothesis test (a reproduction script)
+        print(text)
 
 
 def _counted(fn):
@@ -169,9 +180,20 @@ class TruthMachine(RuleBasedStateMachine):
         try:
             if self.mission is not None:
                 self._tally()
+                target(self._depth(), label="depth")
                 Mission.objects.filter(pk=self.mission.pk).delete()
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _depth(self) -> float:
+        """How far the example got (targeted generation favours the deep ones): passed
+        features, complete slices, milestone runs, a complete milestone and mission."""
+        mission = self.mission.pk
+        return float(Feature.objects.filter(mission=mission, loop_state__in=DONE).count()
+                     + 2 * Slice.objects.filter(mission=mission, status=SliceStatus.COMPLETE).count()
+                     + 3 * ValidatorRun.objects.filter(mission=mission, scope=RunScope.MILESTONE).count()
+                     + 5 * Milestone.objects.filter(mission=mission, status=MilestoneStatus.COMPLETE).count()
+                     + 5 * Mission.objects.filter(pk=mission, status=MissionStatus.COMPLETE).count())
 
     def _tally(self) -> None:
         STATS["examples"] += 1
@@ -243,25 +265,33 @@ class TruthMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ implementation and tasks
 
-    @precondition(lambda self: self._has(Task.objects.filter(status__in=OPEN_TASK)))
     @rule(data=st.data(), kind=st.sampled_from(("correct", "correct", "wrong", "rewrite")),
           naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")))
     @_counted
     def complete(self, data, kind, naming):
-        """Complete an open task: a correct implementation, a wrong one, or one that rewrites
-        a protected test to always pass and leaves the implementation wrong."""
-        open_ = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).select_related("feature").order_by("id")
-        by_feature = {t.feature.key: t for t in open_}
-        if not by_feature:
+        """Complete the open task of a feature (made first with `task_create` when it has
+        none): a correct implementation, a wrong one, or one that rewrites a protected test
+        to always pass and leaves the implementation wrong; named by its commit id, `main`
+        or `HEAD`, or (`old`) an earlier commit id of the repository."""
+        feature = self._feature(data, loop_state__in=[s for s in LoopState.values if s != LoopState.SUPERSEDED])
+        if feature is None:
             return
-        task = by_feature[data.draw(st.sampled_from(sorted(by_feature)), label="task of")]
+        task = feature.tasks.filter(status__in=OPEN_TASK).order_by("-id").first()
+        if task is None:
+            try:
+                task = task_create(user=None, feature=feature)
+            except DomainError as exc:
+                self._refused(f"task_create {feature.key}", exc)
+                return
+            note(f"task_create {feature.key} -> task {task.pk}")
         if naming == "old":
             revision = data.draw(st.sampled_from(self.history.order), label="old revision")
         else:
-            changes = self._implementation(data, task.feature, kind)
-            sha = self.history.commit(changes, f"{kind} {task.feature.key}")
-            self.kinds[sha] = f"{kind} {task.feature.key}"
+            changes = self._implementation(data, feature, kind)
+            sha = self.history.commit(changes, f"{kind} {feature.key}")
+            self.kinds[sha] = f"{kind} {feature.key}"
             revision = {"sha": sha, "main": "main", "HEAD": "HEAD"}[naming]
+        note(f"complete task {task.pk} of {feature.key} at {revision[:8]} ({self.kinds.get(self.history.head, 'old')})")
         try:
             task_complete(user=None, task=task, revision=revision, summary=f"{kind} implementation")
         except DomainError as exc:
@@ -292,9 +322,7 @@ class TruthMachine(RuleBasedStateMachine):
                 changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
         return changes
 
-    @rule(data=st.data())
-    @_counted
-    def create_task(self, data):
+    def _create_task(self, data):
         """`task_create` for a feature without an open task (roots and fixes alike)."""
         busy = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).values_list("feature_id", flat=True)
         feature = self._feature(data, **{"pk__in": Feature.objects.filter(mission=self.mission).exclude(pk__in=list(busy))})
@@ -309,7 +337,7 @@ class TruthMachine(RuleBasedStateMachine):
     # One rule draws the action, so that these (always possible) actions do not crowd out
     # the ones that make progress: hypothesis still chooses every one of them.
 
-    OPERATIONS = ("validate", "repair_clear", "repair_re_run", "link", "unlink", "edit_check")
+    OPERATIONS = ("validate", "create_task", "repair_clear", "repair_re_run", "link", "unlink", "edit_check")
 
     @rule(data=st.data(), action=st.sampled_from(OPERATIONS))
     @_counted
@@ -380,7 +408,8 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused("activate", exc)
 
-    @precondition(lambda self: self.mission is not None and self.mission.autopilot)
+    @precondition(lambda self: self.mission is not None and self.mission.autopilot
+                  and self._has(Mission.objects.filter(status=MissionStatus.ACTIVE), field="pk"))
     @rule()
     @_counted
     def advance(self):
@@ -495,8 +524,9 @@ class TruthMachine(RuleBasedStateMachine):
             if stands_on and stands_on != run.revision:
                 tree = self._tree(stands_on)
                 false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
-                self._check("false_pass", not false,
-                            f"FALSE PASS: {f.key} is passed and stands on {stands_on[:10]} where {false} do not hold")
+                self._check("false_pass_standing", not false,
+                            f"FALSE PASS: {f.key} is passed (run {run.pk} at {run.revision[:10]}) and stands on "
+                            f"{stands_on[:10]} ({self.kinds.get(stands_on, 'base')}) where {false} do not hold")
 
     def _fresh(self, f: Feature) -> bool:
         run = f.last_run
@@ -622,6 +652,7 @@ def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp
     try:
         run_state_machine_as_test(TruthMachine, settings=settings(
             max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
+            phases=list(Phase) if SHRINK else [Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
         ))
     finally:

@@ -1,4 +1,4 @@
-"""Recovery (DESIGN §4.7): reap runs past their lease, re-drive every feature from its
+"""Recovery (docs/RELIABILITY.md): reap runs past their lease, re-drive every feature from its
 persisted state, clean snapshots left by killed workers. Idempotent: a second sweep right
 after the first changes nothing."""
 

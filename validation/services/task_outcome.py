@@ -1,4 +1,4 @@
-"""From task to validation (DESIGN §4.2): the guards, then admission."""
+"""From task to validation (docs/TRUTH.md): the guards, then admission."""
 
 from __future__ import annotations
 
