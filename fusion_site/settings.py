@@ -224,7 +224,9 @@ EVENTSTREAM_CHANNELMANAGER_CLASS = "missions.streams.MissionChannelManager"
 FUSION_VALIDATOR_TIMEOUT = env_int("FUSION_VALIDATOR_TIMEOUT", 600)
 # A running run holds a lease that its worker renews (a heartbeat) while it works: a run
 # whose worker died is reaped once the lease passes, however long its checks may run.
-FUSION_RUN_LEASE_SECONDS = env_int("FUSION_RUN_LEASE_SECONDS", 120)
+# Shorter than the broker's own redelivery of a dead worker's message (Redis: 60 s), so
+# that a redelivered message finds the lease passed and resumes the run from its journal.
+FUSION_RUN_LEASE_SECONDS = env_int("FUSION_RUN_LEASE_SECONDS", 30)
 FUSION_RUN_HEARTBEAT_SECONDS = FUSION_RUN_LEASE_SECONDS / 4
 FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
 FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)

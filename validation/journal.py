@@ -41,16 +41,19 @@ def _jsonable(payload: Any) -> Any:
 def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEntry:
     payload = _jsonable(payload)
     for _attempt in range(5):
-        last = JournalEntry.objects.filter(run_id=run_id).order_by("-seq").values("seq", "sha256").first()
-        seq = (last["seq"] + 1) if last else 1
-        prev = last["sha256"] if last else ""
-        digest = entry_hash(seq=seq, kind=kind, key=key, payload=payload, prev=prev)
         try:
             with transaction.atomic():
+                # The run's row lock orders the appenders of one run (a run's checks finish
+                # in parallel threads); a lost race without it could repeat indefinitely.
+                list(ValidatorRun.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
+                last = JournalEntry.objects.filter(run_id=run_id).order_by("-seq").values("seq", "sha256").first()
+                seq = (last["seq"] + 1) if last else 1
+                prev = last["sha256"] if last else ""
+                digest = entry_hash(seq=seq, kind=kind, key=key, payload=payload, prev=prev)
                 return JournalEntry.objects.create(run_id=run_id, seq=seq, kind=kind, key=key[:200], payload=payload,
                                                    sha256=digest, prev_sha256=prev)
         except IntegrityError:
-            continue  # another writer took this seq; chain onto its entry
+            continue  # another writer took this seq (no row lock on SQLite); chain onto its entry
     raise JournalIntegrityError(f"could not append to the journal of run {run_id}")
 
 

@@ -101,7 +101,7 @@ class Workers:
             "DATABASE_URL": child_database_url(), "REDIS_URL": settings.REDIS_URL,
             "FUSION_EVENTS_PREFIX": settings.EVENTS_PREFIX, "FUSION_DATA_DIR": str(settings.DATA_DIR),
             "FUSION_SNAPSHOT_DIR": str(snapshot_root()), "FUSION_RETRY_BACKOFF_MS": "0",
-            "FUSION_VALIDATOR_TIMEOUT": str(LEASE_SECONDS), "FUSION_CHECK_PARALLELISM": "1",
+            "FUSION_RUN_LEASE_SECONDS": str(LEASE_SECONDS), "FUSION_CHECK_PARALLELISM": "1",
             "DJANGO_SETTINGS_MODULE": "fusion_site.settings", "PYTHONUNBUFFERED": "1", "LOG_LEVEL": "WARNING",
         }
         with open(log, "wb") as out:

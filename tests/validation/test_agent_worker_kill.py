@@ -4,7 +4,9 @@ scripted server never receives an answered request again.
 
 Redelivery: dramatiq's RedisBroker requeues a dead worker's unacked message only after a
 60 s heartbeat timeout and then only during its probabilistic maintenance, so the test
-sends the same message again itself, as that requeue would. The same resume without a
+sends the same message again itself, as that requeue would — once the dead worker's
+claim on the run has lapsed (its lease, FUSION_RUN_LEASE_SECONDS, is shorter than the
+broker's timeout): a redelivery never judges a run a live worker holds. The same resume without a
 subprocess (the worker dying in-process) runs in every pass: test_agent_resume.py.
 """
 
@@ -14,6 +16,7 @@ import json
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from tests.support.agent_env import hello_feature, start_run  # noqa: F401
 from tests.support.openai_server import ScriptedOpenAIServer
@@ -38,7 +41,7 @@ def test_killed_worker_resumes_without_paying_twice(worker_processes, hello_feat
     release = server.hold(1)  # the second model call waits: the worker dies with it in flight
     profiles = {"http": {"kind": "agent", "model": server.model, "base_url": server.base_url, "timeout": 120}}
     settings.FUSION_VALIDATORS = profiles
-    env = {"FUSION_VALIDATORS": json.dumps(profiles)}
+    env = {"FUSION_VALIDATORS": json.dumps(profiles), "FUSION_RUN_LEASE_SECONDS": "3"}
     try:
         first = worker_processes.start(**env)
         run = start_run(hello_feature([("VAL-1", None)], validator="http"))
@@ -50,6 +53,8 @@ def test_killed_worker_resumes_without_paying_twice(worker_processes, hello_feat
         assert ValidatorRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
 
         worker_processes.start(**env)
+        wait_until(lambda: ValidatorRun.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(), timeout=60,
+                   what="the dead worker's lease to pass", logs=worker_processes.logs)
         from validation.tasks import run_validator
 
         run_validator.send(run.pk)  # the redelivery

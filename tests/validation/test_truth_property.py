@@ -34,7 +34,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, Phase, settings, strategies as st
-from hypothesis import note as _note, target
+from hypothesis import currently_in_test_context, note as _note, target
 from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
 )
@@ -130,6 +130,8 @@ class TruthMachine(RuleBasedStateMachine):
         self.kinds: dict[str, str] = {}  # commit -> "correct f1" / "wrong f2 {a3}" / "rewrite f1"
         self.refused: list[str] = []
         self.illegal: list[str] = []
+        self.seen_seq = 0  # the audit log read so far (fix rounds per root)
+        self.rounds: dict[int, int] = {}
         _Sink.machine = self
 
     # ------------------------------------------------------------ set-up and teardown
@@ -180,7 +182,8 @@ class TruthMachine(RuleBasedStateMachine):
         try:
             if self.mission is not None:
                 self._tally()
-                target(self._depth(), label="depth")
+                if currently_in_test_context():
+                    target(self._depth(), label="depth")
                 Mission.objects.filter(pk=self.mission.pk).delete()
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -493,155 +496,166 @@ class TruthMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ invariants (the database only)
 
     def _check(self, name: str, ok: bool, message: str) -> None:
-        if name not in SKIP:
-            assert ok, f"[{name}] {message}"
-
-    def _tree(self, revision: str) -> dict[str, str]:
-        return self.history.tree(revision)
+        if not ok and name not in SKIP:
+            raise AssertionError(f"[{name}] {message}")
 
     @invariant()
-    def passed_means_true(self):
-        """(a) A passed feature: its last run passed, at the revision it stands on, and every
-        check it was judged by truly holds there (THE property: no false pass)."""
+    def truth(self):
+        """Every invariant, after every step, from what the database holds (and the test's
+        own model of what each commit contains)."""
         if self.mission is None:
             return
         STATS["steps"] += 1
-        for f in Feature.objects.filter(mission=self.mission, loop_state=LoopState.PASSED).select_related("last_run"):
+        mission = Mission.objects.get(pk=self.mission.pk)
+        features = list(Feature.objects.filter(mission=mission).select_related("last_run").order_by("id"))
+        links: dict[int, dict[str, dict]] = {f.pk: {} for f in features}
+        for feature_id, key, check in FeatureAssertion.objects.filter(
+                feature__mission=mission, assertion__scope=AssertionScope.FEATURE).values_list(
+                "feature_id", "assertion__key", "assertion__check_spec"):
+            links[feature_id][key] = check
+        self._passed_means_true(features)
+        self._complete_means_done(mission, features, links)
+        self._one_running_run(features)
+        self._failure_has_fix(mission, features)
+        self._budgets(mission, features)
+        self._runs_are_frozen()
+
+    def _passed_means_true(self, features: list[Feature]) -> None:
+        """(a) A passed feature: its last run passed, at the revision it stands on, and every
+        check it was judged by truly holds there. THE property: no false pass."""
+        for f in features:
+            if f.loop_state != LoopState.PASSED:
+                continue
             run = f.last_run
             self._check("passed_run", run is not None and run.status == RunStatus.PASSED,
                         f"{f.key} is passed but its last run is {run and (run.pk, run.status)}")
             if run is None:
                 continue
-            stands_on = feature_revision(f)
-            self._check("stands_on", not stands_on or run.revision == stands_on,
-                        f"{f.key} passed at {run.revision[:10]} (run {run.pk}) but stands on {stands_on[:10]} "
-                        f"({self.kinds.get(stands_on, '?')})")
-            tree = self._tree(run.revision)
+            tree = self.history.tree(run.revision)
             false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
             self._check("false_pass", not false,
                         f"FALSE PASS: {f.key} passed at {run.revision[:10]} (run {run.pk}, trigger {run.trigger}) "
                         f"although {false} do not hold there ({self.kinds.get(run.revision, 'base')})")
+            stands_on = feature_revision(f)
             if stands_on and stands_on != run.revision:
-                tree = self._tree(stands_on)
+                tree = self.history.tree(stands_on)
                 false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
                 self._check("false_pass_standing", not false,
                             f"FALSE PASS: {f.key} is passed (run {run.pk} at {run.revision[:10]}) and stands on "
                             f"{stands_on[:10]} ({self.kinds.get(stands_on, 'base')}) where {false} do not hold")
+                self._check("stands_on", False,
+                            f"{f.key} passed at {run.revision[:10]} (run {run.pk}, {self.kinds.get(run.revision, 'base')}) "
+                            f"but stands on {stands_on[:10]} ({self.kinds.get(stands_on, 'base')})")
 
-    def _fresh(self, f: Feature) -> bool:
-        run = f.last_run
-        current = {a.key: a.check_spec for a in f.assertions.filter(scope=AssertionScope.FEATURE)}
-        return run is not None and {a["key"]: a["check"] for a in run.assertions} == current
-
-    @invariant()
-    def complete_means_done(self):
-        """(b) Nothing is complete while a feature under it is not passed or superseded; and
-        (the code owners' rule) a passed feature whose linked set or checks changed after its
-        pass does not count for the completion of its milestone or mission."""
-        if self.mission is None:
+    def _complete_means_done(self, mission: Mission, features: list[Feature], links) -> None:
+        """(b) Nothing is complete while a feature under it is not passed or superseded. And
+        (docs/TRUTH.md, the code owners' rule) a passed feature whose linked set or checks
+        changed after its pass does not count for the completion of its milestone or
+        mission, and a complete milestone has a passed milestone run over exactly its
+        current assertion set."""
+        complete_slices = set(Slice.objects.filter(mission=mission, status=SliceStatus.COMPLETE).values_list("pk", flat=True))
+        for s in complete_slices:
+            open_ = [(f.key, f.loop_state) for f in features if f.slice_id == s and f.loop_state not in DONE]
+            self._check("complete_done", not open_, f"slice {s} is complete with {open_} not done")
+        milestones = list(Milestone.objects.filter(mission=mission))
+        if mission.status != MissionStatus.COMPLETE and not any(m.status == MilestoneStatus.COMPLETE for m in milestones):
             return
-        features = list(Feature.objects.filter(mission=self.mission).select_related("last_run"))
-        for s in Slice.objects.filter(mission=self.mission, status=SliceStatus.COMPLETE):
-            open_ = [f.key for f in features if f.slice_id == s.pk and f.loop_state not in DONE]
-            self._check("complete_done", not open_, f"slice {s.key} is complete with {open_} not done")
-        mission = Mission.objects.get(pk=self.mission.pk)
-        milestones = list(Milestone.objects.filter(mission=self.mission))
+        slice_milestone = dict(Slice.objects.filter(mission=mission).values_list("pk", "milestone_id"))
         for m in milestones:
             if m.status != MilestoneStatus.COMPLETE and mission.status != MissionStatus.COMPLETE:
                 continue
-            under = [f for f in features if Slice.objects.filter(pk=f.slice_id, milestone=m).exists()]
+            what = f"milestone {m.key} ({m.status}, mission {mission.status})"
+            under = [f for f in features if slice_milestone[f.slice_id] == m.pk]
             open_ = [(f.key, f.loop_state) for f in under if f.loop_state not in DONE]
-            self._check("complete_done", not open_, f"milestone {m.key} ({m.status}) / mission ({mission.status}) "
-                        f"complete with {open_} not done")
-            stale = [f.key for f in under if f.loop_state == LoopState.PASSED and not self._fresh(f)]
+            self._check("complete_done", not open_, f"{what} is complete with {open_} not done")
+            self._check("complete_done", m.status == MilestoneStatus.COMPLETE, f"the mission is complete, {what} is not")
+            stale = [f.key for f in under if f.loop_state == LoopState.PASSED and
+                     {a["key"]: a["check"] for a in f.last_run.assertions} != links[f.pk]]
             self._check("stale_completion", not stale,
-                        f"milestone {m.key} is {m.status} / mission {mission.status} although {stale} passed on an "
-                        f"assertion set or checks that changed since")
-            self._milestone_run_true(m)
+                        f"{what} counts {stale} as passed although their linked assertions or checks changed since "
+                        f"their pass")
+            current = {a.key: a.check_spec for a in m.assertions.all()}
+            if not current:
+                continue
+            runs = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
+            matching = [r for r in runs if {a["key"]: a["check"] for a in r.assertions} == current]
+            self._check("stale_completion", bool(matching),
+                        f"{what} is complete without a passed milestone run over its current assertions {sorted(current)}")
+            for run in matching[:1]:
+                false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], self.history.tree(run.revision))]
+                self._check("false_pass", not false, f"FALSE PASS: milestone run {run.pk} passed at {run.revision[:10]} "
+                            f"although {false} do not hold there")
 
-    def _milestone_run_true(self, m: Milestone) -> None:
-        """A complete milestone with assertions has a passed milestone run over exactly its
-        current assertions, at a revision where they truly hold."""
-        current = {a.key: a.check_spec for a in m.assertions.all()}
-        if not current or m.status != MilestoneStatus.COMPLETE:
-            return
-        runs = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
-        matching = [r for r in runs if {a["key"]: a["check"] for a in r.assertions} == current]
-        self._check("stale_completion", bool(matching),
-                    f"milestone {m.key} is complete without a passed milestone run over its current assertions")
-        if matching:
-            run = matching[0]
-            false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], self._tree(run.revision))]
-            self._check("false_pass", not false, f"FALSE PASS: milestone run {run.pk} passed at {run.revision[:10]} "
-                        f"although {false} do not hold there")
-
-    @invariant()
-    def one_running_run(self):
-        """(c) At most one running run per feature."""
-        if self.mission is None:
-            return
+    def _one_running_run(self, features: list[Feature]) -> None:
+        """(c) At most one running run per feature; and a feature is `validating` exactly
+        while its last run is running (no orphan run, no feature waiting for nothing)."""
         running = list(ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, feature__isnull=False)
-                       .values_list("feature_id", flat=True))
-        self._check("one_running", len(running) == len(set(running)), f"two running runs for one feature: {running}")
+                       .values_list("pk", "feature_id"))
+        by_feature = [f for _, f in running]
+        self._check("one_running", len(by_feature) == len(set(by_feature)), f"two running runs for one feature: {running}")
+        for f in features:
+            if f.loop_state == LoopState.VALIDATING:
+                self._check("validating_has_run", f.last_run is not None and f.last_run.status == RunStatus.RUNNING,
+                            f"{f.key} is validating but its last run is {f.last_run and (f.last_run.pk, f.last_run.status)}")
+        last = {f.pk: (f.key, f.last_run_id, f.loop_state) for f in features}
+        for run_id, feature_id in running:
+            key, last_run, state = last[feature_id]
+            self._check("validating_has_run", last_run == run_id and state == LoopState.VALIDATING,
+                        f"run {run_id} of {key} is running but {key} is {state} with last run {last_run}")
 
-    def _last_cause(self, feature_id: int) -> str:
-        event = (MissionEvent.objects.filter(mission=self.mission, type="feature:updated", payload__feature=feature_id,
-                                             payload__has_key="cause").order_by("-seq").first())
-        return event.payload.get("cause", "") if event else ""
-
-    @invariant()
-    def failure_has_fix(self):
+    def _failure_has_fix(self, mission: Mission, features: list[Feature]) -> None:
         """(d) With auto_fix, a feature whose last run failed and that waits for a fix
         (needs_fix, or implementing it) has exactly one fix lineage for that failure, or is
-        blocked with its budget used up. Adapted to the code: a repair `clear` starts over
-        (the failure no longer calls for a fix; the next task does)."""
-        if self.mission is None or not self.mission.auto_fix:
+        blocked with its budget used up (then it is not waiting). Adapted to the code: a
+        repair `clear` starts the feature over, so the failure before it no longer calls
+        for a fix."""
+        if not mission.auto_fix:
             return
-        waiting = Feature.objects.filter(mission=self.mission, last_run__status=RunStatus.FAILED,
-                                         loop_state__in=[LoopState.NEEDS_FIX, LoopState.IMPLEMENTING])
-        for f in waiting:
+        for f in features:
+            if f.loop_state not in (LoopState.NEEDS_FIX, LoopState.IMPLEMENTING) or f.last_run is None \
+                    or f.last_run.status != RunStatus.FAILED:
+                continue
             lineages = FixLineage.objects.filter(source=f, run_id=f.last_run_id).count()
             if lineages == 1:
                 continue
-            cause = self._last_cause(f.pk)
+            last = (MissionEvent.objects.filter(mission=mission, type="feature:updated", payload__feature=f.pk,
+                                                payload__has_key="cause").order_by("-seq").first())
+            cause = last.payload["cause"] if last else ""
             self._check("fix_for_failure", lineages == 0 and cause == "clear",
-                        f"{f.key} ({f.loop_state}, last cause {cause!r}) failed in run {f.last_run_id} and has "
-                        f"{lineages} fix lineages for it")
+                        f"{f.key} ({f.loop_state}, entered by {cause!r}) failed in run {f.last_run_id} "
+                        f"({f.last_run.scope}) and has {lineages} fix lineages for that failure")
 
-    @invariant()
-    def budgets(self):
-        """(e) fix_rounds in [0, retry_budget], and it counts the fix rounds created since
-        the root's last `clear` (the audit log)."""
-        if self.mission is None:
-            return
-        budget = self.mission.retry_budget
-        rounds: dict[int, int] = {}
-        for e in MissionEvent.objects.filter(mission=self.mission, type__in=["fix-feature:created", "feature:updated"]).order_by("seq"):
-            p = e.payload
-            if e.type == "fix-feature:created":
-                rounds[p["root"]] = rounds.get(p["root"], 0) + 1
+    def _budgets(self, mission: Mission, features: list[Feature]) -> None:
+        """(e) 0 <= fix_rounds <= retry_budget, and fix_rounds counts the fix rounds the
+        audit log shows created for the root since its last `clear`."""
+        events = MissionEvent.objects.filter(mission=mission, seq__gt=self.seen_seq,
+                                             type__in=["fix-feature:created", "feature:updated"]).order_by("seq")
+        for seq, type_, p in events.values_list("seq", "type", "payload"):
+            self.seen_seq = seq
+            if type_ == "fix-feature:created":
+                self.rounds[p["root"]] = self.rounds.get(p["root"], 0) + 1
                 self._check("budget", p.get("budget_left", 0) >= 0, f"negative budget_left in {p}")
             elif p.get("cause") == "clear":
-                rounds[p["feature"]] = 0
-        for f in Feature.objects.filter(mission=self.mission):
+                self.rounds[p["feature"]] = 0
+        budget = mission.retry_budget
+        for f in features:
+            created = self.rounds.get(f.pk, 0)
             self._check("budget", 0 <= f.fix_rounds <= budget, f"{f.key} has fix_rounds {f.fix_rounds} > budget {budget}")
-            self._check("budget", rounds.get(f.pk, 0) == f.fix_rounds,
-                        f"{f.key}: {rounds.get(f.pk, 0)} fix rounds created since its last clear, fix_rounds {f.fix_rounds}")
-            self._check("budget", rounds.get(f.pk, 0) <= budget, f"{f.key}: {rounds.get(f.pk, 0)} fix rounds > {budget}")
+            self._check("budget", created == f.fix_rounds and created <= budget,
+                        f"{f.key}: {created} fix rounds created since its last clear, fix_rounds {f.fix_rounds}, "
+                        f"budget {budget}")
 
-    @invariant()
-    def runs_are_frozen(self):
+    def _runs_are_frozen(self) -> None:
         """(f) Every run froze a non-empty assertion set and a full commit id the test made;
         no run ended in a crash of the host's own code; every done task is pinned."""
-        if self.mission is None:
-            return
-        for r in ValidatorRun.objects.filter(mission=self.mission):
-            self._check("frozen", bool(r.assertions), f"run {r.pk} froze no assertions")
-            self._check("frozen", bool(model.HEX40.match(r.revision)) and r.revision in self.history.trees,
-                        f"run {r.pk} has revision {r.revision!r}")
-            self._check("host_defect", not r.error.startswith("host_defect"), f"run {r.pk} crashed: {r.error[:500]}")
-        for t in Task.objects.filter(mission=self.mission, status=TaskStatus.DONE):
-            self._check("frozen", bool(model.HEX40.match(t.revision)), f"task {t.pk} done at {t.revision!r}")
+        for pk, assertions, revision, error in ValidatorRun.objects.filter(mission=self.mission).values_list(
+                "pk", "assertions", "revision", "error"):
+            self._check("frozen", bool(assertions), f"run {pk} froze no assertions")
+            self._check("frozen", bool(model.HEX40.match(revision)) and revision in self.history.trees,
+                        f"run {pk} has revision {revision!r}")
+            self._check("host_defect", not error.startswith("host_defect"), f"run {pk} crashed: {error[:800]}")
+        for pk, revision in Task.objects.filter(mission=self.mission, status=TaskStatus.DONE).values_list("pk", "revision"):
+            self._check("frozen", bool(model.HEX40.match(revision)), f"task {pk} done at {revision!r}")
 
 
 def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp_path):

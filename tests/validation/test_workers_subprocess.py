@@ -8,7 +8,7 @@ Killed worker: dramatiq's RedisBroker would requeue a dead worker's unacked mess
 during its probabilistic maintenance (0.1 % of commands) after a 60 s heartbeat timeout:
 too slow and too random for a test, and not the design's safety net anyway. What DESIGN
 §2/§4.7 promise is that the database is the truth and the recovery sweep re-drives it:
-the killed worker's run keeps its lease (FUSION_VALIDATOR_TIMEOUT=3 s in the workers
+the killed worker's run keeps its lease (FUSION_RUN_LEASE_SECONDS=3 s in the workers
 here), then a sweep — sent as the `recovery_sweep` actor through Redis, as a periodic
 tick would — reaps it as `error`, starts a retry run that the new worker executes, and
 removes the dead worker's snapshot (folder and git record). A late redelivery of the old
@@ -195,7 +195,7 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
     rev = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     feature = Feature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
-    lease_env = {"FUSION_VALIDATOR_TIMEOUT": 3}
+    lease_env = {"FUSION_RUN_LEASE_SECONDS": 3}
     first = workers.start(**lease_env)
     task_complete(user=alice, task=task, revision=rev)
 
@@ -204,12 +204,13 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
         return run if run is not None and marker.exists() else None
 
     run = wait_for(in_flight, timeout=30, what="the run to be claimed and its slow check to start", workers=workers)
+    # the run's snapshot (a worktree) and the slow check's private copy of it (a plain folder)
     leftover = [p for p in snapshot_root().iterdir() if p.name.startswith(f"run-{run.pk}-")]
-    assert len(leftover) == 1 and len(worktrees(git_repo)) == 2
+    assert len(leftover) == 2 and len(worktrees(git_repo)) == 2
 
     workers.kill(first)  # SIGKILL to the whole group, mid-check
     run.refresh_from_db()
-    assert run.status == RunStatus.RUNNING and leftover[0].is_dir()  # nobody finished or cleaned up
+    assert run.status == RunStatus.RUNNING and all(p.is_dir() for p in leftover)  # nobody finished or cleaned up
 
     workers.start(**lease_env)
     wait_for(lambda: ValidatorRun.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(), timeout=10,
@@ -229,7 +230,7 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
     feature.refresh_from_db()
     assert feature.last_run_id == retry.pk and feature.status == "done"
     # The dead worker's snapshot is gone, folder and git record alike.
-    assert not leftover[0].exists() and not list(snapshot_root().iterdir())
+    assert not any(p.exists() for p in leftover) and not list(snapshot_root().iterdir())
     assert worktrees(git_repo) == [str(git_repo.path)]
     # Nothing is left for a later sweep to do.
     report = recover()
