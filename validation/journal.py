@@ -10,7 +10,7 @@ from typing import Any
 import rfc8785
 from django.db import IntegrityError, transaction
 
-from validation.models import JournalEntry
+from validation.models import JournalEntry, ValidatorRun
 
 
 def canonical(value: Any) -> bytes:

@@ -306,3 +306,46 @@ def test_a_fix_in_flight_when_its_root_passes_is_superseded(idle_broker, build_m
     assert autopilot_advance(mission_id=mission.pk) == "complete"
     mission.refresh_from_db()
     assert mission.status == "complete" and Milestone.objects.get(mission=mission).status == "complete"
+
+
+# --- 6. a changed contract is judged again ----------------------------------------------------
+
+def test_an_assertion_linked_to_a_passed_feature_reopens_and_judges_it_again(worker, alice, git_repo):
+    from missions.services.hierarchy import assertion_create, assertion_link
+
+    mission = completed_mission(worker, alice, git_repo)
+    before = last_seq(mission)
+    a = feature(mission, "a")
+    passed_run = a.last_run_id
+    with transaction.atomic():
+        extra = assertion_create(user=alice, milestone=Milestone.objects.get(mission=mission), key="VAL-a-more",
+                                 title="a says more", statement="a.txt says more", check_spec=None)
+        assertion_link(user=alice, feature=a, assertion=extra)
+    # the milestone was judged over another set: not complete; `a` is judged over its new set
+    assert statuses(mission)[1:] == ("active", "active")
+    milestone_reopened = [e for e in events(mission, "mission:updated") if e.seq > before
+                          and e.payload.get("change") == "milestone_reopened"]
+    assert milestone_reopened and milestone_reopened[0].payload["cause"] == "assertion_created"
+    moved = [e.payload for e in events(mission, "feature:updated") if e.seq > before and e.payload["feature"] == a.pk]
+    assert [(p["from"], p["loop_state"], p["cause"]) for p in moved][:2] == [
+        ("passed", "idle", "contract_changed"), ("idle", "validating", "contract_changed")]
+    worker.drain()
+    a.refresh_from_db()
+    run = a.last_run
+    assert run.pk != passed_run and [x["key"] for x in run.assertions] == ["VAL-a", "VAL-a-more"]
+    # the new assertion has no check and the mission no agent: blocked, never the old pass
+    assert a.loop_state == "blocked" and run.status == RunStatus.BLOCKED
+    assert statuses(mission) == ("active", "active", "active")
+
+
+def test_an_edited_check_of_a_passed_feature_is_judged_again(worker, alice, git_repo, staff):
+    from missions.services.hierarchy import assertion_update
+
+    mission = completed_mission(worker, alice, git_repo)
+    assertion = ContractAssertion.objects.get(mission=mission, key="VAL-b")
+    with transaction.atomic():
+        assertion_update(user=staff, assertion=assertion, check_spec={"file": "b.txt", "contains": "never written"})
+    worker.drain()
+    b = feature(mission, "b")
+    assert b.loop_state in ("needs_fix", "implementing") and b.last_run.status == RunStatus.FAILED
+    assert statuses(mission)[1:] == ("active", "active")
