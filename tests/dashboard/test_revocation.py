@@ -114,7 +114,9 @@ def test_a_member_removed_in_the_admin_loses_the_websocket(small_mission, alice,
     page = admin_client.get(url)
     form = page.context["adminform"].form
     data = {name: form.initial.get(name) for name in ("key", "title", "description", "retry_budget", "validator",
-                                                     "workspace", "base_revision", "executor", "executor_command")}
+                                                     "workspace", "base_revision", "executor", "executor_command",
+                                                     "on_protected_change")}
+    data["protected_paths"] = "[]"
     data.update(owner=alice.pk, members=[], auto_fix="on" if m.auto_fix else "")
     for inline in page.context["inline_admin_formsets"]:  # leave the inlines as they are
         data.update({f"{inline.formset.prefix}-TOTAL_FORMS": 0, f"{inline.formset.prefix}-INITIAL_FORMS": 0})
