@@ -97,6 +97,15 @@ def worker(transactional_db):
 
 
 @pytest.fixture
+def idle_broker():
+    """No worker: what the services enqueue stays queued; the test runs runs by hand."""
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    yield broker
+    broker.flush_all()
+
+
+@pytest.fixture
 def staff(django_user_model):
     return django_user_model.objects.create_user("staff", password="pw-staff-123", is_staff=True, is_superuser=True)
 

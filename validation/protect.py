@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterable
 
 from validation.snapshots import GIT_TIMEOUT, SnapshotError, git, repository_info, resolve_revision

@@ -7,11 +7,17 @@ from django.db import models
 from django_filters import rest_framework as filters
 
 
+# An id the database cannot even represent (SQLite and PostgreSQL keep 64-bit integers) is
+# a bad request, not a server error.
+ID_BOUNDS = {"min_value": -(2**63), "max_value": 2**63 - 1}
+ID_FILTER = {"filter_class": filters.NumberFilter, "extra": lambda field: dict(ID_BOUNDS)}
+
+
 class IdFilterSet(filters.FilterSet):
     FILTER_DEFAULTS = {
         **filters.FilterSet.FILTER_DEFAULTS,
-        models.ForeignKey: {"filter_class": filters.NumberFilter},
-        models.OneToOneField: {"filter_class": filters.NumberFilter},
+        models.ForeignKey: ID_FILTER,
+        models.OneToOneField: ID_FILTER,
     }
 
 

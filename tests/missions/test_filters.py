@@ -34,3 +34,10 @@ def test_api_import_refuses_a_relative_workspace_and_writes_nothing(api_for, ali
     assert response.status_code == 400 and response.json()["code"] == "invalid_mission_file"
     assert "absolute" in response.json()["detail"]
     assert not Mission.objects.filter(key="rel").exists()
+
+
+@pytest.mark.parametrize("path", ["/api/validation-runs/?feature=18159483890220734636206691788521472",
+                                  "/api/features/?mission=99999999999999999999999"])
+def test_an_id_the_database_cannot_hold_is_a_bad_request_not_a_server_error(api_for, alice, path):
+    response = api_for(alice).get(path)
+    assert response.status_code == 400 and response.json()["code"], response.content

@@ -12,7 +12,6 @@ serialize the writers) and on PostgreSQL (row locks and partial unique indexes d
 
 from __future__ import annotations
 
-import dramatiq
 import pytest
 import yaml
 from rest_framework.test import APIClient
@@ -26,14 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: a queued run stays `running`, its message sits in the broker."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import dramatiq
 import pytest
 from django.db import connection
 
@@ -20,14 +19,6 @@ GREETING = {"file": "hello.py", "contains": r"def hello\("}
 def stranger(django_user_model):
     return django_user_model.objects.create_user("stranger", password="pw-stranger-123")
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: a queued run stays `running` (its message sits in the broker)."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def hello_feature(build_mission, git_repo, *, good=True, **kwargs) -> Feature:

@@ -11,7 +11,6 @@ import json
 import stat
 from pathlib import Path
 
-import dramatiq
 import pytest
 
 from missions.models import Feature
@@ -20,18 +19,10 @@ from validation.services import runner
 from validation.services.admission import feature_admit
 from validation.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
 DELETES = {"run": "python -c \"import os; os.remove('data.txt')\""}  # fails when data.txt is already gone
 
-
-@pytest.fixture(autouse=True)
-def idle_broker():
-    """No worker: what a completed run enqueues stays queued."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def judged(build_mission, git_repo, checks: list[dict], files: dict[str, str] | None = None):

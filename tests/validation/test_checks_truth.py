@@ -11,7 +11,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import dramatiq
 import pytest
 from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
@@ -38,14 +37,6 @@ BAD_CHECKS = [
     {"file": "a", "exists": True, "mode": "strict"},
 ]
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: the run is executed in the test itself."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def _spec(check, key: str = "VAL-1") -> AssertionSpec:

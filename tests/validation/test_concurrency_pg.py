@@ -20,7 +20,6 @@ import threading
 import time
 from datetime import timedelta
 
-import dramatiq
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
@@ -43,14 +42,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 BAD_GREETING = {"file": "hello.py", "contains": r"def never_there\("}
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: queued runs stay `running` (their messages sit in the broker)."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def race(*fns, timeout: float = 60) -> list:

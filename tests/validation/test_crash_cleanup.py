@@ -15,7 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import dramatiq
 import pytest
 
 from missions.models import Feature, MissionEvent
@@ -31,14 +30,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: a retry run stays queued and `running`."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def hello_feature(build_mission, git_repo) -> Feature:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import stat
 import subprocess
 
-import dramatiq
 import pytest
 import yaml
 
@@ -40,15 +39,8 @@ RIGHT = "def add(a, b):\n    return a + b\n"
 UNITTEST = {"run": "python -m unittest -q tests.test_calc"}
 CHANGED = ["tests/data.bin", "tests/test_calc.py", "tests/test_new.py", "tests/test_other.py"]
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
-
-@pytest.fixture(autouse=True)
-def idle_broker():
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import dramatiq
 import pytest
 from django.utils import timezone
 
@@ -23,14 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: queued runs stay `running` (their messages sit in the broker)."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def hello_feature(build_mission, git_repo, *, good=True, **kwargs) -> Feature:

@@ -41,14 +41,6 @@ BAD = {"hello.py": "def goodbye():\n    pass\n"}
 FULL_ID = re.compile(r"^[0-9a-f]{40}$")
 
 
-@pytest.fixture
-def idle_broker():
-    """No worker: a queued message stays in the broker; runs are executed by hand."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
-
 
 class _Recorder(dramatiq.Middleware):
     def __init__(self):

@@ -10,7 +10,6 @@ on its own against an older loop."""
 
 from __future__ import annotations
 
-import dramatiq
 import pytest
 from django.db import transaction
 
@@ -32,14 +31,6 @@ GREETING = {"file": "hello.py", "contains": r"def hello\("}
 GOOD = {"hello.py": "def hello():\n    return 'hi'\n"}
 BAD = {"hello.py": "def goodbye():\n    pass\n"}
 
-
-@pytest.fixture
-def idle_broker():
-    """No worker: a queued message stays in the broker; runs are executed by hand."""
-    broker = dramatiq.get_broker()
-    broker.flush_all()
-    yield broker
-    broker.flush_all()
 
 
 def changes(mission: Mission, *, after: int = 0) -> list[str]:

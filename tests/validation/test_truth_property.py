@@ -87,6 +87,7 @@ class _Sink:
 
 
 STATS: Counter = Counter()  # what the examples reached, printed at the end
+TIMES: Counter = Counter()  # seconds spent per rule and in the invariants
 
 
 def note(text: str) -> None:
@@ -101,7 +102,11 @@ def _counted(fn):
     @functools.wraps(fn)
     def step(self, *args, **kwargs):
         STATS[f"rule {fn.__name__}"] += 1
-        return fn(self, *args, **kwargs)
+        started = time.monotonic()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            TIMES[fn.__name__] += time.monotonic() - started
     return step
 
 
@@ -261,6 +266,7 @@ class TruthMachine(RuleBasedStateMachine):
     def _deliver(self, message: Message) -> None:
         note(f"deliver {self._describe(message)}")
         actor = dramatiq.get_broker().get_actor(message.actor)
+        started = time.monotonic()
         try:
             actor.fn(*message.args, **message.kwargs)
         except DomainError as exc:
@@ -268,6 +274,8 @@ class TruthMachine(RuleBasedStateMachine):
             # A failed actor is retried by Dramatiq (max_retries), as a fresh message.
             if message.attempt < actor.options.get("max_retries", 0):
                 self.pending.append(Message(message.actor, message.args, message.kwargs, message.attempt + 1))
+        finally:
+            TIMES[f"actor {message.actor}"] += time.monotonic() - started
         if message.actor == "run_validator":
             self.delivered_runs.append(message)
 
@@ -511,6 +519,13 @@ class TruthMachine(RuleBasedStateMachine):
         own model of what each commit contains)."""
         if self.mission is None:
             return
+        started = time.monotonic()
+        try:
+            self._truth()
+        finally:
+            TIMES["invariants"] += time.monotonic() - started
+
+    def _truth(self):
         STATS["steps"] += 1
         self.steps += 1
         mission = Mission.objects.get(pk=self.mission.pk)
@@ -684,3 +699,5 @@ def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp
         print(f"\ntruth property: {EXAMPLES} examples x {STEPS} steps in {time.monotonic() - started:.1f}s")
         for name, count in sorted(STATS.items()):
             print(f"  {name}: {count}")
+        for name, seconds in TIMES.most_common():
+            print(f"  time in {name}: {seconds:.1f}s")

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
-from missions.models import AssertionScope, Feature, LoopState, StopReason, TaskStatus
+from missions.models import AssertionScope, Feature, LoopState, StopReason
 from validation import profiles
 from validation.journal import sha256_of
 from validation.loop import feature_transition

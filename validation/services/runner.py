@@ -16,7 +16,7 @@ from django.utils import timezone
 from missions.models import AssertionScope, Feature, Task, TaskStatus
 from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
-from validation.models import RunScope, RunStatus, ValidatorRun
+from validation.models import RunStatus, ValidatorRun
 from validation.services.outcomes import run_complete, run_error
 from validation.snapshots import SnapshotError, bounded_diff, snapshot
 from validation.validators import judge
