@@ -139,6 +139,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.refused: list[str] = []
         self.illegal: list[str] = []
         self.steps = 0
+        self.finished = False
         self.seen_seq = 0  # the audit log read so far (fix rounds per root)
         self.rounds: dict[int, int] = {}
         _Sink.machine = self
@@ -146,13 +147,13 @@ class TruthMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ set-up and teardown
 
     @initialize(
-        autopilot=st.booleans(), auto_fix=st.booleans(), budget=st.integers(1, 3),
+        autopilot=st.sampled_from((True, True, False)), auto_fix=st.booleans(), budget=st.integers(1, 3),
         active=st.sampled_from((True, True, False)),
         per_slice=st.tuples(st.integers(1, 2), st.integers(1, 2)),
         per_feature=st.lists(st.integers(1, 2), min_size=4, max_size=4),
         variants=st.lists(st.sampled_from(("file", "run", "protected")), min_size=9, max_size=9),
-        milestone_check=st.none() | st.sampled_from(("file", "run", "protected")),
-        spare=st.booleans(),
+        milestone_check=st.sampled_from((None, None, "file", "run", "protected")),
+        spare=st.sampled_from((False, False, True)),  # an unlinked assertion: the milestone never passes
     )
     def setup(self, autopilot, auto_fix, budget, active, per_slice, per_feature, variants, milestone_check, spare):
         self.history = self.template.clone(self.tmp / "repo")
@@ -215,6 +216,12 @@ class TruthMachine(RuleBasedStateMachine):
         for status in runs.values_list("status", flat=True):
             STATS[f"run {status}"] += 1
         STATS["milestone runs"] += runs.filter(scope=RunScope.MILESTONE).count()
+        for run in runs.filter(scope=RunScope.MILESTONE, status=RunStatus.FAILED):
+            for key in run.failures.values_list("assertion_key", flat=True):
+                STATS[f"milestone run failed on {key}"] += 1
+        if Mission.objects.filter(pk=self.mission.pk).exclude(status_reason="").exists():
+            reason = Mission.objects.get(pk=self.mission.pk).status_reason
+            STATS[f"autopilot stopped: {reason.split(':')[0][:60]}"] += 1
         for state in Feature.objects.filter(mission=self.mission).values_list("loop_state", flat=True):
             STATS[f"feature {state}"] += 1
         STATS["fix features"] += Feature.objects.filter(mission=self.mission, generated_from__isnull=False).count()
@@ -306,14 +313,18 @@ class TruthMachine(RuleBasedStateMachine):
             revision = data.draw(st.sampled_from(self.history.order), label="old revision")
         else:
             changes = self._implementation(data, feature, kind)
+            started = time.monotonic()
             sha = self.history.commit(changes, f"{kind} {feature.key}")
+            TIMES["git commit"] += time.monotonic() - started
             self.kinds[sha] = f"{kind} {feature.key}"
             revision = {"sha": sha, "main": "main", "HEAD": "HEAD"}[naming]
         note(f"complete task {task.pk} of {feature.key} at {revision[:8]} ({self.kinds.get(self.history.head, 'old')})")
+        started = time.monotonic()
         try:
             task_complete(user=None, task=task, revision=revision, summary=f"{kind} implementation")
         except DomainError as exc:
             self._refused(f"complete task {task.pk}", exc)
+        TIMES["task_complete"] += time.monotonic() - started
         if then_deliver_all:
             self._drain(40)
 
@@ -352,6 +363,43 @@ class TruthMachine(RuleBasedStateMachine):
             task_create(user=None, feature=feature)
         except DomainError as exc:
             self._refused(f"task_create {feature.key}", exc)
+
+    @precondition(lambda self: self.mission is not None and not self.finished)
+    @rule()
+    @_counted
+    def finish(self):
+        """Once per example, at a moment hypothesis chooses: the implementers catch up.
+        Every open task (and, when nobody runs the mission, every idle or failed feature)
+        gets a correct implementation and every queued message is delivered, for a few
+        rounds: the deep states (slices, milestone runs, a complete mission) are reached
+        from whatever the steps before left behind, and the steps after act on them."""
+        self.finished = True
+        mission = Mission.objects.get(pk=self.mission.pk)
+        if mission.status == MissionStatus.PLANNING:
+            self._activate(None)
+        for _ in range(4):
+            progressed = False
+            for feature in Feature.objects.filter(mission=mission).exclude(loop_state__in=[*DONE, LoopState.BLOCKED]).order_by("id"):
+                task = feature.tasks.filter(status__in=OPEN_TASK).order_by("-id").first()
+                if task is None and not mission.autopilot and feature.loop_state in (LoopState.IDLE, LoopState.NEEDS_FIX):
+                    try:
+                        task = task_create(user=None, feature=feature)
+                    except DomainError as exc:
+                        self._refused(f"task_create {feature.key}", exc)
+                if task is None:
+                    continue
+                sha = self.history.commit(self._implementation(None, feature, "correct"), f"correct {feature.key}")
+                self.kinds[sha] = f"correct {feature.key}"
+                note(f"finish: complete task {task.pk} of {feature.key} at {sha[:8]} (correct {feature.key})")
+                try:
+                    task_complete(user=None, task=task, revision=sha, summary="correct implementation")
+                    progressed = True
+                except DomainError as exc:
+                    self._refused(f"complete task {task.pk}", exc)
+            progressed |= bool(self.pending)
+            self._drain(60)
+            if not progressed:
+                break
 
     # ------------------------------------------------------------ operators and edits
     # One rule draws the action, so that these (always possible) actions do not crowd out
@@ -535,12 +583,14 @@ class TruthMachine(RuleBasedStateMachine):
                 feature__mission=mission, assertion__scope=AssertionScope.FEATURE).values_list(
                 "feature_id", "assertion__key", "assertion__check_spec"):
             links[feature_id][key] = check
+        runs = list(ValidatorRun.objects.filter(mission=mission).values_list(
+            "pk", "feature_id", "status", "assertions", "revision", "error"))
         self._passed_means_true(features)
         self._complete_means_done(mission, features, links)
-        self._one_running_run(features)
+        self._one_running_run(features, runs)
         self._failure_has_fix(mission, features)
         self._budgets(mission, features)
-        self._runs_are_frozen()
+        self._runs_are_frozen(runs)
 
     def _passed_means_true(self, features: list[Feature]) -> None:
         """(a) A passed feature: its last run passed, at the revision it stands on, and every
@@ -574,16 +624,18 @@ class TruthMachine(RuleBasedStateMachine):
         (docs/TRUTH.md, the code owners' rule) a passed feature whose linked set or checks
         changed after its pass does not count for the completion of its milestone or
         mission, and a complete milestone has a passed milestone run over exactly its
-        current assertion set."""
-        complete_slices = set(Slice.objects.filter(mission=mission, status=SliceStatus.COMPLETE).values_list("pk", flat=True))
-        for s in complete_slices:
-            open_ = [(f.key, f.loop_state) for f in features if f.slice_id == s and f.loop_state not in DONE]
-            self._check("complete_done", not open_, f"slice {s} is complete with {open_} not done")
-        milestones = list(Milestone.objects.filter(mission=mission))
-        if mission.status != MissionStatus.COMPLETE and not any(m.status == MilestoneStatus.COMPLETE for m in milestones):
+        current assertion set, at a revision where they truly hold."""
+        slices = list(Slice.objects.filter(mission=mission).values_list("pk", "key", "status", "milestone_id",
+                                                                         "milestone__status"))
+        for pk, key, status, _m, _ms in slices:
+            if status == SliceStatus.COMPLETE:
+                open_ = [(f.key, f.loop_state) for f in features if f.slice_id == pk and f.loop_state not in DONE]
+                self._check("complete_done", not open_, f"slice {key} is complete with {open_} not done")
+        complete = {m for _, _, _, m, ms in slices if ms == MilestoneStatus.COMPLETE}
+        if mission.status != MissionStatus.COMPLETE and not complete:
             return
-        slice_milestone = dict(Slice.objects.filter(mission=mission).values_list("pk", "milestone_id"))
-        for m in milestones:
+        slice_milestone = {pk: m for pk, _, _, m, _ in slices}
+        for m in Milestone.objects.filter(mission=mission):
             if m.status != MilestoneStatus.COMPLETE and mission.status != MissionStatus.COMPLETE:
                 continue
             what = f"milestone {m.key} ({m.status}, mission {mission.status})"
@@ -599,8 +651,8 @@ class TruthMachine(RuleBasedStateMachine):
             current = {a.key: a.check_spec for a in m.assertions.all()}
             if not current:
                 continue
-            runs = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
-            matching = [r for r in runs if {a["key"]: a["check"] for a in r.assertions} == current]
+            passed = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
+            matching = [r for r in passed if {a["key"]: a["check"] for a in r.assertions} == current]
             self._check("stale_completion", bool(matching),
                         f"{what} is complete without a passed milestone run over its current assertions {sorted(current)}")
             for run in matching[:1]:
@@ -608,11 +660,11 @@ class TruthMachine(RuleBasedStateMachine):
                 self._check("false_pass", not false, f"FALSE PASS: milestone run {run.pk} passed at {run.revision[:10]} "
                             f"although {false} do not hold there")
 
-    def _one_running_run(self, features: list[Feature]) -> None:
+    def _one_running_run(self, features: list[Feature], runs) -> None:
         """(c) At most one running run per feature; and a feature is `validating` exactly
         while its last run is running (no orphan run, no feature waiting for nothing)."""
-        running = list(ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, feature__isnull=False)
-                       .values_list("pk", "feature_id"))
+        running = [(pk, feature_id) for pk, feature_id, status, *_ in runs
+                   if status == RunStatus.RUNNING and feature_id is not None]
         by_feature = [f for _, f in running]
         self._check("one_running", len(by_feature) == len(set(by_feature)), f"two running runs for one feature: {running}")
         for f in features:
@@ -667,11 +719,10 @@ class TruthMachine(RuleBasedStateMachine):
                         f"{f.key}: {created} fix rounds created since its last clear, fix_rounds {f.fix_rounds}, "
                         f"budget {budget}")
 
-    def _runs_are_frozen(self) -> None:
+    def _runs_are_frozen(self, runs) -> None:
         """(f) Every run froze a non-empty assertion set and a full commit id the test made;
         no run ended in a crash of the host's own code; every done task is pinned."""
-        for pk, assertions, revision, error in ValidatorRun.objects.filter(mission=self.mission).values_list(
-                "pk", "assertions", "revision", "error"):
+        for pk, _feature, _status, assertions, revision, error in runs:
             self._check("frozen", bool(assertions), f"run {pk} froze no assertions")
             self._check("frozen", bool(model.HEX40.match(revision)) and revision in self.history.trees,
                         f"run {pk} has revision {revision!r}")

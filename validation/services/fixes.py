@@ -146,15 +146,18 @@ def _exhaust(root: Feature, source: Feature, run: ValidatorRun, actor_id: int | 
 def fix_passed(*, fix: Feature, run: ValidatorRun) -> str:
     """A fix passed: its root is re-judged at the fix's revision (which is now the revision
     the root stands on, `feature_revision`). The outcome for every root state:
-    passed or superseded: nothing to do; validating (at an older revision): that run is
+    passed at this revision: nothing to do; passed at an older one (the fix was worked on
+    again after the root passed): judged again at the fix's; validating: that run is
     cancelled and a new one starts at the fix's revision; blocked: it stays blocked (only
     clear, re-run or resume leave it) and a re-run will judge the fix's revision;
     anything else: a new run at the fix's revision."""
     from validation.services.admission import feature_admit
 
     root = lineage_root(fix)
-    if root.pk == fix.pk or root.loop_state in (LoopState.PASSED, LoopState.SUPERSEDED):
+    if root.pk == fix.pk or root.loop_state == LoopState.SUPERSEDED:
         return "nothing"
+    if root.loop_state == LoopState.PASSED and root.last_run is not None and root.last_run.revision == run.revision:
+        return "nothing"  # the root already passed at this very revision
     if root.loop_state == LoopState.BLOCKED:
         publish_on_commit(root.mission_id, "mission:updated", {
             "mission": root.mission_id, "change": "fix_passed_root_blocked", "feature": root.pk, "fix": fix.pk,

@@ -89,6 +89,8 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
     feature = _owns_feature(run)
     if feature is None:
         return
+    if _judge_newer_revision(feature, run):
+        return
     if verdict.status == "pass":
         apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING)
     elif verdict.status == "fail":
@@ -108,6 +110,22 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
                            fields={"stop_reason": StopReason.VALIDATOR_BLOCKED, "stop_detail": bounded(verdict.blocked_reason, 2000),
                                    "stopped_at": timezone.now()})
         _notify_autopilot(run.mission_id)
+
+
+def _judge_newer_revision(feature: Feature, run: ValidatorRun) -> bool:
+    """A task landed a newer revision while this run judged an older one: the verdict is
+    recorded on the run, but the feature stands on the newer code, so that is judged now
+    (docs/TRUTH.md) — an old pass never stands for code that landed after it."""
+    from validation.selectors import feature_revision
+
+    standing = feature_revision(feature)
+    if not standing or standing == run.revision:
+        return False
+    from validation.services.admission import feature_admit
+
+    follow_up(run.mission_id, "newer_revision", lambda: feature_admit(
+        feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing))
+    return True
 
 
 def apply_pass(*, feature: Feature, run: ValidatorRun, cause: str, old_state: str) -> None:
