@@ -10,8 +10,8 @@ itself, in any order, twice, late, or never (a worker that dies holding a run).
 The model (`truth_model.py`) knows the files of every commit the test makes, so it knows
 whether each check truly holds there without asking the code under test.
 
-Knobs: FUSION_TRUTH_EXAMPLES (default 300 embedded, 400 with DATABASE_URL),
-FUSION_TRUTH_STEPS (default 25), FUSION_TRUTH_SHRINK=0 (report the failing example as found,
+Knobs: FUSION_TRUTH_EXAMPLES (default 300 embedded, 320 with DATABASE_URL),
+FUSION_TRUTH_STEPS (default 20), FUSION_TRUTH_SHRINK=0 (report the failing example as found,
 without minutes of shrinking), FUSION_TRUTH_SKIP (comma-separated invariant names to
 leave out while hunting for the next defect, e.g. `stale_completion`).
 """
@@ -60,8 +60,8 @@ import validation.tasks  # noqa: E402,F401
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ON_POSTGRES = bool(os.environ.get("DATABASE_URL"))
-EXAMPLES = int(os.environ.get("FUSION_TRUTH_EXAMPLES", 400 if ON_POSTGRES else 300))
-STEPS = int(os.environ.get("FUSION_TRUTH_STEPS", 25))
+EXAMPLES = int(os.environ.get("FUSION_TRUTH_EXAMPLES", 320 if ON_POSTGRES else 300))
+STEPS = int(os.environ.get("FUSION_TRUTH_STEPS", 20))
 SHRINK = os.environ.get("FUSION_TRUTH_SHRINK", "1") != "0"
 SKIP = {s.strip() for s in os.environ.get("FUSION_TRUTH_SKIP", "").split(",") if s.strip()}
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
