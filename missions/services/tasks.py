@@ -123,10 +123,22 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     Task.objects.filter(pk=task.pk).update(**fields)
     task.refresh_from_db()
     _task_event(task, getattr(user, "pk", None), change="completed")
+    _landed_on(task, getattr(user, "pk", None))
     from validation.tasks import process_task_outcome
 
     transaction.on_commit(lambda: process_task_outcome.send(task.pk))
     return task
+
+
+def _landed_on(task: Task, actor_id: int | None) -> None:
+    """New code landed on a feature that is `passed` (or idle): it is not passed any more
+    — its pass was at older code — and waits for the judgement of this revision."""
+    from validation.loop import feature_transition
+
+    feature = Feature.objects.filter(pk=task.feature_id).first() if task.feature_id else None
+    if feature is not None and feature.loop_state in (LoopState.PASSED, LoopState.IDLE):
+        feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.IMPLEMENTING, cause="task_linked",
+                           actor_id=actor_id, payload={"task": task.pk, "revision": task.revision})
 
 
 @transaction.atomic

@@ -131,7 +131,7 @@ class TruthMachine(RuleBasedStateMachine):
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="truth-"))
         self.pending: list[Message] = []
-        self.delivered_runs: list[Message] = []
+        self.delivered: list[Message] = []  # for redeliveries
         self.dead: list[int] = []  # runs claimed by a worker that then died
         self.mission: Mission | None = None
         self.history: model.History | None = None
@@ -139,7 +139,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.refused: list[str] = []
         self.illegal: list[str] = []
         self.steps = 0
-        self.finished = False
+        self.finished = True  # until the set-up says otherwise
         self.seen_seq = 0  # the audit log read so far (fix rounds per root)
         self.rounds: dict[int, int] = {}
         _Sink.machine = self
@@ -149,13 +149,16 @@ class TruthMachine(RuleBasedStateMachine):
     @initialize(
         autopilot=st.sampled_from((True, True, False)), auto_fix=st.booleans(), budget=st.integers(1, 3),
         active=st.sampled_from((True, True, False)),
-        per_slice=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+        per_slice=st.sampled_from(((1, 1), (1, 1), (1, 2), (2, 1), (2, 2))),
         per_feature=st.lists(st.integers(1, 2), min_size=4, max_size=4),
         variants=st.lists(st.sampled_from(("file", "run", "protected")), min_size=9, max_size=9),
         milestone_check=st.sampled_from((None, None, "file", "run", "protected")),
         spare=st.sampled_from((False, False, True)),  # an unlinked assertion: the milestone never passes
+        may_finish=st.booleans(),
     )
-    def setup(self, autopilot, auto_fix, budget, active, per_slice, per_feature, variants, milestone_check, spare):
+    def setup(self, autopilot, auto_fix, budget, active, per_slice, per_feature, variants, milestone_check, spare,
+              may_finish=True):
+        self.finished = not may_finish  # `finish` in half of the examples (it costs a dozen runs)
         self.history = self.template.clone(self.tmp / "repo")
         self.mission = Mission.objects.create(
             key=f"truth-{uuid.uuid4().hex[:12]}", title="Truth", status=MissionStatus.ACTIVE if active else MissionStatus.PLANNING,
@@ -283,15 +286,14 @@ class TruthMachine(RuleBasedStateMachine):
                 self.pending.append(Message(message.actor, message.args, message.kwargs, message.attempt + 1))
         finally:
             TIMES[f"actor {message.actor}"] += time.monotonic() - started
-        if message.actor == "run_validator":
-            self.delivered_runs.append(message)
+        self.delivered.append(message)
 
     # ------------------------------------------------------------ implementation and tasks
 
     @rule(data=st.data(), kind=st.sampled_from(("correct", "correct", "correct", "wrong", "rewrite")),
-          naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")), then_deliver_all=st.booleans())
+          naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")))
     @_counted
-    def complete(self, data, kind, naming, then_deliver_all):
+    def complete(self, data, kind, naming):
         """Complete the open task of a feature (made first with `task_create` when it has
         none): a correct implementation, a wrong one, or one that rewrites a protected test
         to always pass and leaves the implementation wrong; named by its commit id, `main`
@@ -325,8 +327,6 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"complete task {task.pk}", exc)
         TIMES["task_complete"] += time.monotonic() - started
-        if then_deliver_all:
-            self._drain(40)
 
     def _implementation(self, data, feature: Feature, kind: str) -> dict[str, str]:
         linked = self._linked(feature)
@@ -377,7 +377,7 @@ class TruthMachine(RuleBasedStateMachine):
         mission = Mission.objects.get(pk=self.mission.pk)
         if mission.status == MissionStatus.PLANNING:
             self._activate(None)
-        for _ in range(4):
+        for _ in range(3):
             progressed = False
             for feature in Feature.objects.filter(mission=mission).exclude(loop_state__in=[*DONE, LoopState.BLOCKED]).order_by("id"):
                 task = feature.tasks.filter(status__in=OPEN_TASK).order_by("-id").first()
@@ -521,9 +521,10 @@ class TruthMachine(RuleBasedStateMachine):
         self._deliver(message)
 
     def _late_delivery(self, data):
-        """A run message delivered again later (a redelivery after an ack was lost)."""
-        if self.delivered_runs:
-            self._deliver(data.draw(st.sampled_from(self.delivered_runs), label="delivered message"))
+        """A message delivered again later (a redelivery after a lost ack): a run message,
+        a task outcome, an autopilot kick."""
+        if self.delivered:
+            self._deliver(self.delivered[data.draw(st.integers(0, len(self.delivered) - 1), label="delivered message #")])
 
     def _worker_death(self, data):
         """A worker claims a running run and dies before judging it."""
@@ -653,7 +654,7 @@ class TruthMachine(RuleBasedStateMachine):
                 continue
             passed = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
             matching = [r for r in passed if {a["key"]: a["check"] for a in r.assertions} == current]
-            self._check("stale_completion", bool(matching),
+            self._check("milestone_run_current", bool(matching),
                         f"{what} is complete without a passed milestone run over its current assertions {sorted(current)}")
             for run in matching[:1]:
                 false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], self.history.tree(run.revision))]

@@ -31,7 +31,8 @@ def task_outcome_process(*, task_id: int) -> str:
     if task.mission.status != MissionStatus.ACTIVE:
         _warn(task, f"mission is {task.mission.status}; the task outcome was recorded and nothing runs")
         return "mission_inactive"
-    if feature.loop_state != LoopState.IMPLEMENTING:
+    # A task that lands while its feature waits for a fix is judged too (its newest code).
+    if feature.loop_state not in (LoopState.IMPLEMENTING, LoopState.NEEDS_FIX):
         _warn(task, f"feature is {feature.loop_state}, not implementing; no validation started")
         return "not_implementing"
     trigger = "fix" if feature.generated_from_id else "task"
