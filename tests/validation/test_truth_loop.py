@@ -243,8 +243,9 @@ def test_a_run_judges_the_assertion_set_frozen_at_admission(idle_broker, build_m
     assert [(a["key"], a["verdict"]) for a in run.verdict["assertions"]] == [("VAL-1", "pass"), ("VAL-2", "pass")]
     assert [a["key"] for a in run.assertions] == ["VAL-1", "VAL-2"]
     assert run.assertions[0]["check"] == GREETING
+    # ... and decides nothing: the feature's contract is now empty, which never passes
     feature.refresh_from_db()
-    assert feature.loop_state == "passed" and feature.last_run_id == run.pk
+    assert feature.loop_state == "blocked" and feature.stop_reason == "no_assertions"
 
 
 def test_nothing_to_judge_is_never_a_pass(idle_broker, build_mission, git_repo, alice, api_for):

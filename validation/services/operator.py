@@ -77,6 +77,11 @@ def _judged(assertions: list[dict]) -> list[tuple]:
     return [(a["key"], a["statement"], canonical(a.get("check"))) for a in assertions]
 
 
+def same_contract(current: list[dict], frozen: list[dict]) -> bool:
+    """Whether two assertion sets judge the same thing (keys, statements, checks)."""
+    return _judged(current) == _judged(frozen)
+
+
 def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> list[int]:
     """A `passed` feature whose linked assertion set (keys, statements, checks) is no
     longer the one its passing run judged is not passed any more (docs/TRUTH.md): it is
@@ -89,7 +94,7 @@ def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> lis
                   .select_related("mission", "last_run").distinct())
     moved = []
     for feature in candidates:
-        if _judged(feature_assertion_specs(feature)) == _judged(feature.last_run.assertions):
+        if same_contract(feature_assertion_specs(feature), feature.last_run.assertions):
             continue
         if not feature_transition(feature=feature.pk, old=LoopState.PASSED, new=LoopState.IDLE, cause="contract_changed",
                                   reason=f"its assertions changed ({cause}); it is judged again"):

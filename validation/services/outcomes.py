@@ -113,16 +113,17 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
 
 
 def _judge_newer_revision(feature: Feature, run: ValidatorRun) -> bool:
-    """A task landed a newer revision while this run judged an older one: the verdict is
-    recorded on the run, but the feature stands on the newer code, so that is judged now
-    (docs/TRUTH.md) — an old pass never stands for code that landed after it."""
+    """The run judged older code or an older contract than the feature now has (a task
+    landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
+    recorded on the run, but it decides nothing; the feature's current revision and set
+    are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
     from validation.selectors import feature_revision
+    from validation.services.admission import feature_admit, feature_assertion_specs
+    from validation.services.operator import same_contract
 
-    standing = feature_revision(feature)
-    if not standing or standing == run.revision:
+    standing = feature_revision(feature) or run.revision
+    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions):
         return False
-    from validation.services.admission import feature_admit
-
     follow_up(run.mission_id, "newer_revision", lambda: feature_admit(
         feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing))
     return True

@@ -7,6 +7,7 @@ from django.db import transaction
 from missions.events import publish_on_commit
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
 from validation.models import RunStatus, ValidatorRun
+from validation.selectors import feature_revision
 from validation.services.admission import feature_admit
 
 
@@ -23,6 +24,10 @@ def task_outcome_process(*, task_id: int) -> str:
     if task.status != TaskStatus.DONE:
         return "not_done"
     feature = task.feature
+    if task.revision != feature_revision(feature):
+        # A later revision landed on this feature (a newer task, a fix's pass): this late
+        # message would judge older code; the newer one drives the feature.
+        return "superseded"
     already = ValidatorRun.objects.filter(feature=feature, revision=task.revision,
                                           implementation_attempt=feature.implementation_attempts).exclude(
         status=RunStatus.ERROR).exists()
