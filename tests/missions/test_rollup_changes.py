@@ -143,8 +143,11 @@ def test_link_and_unlink(owner, plan):
 
 
 def _run(feature: Feature) -> ValidatorRun:
+    from validation.services.admission import feature_assertion_specs
+
     run = ValidatorRun.objects.create(mission=feature.mission, feature=feature, milestone=feature.slice.milestone,
-                                      scope=RunScope.FEATURE, trigger="manual", revision="r1", validator="checks")
+                                      scope=RunScope.FEATURE, trigger="manual", revision="r1", validator="checks",
+                                      assertions=feature_assertion_specs(feature))  # frozen, as admission does
     Feature.objects.filter(pk=feature.pk).update(loop_state="validating", last_run=run)
     return run
 

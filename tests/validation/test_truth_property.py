@@ -43,7 +43,7 @@ from missions import events
 from missions.errors import DomainError, IllegalTransition
 from missions.models import (
     AssertionScope, ContractAssertion, Feature, FeatureAssertion, LoopState, Milestone, MilestoneStatus, Mission,
-    MissionEvent, MissionStatus, Slice, SliceStatus, StopReason, Task, TaskStatus,
+    MissionEvent, MissionStatus, Slice, SliceStatus, Task, TaskStatus,
 )
 from missions.services import hierarchy, lifecycle
 from missions.services.autopilot import autopilot_advance
@@ -201,16 +201,6 @@ class TruthMachine(RuleBasedStateMachine):
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def _depth(self) -> float:
-        """How far the example got (targeted generation favours the deep ones): passed
-        features, complete slices, milestone runs, a complete milestone and mission."""
-        mission = self.mission.pk
-        return float(Feature.objects.filter(mission=mission, loop_state__in=DONE).count()
-                     + 2 * Slice.objects.filter(mission=mission, status=SliceStatus.COMPLETE).count()
-                     + 3 * ValidatorRun.objects.filter(mission=mission, scope=RunScope.MILESTONE).count()
-                     + 5 * Milestone.objects.filter(mission=mission, status=MilestoneStatus.COMPLETE).count()
-                     + 5 * Mission.objects.filter(pk=mission, status=MissionStatus.COMPLETE).count())
-
     def _tally(self) -> None:
         STATS["examples"] += 1
         STATS[f"steps of an example ~{self.steps // 5 * 5}"] += 1
@@ -235,6 +225,12 @@ class TruthMachine(RuleBasedStateMachine):
         for line in self.refused:
             what, _, rest = line.partition(": ")
             STATS[f"refused {what.split()[0]} {rest.split()[0]}"] += 1
+        for p in MissionEvent.objects.filter(mission=self.mission, type="mission:updated",
+                                             payload__change="follow_up_refused").values_list("payload", flat=True):
+            STATS[f"follow-up refused: {p.get('step')} {p.get('code')}"] += 1
+        for p in MissionEvent.objects.filter(mission=self.mission, type="task:updated",
+                                             payload__has_key="warning").values_list("payload", flat=True):
+            STATS[f"task outcome not judged: {p['warning'].split(';')[0][:50]}"] += 1
         STATS["illegal transitions"] += len(self.illegal)
         for line in self.illegal:
             STATS[f"ILLEGAL {line[:160]}"] += 1
@@ -243,9 +239,6 @@ class TruthMachine(RuleBasedStateMachine):
 
     def _has(self, qs, field: str = "mission") -> bool:
         return self.mission is not None and qs.filter(**{field: self.mission.pk}).exists()
-
-    def _features(self) -> list[Feature]:
-        return list(Feature.objects.filter(mission=self.mission).order_by("id"))
 
     def _feature(self, data, **filters) -> Feature | None:
         keys = list(Feature.objects.filter(mission=self.mission, **filters).order_by("id").values_list("key", flat=True))
@@ -315,18 +308,14 @@ class TruthMachine(RuleBasedStateMachine):
             revision = data.draw(st.sampled_from(self.history.order), label="old revision")
         else:
             changes = self._implementation(data, feature, kind)
-            started = time.monotonic()
             sha = self.history.commit(changes, f"{kind} {feature.key}")
-            TIMES["git commit"] += time.monotonic() - started
             self.kinds[sha] = f"{kind} {feature.key}"
             revision = {"sha": sha, "main": "main", "HEAD": "HEAD"}[naming]
         note(f"complete task {task.pk} of {feature.key} at {revision[:8]} ({self.kinds.get(self.history.head, 'old')})")
-        started = time.monotonic()
         try:
             task_complete(user=None, task=task, revision=revision, summary=f"{kind} implementation")
         except DomainError as exc:
             self._refused(f"complete task {task.pk}", exc)
-        TIMES["task_complete"] += time.monotonic() - started
 
     def _implementation(self, data, feature: Feature, kind: str) -> dict[str, str]:
         linked = self._linked(feature)
@@ -523,8 +512,12 @@ class TruthMachine(RuleBasedStateMachine):
     def _late_delivery(self, data):
         """A message delivered again later (a redelivery after a lost ack): a run message,
         a task outcome, an autopilot kick."""
-        if self.delivered:
-            self._deliver(self.delivered[data.draw(st.integers(0, len(self.delivered) - 1), label="delivered message #")])
+        actors = sorted({m.actor for m in self.delivered})
+        if not actors:
+            return
+        actor = data.draw(st.sampled_from(actors), label="redelivered actor")  # each kind as likely as the others
+        messages = [m for m in self.delivered if m.actor == actor]
+        self._deliver(messages[data.draw(st.integers(0, len(messages) - 1), label="delivered message #")])
 
     def _worker_death(self, data):
         """A worker claims a running run and dies before judging it."""
@@ -586,16 +579,18 @@ class TruthMachine(RuleBasedStateMachine):
             links[feature_id][key] = check
         runs = list(ValidatorRun.objects.filter(mission=mission).values_list(
             "pk", "feature_id", "status", "assertions", "revision", "error"))
-        self._passed_means_true(features)
+        self._passed_means_true(features, links)
         self._complete_means_done(mission, features, links)
         self._one_running_run(features, runs)
         self._failure_has_fix(mission, features)
         self._budgets(mission, features)
         self._runs_are_frozen(runs)
 
-    def _passed_means_true(self, features: list[Feature]) -> None:
-        """(a) A passed feature: its last run passed, at the revision it stands on, and every
-        check it was judged by truly holds there. THE property: no false pass."""
+    def _passed_means_true(self, features: list[Feature], links) -> None:
+        """(a) A passed feature: its last run passed, over the feature's current contract
+        (a contract change takes a passed feature out of `passed`: operator.
+        revalidate_changed_contracts), at the revision it stands on, and every check it was
+        judged by truly holds there. THE property: no false pass."""
         for f in features:
             if f.loop_state != LoopState.PASSED:
                 continue
@@ -604,6 +599,9 @@ class TruthMachine(RuleBasedStateMachine):
                         f"{f.key} is passed but its last run is {run and (run.pk, run.status)}")
             if run is None:
                 continue
+            judged = {a["key"]: a["check"] for a in run.assertions}
+            self._check("stale_pass", judged == links[f.pk],
+                        f"{f.key} is passed by run {run.pk} over {judged}, but its contract is now {links[f.pk]}")
             tree = self.history.tree(run.revision)
             false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
             self._check("false_pass", not false,
@@ -732,7 +730,8 @@ class TruthMachine(RuleBasedStateMachine):
             self._check("frozen", bool(model.HEX40.match(revision)), f"task {pk} done at {revision!r}")
 
 
-def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp_path):
+def _no_worker(monkeypatch, tmp_path) -> None:
+    """Messages are recorded, not sent; one template repository for the whole test."""
     monkeypatch.setattr(dramatiq.Actor, "send_with_options", _record)
     monkeypatch.setattr(dramatiq.Actor, "send", _record_send)
     # The audit log (MissionEvent) is written as always; only its live fan-out after commit
@@ -740,6 +739,10 @@ def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp
     # is left out. Nothing the invariants read depends on it.
     monkeypatch.setattr(events, "_send", lambda mission_id, type, data: None)
     TruthMachine.template = model.Template(tmp_path / "template-root")
+
+
+def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp_path):
+    _no_worker(monkeypatch, tmp_path)
     started = time.monotonic()
     try:
         run_state_machine_as_test(TruthMachine, settings=settings(
@@ -753,3 +756,108 @@ def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp
             print(f"  {name}: {count}")
         for name, seconds in TIMES.most_common():
             print(f"  time in {name}: {seconds:.1f}s")
+
+
+# ---------------------------------------------------------------- sequences the property found
+# The same machine driven by hand through sequences the property test found (the draws
+# hypothesis made, in order), every invariant checked after each step: each stays a fast,
+# deterministic guard of its defect.
+
+
+class Scripted:
+    """The draws of a hand-written sequence, in the order the rules make them."""
+
+    def __init__(self, *values):
+        self.values = list(values)
+
+    def draw(self, strategy, label=None):
+        return self.values.pop(0)
+
+
+class ByHand:
+    """The machine driven through a fixed sequence, every invariant checked after each step
+    as in the property test; a step that no longer applies (the code moved the feature
+    elsewhere) does nothing."""
+
+    def __init__(self, machine: TruthMachine):
+        self.m = machine
+
+    def __call__(self, step, *args):
+        step(*args)
+        self.m.truth()
+
+    def land(self, key: str, kind: str, *wrong: str) -> None:
+        """`complete` for feature `key` (its open task, or a new one) at a new commit."""
+        tasked = Task.objects.filter(mission=self.m.mission, status__in=OPEN_TASK)
+        draws = [tasked.filter(feature__key=key).exists()] if tasked.exists() else []
+        draws.append(key)
+        if kind == "wrong":
+            draws.append(set(wrong))
+        self(self.m.complete, Scripted(*draws), kind, "sha")
+
+    def deliver(self, actor: str, nth: int = 0) -> None:
+        """The `nth` queued message of `actor` (out of order)."""
+        indexes = [i for i, message in enumerate(self.m.pending) if message.actor == actor]
+        if len(indexes) > nth:
+            self(self.m.deliver, Scripted(indexes[nth]))
+
+
+@pytest.fixture
+def by_hand(monkeypatch, tmp_path):
+    _no_worker(monkeypatch, tmp_path)
+    m = TruthMachine()
+    yield ByHand(m)
+    m.teardown()
+
+
+def _set_up(m: TruthMachine, **shape) -> None:
+    """One milestone, f1 {a1} in s1 and f2 {a2} in s2, file checks, unless `shape` says otherwise."""
+    TruthMachine.setup(m, **{"autopilot": False, "auto_fix": False, "budget": 1, "active": True, "per_slice": (1, 1),
+                             "per_feature": [1, 1, 1, 1], "variants": ["file"] * 9, "milestone_check": None,
+                             "spare": False, "may_finish": False, **shape})
+    m.truth()
+
+
+def test_found_a_task_landing_while_its_feature_is_validating_is_judged(by_hand):
+    """f1 validating at R1 (right); a second task lands R2 (wrong) and its outcome finds f1
+    validating, so nothing judged R2; the run of R1 passed f1, which stood on R2."""
+    do, m = by_hand, by_hand.m
+    _set_up(m)
+    do.land("f1", "correct")                         # task 1 made, completed at R1
+    do.deliver("process_task_outcome")               # f1 validating at R1
+    do(m._create_task, Scripted("f1"))               # task 2, while f1 is validating
+    do.land("f1", "wrong", "a1")                     # completed at R2: a1 wrong
+    do.deliver("process_task_outcome")               # task 2's outcome
+    do.deliver("run_validator")                      # the run of R1
+    do(m.deliver_all, 20)
+
+
+def test_found_a_late_outcome_of_an_older_task_is_not_judged_at_its_old_revision(by_hand):
+    """f1 passed at R1; a second task lands R2 (wrong); task 1's outcome message is delivered
+    again (a redelivery): it was judged at task 1's revision, the earlier pass reused, and
+    f1 was `passed` while it stood on R2, where a1 does not hold."""
+    do, m = by_hand, by_hand.m
+    _set_up(m)
+    do.land("f1", "correct")                         # task 1 at R1
+    do(m.deliver_all, 20)                            # f1 passed at R1
+    do(m._create_task, Scripted("f1"))               # task 2
+    do.land("f1", "wrong", "a1")                     # task 2 at R2: a1 wrong
+    do(m._late_delivery, Scripted("process_task_outcome", 0))  # task 1's outcome, again
+    do(m.deliver_all, 20)
+
+
+def test_found_a_run_admitted_before_a_contract_edit_does_not_pass_the_old_contract(by_hand):
+    """f1's run is queued with a1 = `done a1`; a1 is edited to `done a1 v2` before it runs.
+    The run passed f1 on the old a1 and nothing judged f1 again; once f2 (linked to a1 too)
+    landed `done a1 v2`, the milestone run passed and the mission completed, counting f1,
+    whose pass was over a contract that no longer exists."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m._link, Scripted("f2", "a1"))                # a1 is f2's too
+    do(m.deliver_all, 40)                            # the autopilot: s1 active, a task for f1
+    do.land("f1", "correct")                         # f1 at R1: done a1
+    do.deliver("process_task_outcome")               # f1's run queued
+    do(m._edit_check, Scripted("a1", "file_v2"))     # a1 now wants `done a1 v2`
+    do(m.deliver_all, 40)                            # f1's run; the autopilot
+    do.land("f2", "correct")                         # f2 at R2: done a1 v2, done a2
+    do(m.deliver_all, 40)                            # f2's run, the milestone run
