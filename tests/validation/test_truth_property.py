@@ -10,6 +10,9 @@ itself, in any order, twice, late, or never (a worker that dies holding a run).
 The model (`truth_model.py`) knows the files of every commit the test makes, so it knows
 whether each check truly holds there without asking the code under test.
 
+The `test_found_*` tests at the end drive the same machine by hand through sequences this
+property found (each was a real defect): fast, deterministic guards of them.
+
 Knobs: FUSION_TRUTH_EXAMPLES (default 300 embedded, 320 with DATABASE_URL),
 FUSION_TRUTH_STEPS (default 20), FUSION_TRUTH_SHRINK=0 (report the failing example as found,
 without minutes of shrinking), FUSION_TRUTH_SKIP (comma-separated invariant names to
