@@ -27,6 +27,7 @@ from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import events, wait_for
 from tests.support.agent_env import add_profile, hello_feature, scripted  # noqa: F401 — fixtures
 from tests.support.verdicts import item, verdict
+from tests.reliability.conftest import race
 from validation.models import JournalEntry, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.operator import feature_repair, feature_validate
@@ -74,29 +75,6 @@ def changes(mission, change: str, *, after: int = 0) -> list[MissionEvent]:
 def last_seq(mission) -> int:
     seqs = [e.seq for e in events(mission)]
     return max(seqs) if seqs else 0
-
-
-def together(*fns, timeout: float = 120) -> list:
-    """Every callable in its own thread (own database connection), released at once."""
-    barrier = threading.Barrier(len(fns))
-    results: list = [None] * len(fns)
-
-    def go(i, fn):
-        try:
-            barrier.wait(timeout=timeout)
-            results[i] = fn()
-        except BaseException as exc:  # noqa: BLE001 — handed to the test as a value
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=go, args=(i, fn)) for i, fn in enumerate(fns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    return results
 
 
 # --- 1. refs are pinned ---------------------------------------------------------------------
@@ -509,7 +487,7 @@ def test_two_deliveries_at_once_judge_a_run_once(idle_broker, build_mission, git
     build_mission({"hello": [("VAL-1", GREETING), ("VAL-2", slow)]})
     feature = hello()
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
-    results = together(lambda: execute_run(run.pk), lambda: execute_run(run.pk))
+    results = race(lambda: execute_run(run.pk), lambda: execute_run(run.pk))
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert sorted(results) in (["passed", "stale"], ["passed", "passed"]), results
     assert results.count("stale") <= 1
