@@ -38,7 +38,7 @@ from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from missions.models import ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice  # noqa: E402
+from missions.models import ContractAssertion, FeatureAssertion, Milestone, Mission, MissionFeature, Slice  # noqa: E402
 
 FEATURES_PER_SLICE = 10
 SLICES_PER_MILESTONE = 5
@@ -52,25 +52,48 @@ def build_mission(key: str, n_features: int) -> Mission:
         n_slices = -(-n_features // FEATURES_PER_SLICE)
         n_milestones = -(-n_slices // SLICES_PER_MILESTONE)
         milestones = Milestone.objects.bulk_create(
-            Milestone(mission=mission, key=f"m{i}", title=f"Milestone {i}", order=i) for i in range(n_milestones))
+            Milestone(mission=mission, key=f"m{i}", title=f"Milestone {i}", order=i) for i in range(n_milestones)
+        )
         slices = Slice.objects.bulk_create(
-            Slice(mission=mission, milestone=milestones[i // SLICES_PER_MILESTONE], key=f"s{i}", title=f"Slice {i}", order=i)
-            for i in range(n_slices))
-        features = Feature.objects.bulk_create(
-            Feature(mission=mission, slice=slices[i // FEATURES_PER_SLICE], key=f"f{i}", title=f"Feature {i}",
-                    description="x" * 200, order=i)
-            for i in range(n_features))
+            Slice(
+                mission=mission,
+                milestone=milestones[i // SLICES_PER_MILESTONE],
+                key=f"s{i}",
+                title=f"Slice {i}",
+                order=i,
+            )
+            for i in range(n_slices)
+        )
+        features = MissionFeature.objects.bulk_create(
+            MissionFeature(
+                mission=mission,
+                slice=slices[i // FEATURES_PER_SLICE],
+                key=f"f{i}",
+                title=f"Feature {i}",
+                description="x" * 200,
+                order=i,
+            )
+            for i in range(n_features)
+        )
         assertions, owners = [], []
         for i, feature in enumerate(features):
             for j in range(1 + i % 2):  # alternately one and two assertions per feature
                 milestone = milestones[(i // FEATURES_PER_SLICE) // SLICES_PER_MILESTONE]
-                assertions.append(ContractAssertion(
-                    mission=mission, milestone=milestone, key=f"VAL-{i}-{j}", title=f"Assertion {i}.{j}",
-                    statement=f"feature {i} satisfies property {j}", order=len(assertions)))
+                assertions.append(
+                    ContractAssertion(
+                        mission=mission,
+                        milestone=milestone,
+                        key=f"VAL-{i}-{j}",
+                        title=f"Assertion {i}.{j}",
+                        statement=f"feature {i} satisfies property {j}",
+                        order=len(assertions),
+                    )
+                )
                 owners.append(feature)
         assertions = ContractAssertion.objects.bulk_create(assertions, batch_size=500)
         FeatureAssertion.objects.bulk_create(
-            (FeatureAssertion(feature=f, assertion=a) for f, a in zip(owners, assertions)), batch_size=500)
+            (FeatureAssertion(feature=f, assertion=a) for f, a in zip(owners, assertions)), batch_size=500
+        )
     return mission
 
 
@@ -90,8 +113,13 @@ def measure(client: Client, mission: Mission, n_requests: int) -> dict:
         assert response.status_code == 200
     body = response.json()
     n_features = sum(len(s["features"]) for m in body["milestones"] for s in m["slices"])
-    return {"features": n_features, "median_ms": statistics.median(times), "queries": n_queries,
-            "bytes": len(response.content), "requests": n_requests}
+    return {
+        "features": n_features,
+        "median_ms": statistics.median(times),
+        "queries": n_queries,
+        "bytes": len(response.content),
+        "requests": n_requests,
+    }
 
 
 def _pending_migrations() -> bool:
@@ -105,8 +133,11 @@ def main() -> int:
     if connection.vendor == "sqlite":
         call_command("migrate", verbosity=0)
     elif _pending_migrations():
-        print("bench/api_tree.py: the database of DATABASE_URL has unapplied migrations; "
-              "run `manage.py migrate` first (a benchmark does not change a schema it does not own)", file=sys.stderr)
+        print(
+            "bench/api_tree.py: the database of DATABASE_URL has unapplied migrations; "
+            "run `manage.py migrate` first (a benchmark does not change a schema it does not own)",
+            file=sys.stderr,
+        )
         return 2
     tag = uuid.uuid4().hex[:10]
     user = get_user_model().objects.create_user(f"bench-staff-{tag}", is_staff=True)
@@ -126,10 +157,14 @@ def main() -> int:
             results.append(row)
 
         print(f"GET /api/missions/{{id}}/tree/  database={connection.vendor}  (median of N requests, staff user)")
-        print(f"{'features':>9} {'N':>4} {'median ms':>10} {'queries':>8} {'ms/1k features':>15} {'KiB':>8} {'build s':>8}")
+        print(
+            f"{'features':>9} {'N':>4} {'median ms':>10} {'queries':>8} {'ms/1k features':>15} {'KiB':>8} {'build s':>8}"
+        )
         for r in results:
-            print(f"{r['features']:>9} {r['requests']:>4} {r['median_ms']:>10.1f} {r['queries']:>8} "
-                  f"{r['median_ms'] / r['features'] * 1000:>15.1f} {r['bytes'] / 1024:>8.0f} {r['build_s']:>8.1f}")
+            print(
+                f"{r['features']:>9} {r['requests']:>4} {r['median_ms']:>10.1f} {r['queries']:>8} "
+                f"{r['median_ms'] / r['features'] * 1000:>15.1f} {r['bytes'] / 1024:>8.0f} {r['build_s']:>8.1f}"
+            )
         small, large = results
         print(f"ratio_time_large_over_small={large['median_ms'] / small['median_ms']:.1f}")
         print(f"data_ratio={large['features'] // small['features']}")

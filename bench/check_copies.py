@@ -3,7 +3,7 @@
 Run:  .venv/bin/python bench/check_copies.py [--files 2000] [--rounds 10]
 
 Builds a git repository of about 2,000 files in a temporary folder, makes one snapshot
-of it (`validation.snapshots.snapshot`), and times, per copy of that snapshot, making it
+of it (`fusion_site.base.snapshots.snapshot`), and times, per copy of that snapshot, making it
 and removing it, for each way of copying. The baseline, measured in the same run, is a
 plain `git worktree add` snapshot of the same revision (add, checkout, read-only, remove):
 what a check would cost if each one had its own snapshot. `private_copy` is what the
@@ -38,10 +38,15 @@ import django  # noqa: E402
 
 django.setup()
 
-from validation.snapshots import _make_read_only, _remove_tree, private_copy, snapshot, snapshot_root  # noqa: E402
+from fusion_site.base.snapshots import _make_read_only, _remove_tree, private_copy, snapshot, snapshot_root  # noqa: E402
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "Bench",
+    "GIT_AUTHOR_EMAIL": "bench@localhost",
+    "GIT_COMMITTER_NAME": "Bench",
+    "GIT_COMMITTER_EMAIL": "bench@localhost",
+}
 
 
 def make_repository(path: Path, n_files: int) -> None:
@@ -87,8 +92,12 @@ def checkout_index(repo: Path, commit: str):
     index = Path(f"{target}.index")
     env = {**GIT_ENV, "GIT_INDEX_FILE": str(index)}
     subprocess.run(["git", "-C", str(repo), "read-tree", commit], check=True, capture_output=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "checkout-index", "-a", f"--prefix={target}/"], check=True,
-                   capture_output=True, env=env)
+    subprocess.run(
+        ["git", "-C", str(repo), "checkout-index", "-a", f"--prefix={target}/"],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
     index.unlink()
     _make_read_only(target)
     try:
@@ -112,8 +121,10 @@ def timed(rows, rounds: int) -> list[tuple[str, float, float]]:
     for _ in range(rounds):
         for name, make in rows:
             samples[name].append(once(make))
-    return [(name, statistics.median(m for m, _r in got), statistics.median(r for _m, r in got))
-            for name, got in samples.items()]
+    return [
+        (name, statistics.median(m for m, _r in got), statistics.median(r for _m, r in got))
+        for name, got in samples.items()
+    ]
 
 
 def hard_links_leak(source: Path) -> bool:
@@ -140,8 +151,9 @@ def main() -> int:
     repo.mkdir()
     try:
         make_repository(repo, args.files)
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
-                                text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+        ).stdout.strip()
         with snapshot(str(repo), commit, label="run-1") as source:
             files = sum(len(names) for _dirpath, _dirs, names in os.walk(source))
             rows = [

@@ -91,9 +91,16 @@ class Servers:
         if redis_url:
             env["REDIS_URL"] = redis_url
         self.logs = [open(Path(DATA_DIR) / f"server-{p}.log", "w") for p in self.ports]
-        self.procs = [subprocess.Popen(
-            [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", "--no-migrate", "--no-workers"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT) for port, log in zip(self.ports, self.logs)]
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", "--no-migrate", "--no-workers"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            for port, log in zip(self.ports, self.logs)
+        ]
         for port in self.ports:
             wait_port(port)
 
@@ -118,8 +125,22 @@ class Servers:
 class Redis:
     def __init__(self):
         self.port = free_port()
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", DATA_DIR], stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                DATA_DIR,
+            ],
+            stdout=subprocess.DEVNULL,
+        )
         wait_port(self.port)
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
@@ -155,11 +176,16 @@ async def _chunks(reader: asyncio.StreamReader, chunked: bool):
         yield data
 
 
-async def sse_client(port: int, mission_id: int, token: str, name: tuple, ready: asyncio.Event,
-                     deliveries: Deliveries) -> None:
+async def sse_client(
+    port: int, mission_id: int, token: str, name: tuple, ready: asyncio.Event, deliveries: Deliveries
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write((f"GET /events/missions/{mission_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                  f"Authorization: Token {token}\r\nAccept: text/event-stream\r\n\r\n").encode())
+    writer.write(
+        (
+            f"GET /events/missions/{mission_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Token {token}\r\nAccept: text/event-stream\r\n\r\n"
+        ).encode()
+    )
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
     if b" 200 " not in head.split(b"\r\n")[0] + b" ":
@@ -179,8 +205,9 @@ async def sse_client(port: int, mission_id: int, token: str, name: tuple, ready:
         writer.close()
 
 
-async def ws_client(port: int, mission_id: int, token: str, name: tuple, ready: asyncio.Event,
-                    deliveries: Deliveries) -> None:
+async def ws_client(
+    port: int, mission_id: int, token: str, name: tuple, ready: asyncio.Event, deliveries: Deliveries
+) -> None:
     client = await WebSocketClient.connect(f"ws://127.0.0.1:{port}/ws/missions/{mission_id}/?token={token}")
     ready.set()
     try:
@@ -192,9 +219,12 @@ async def ws_client(port: int, mission_id: int, token: str, name: tuple, ready: 
 
 
 def publish(port: int, mission_id: int, token: str, enabled: bool) -> None:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/missions/{mission_id}/autopilot/",
-                                     data=json.dumps({"enabled": enabled}).encode(), method="POST",
-                                     headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/missions/{mission_id}/autopilot/",
+        data=json.dumps({"enabled": enabled}).encode(),
+        method="POST",
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         response.read()
 
@@ -210,7 +240,9 @@ async def open_clients(kind, servers: Servers, n: int, mission_id: int, token: s
             waiter = asyncio.create_task(ready.wait())
             done, _ = await asyncio.wait({task, waiter}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
             if waiter not in done:
-                raise RuntimeError(f"{kind.__name__} {i} did not open: {task.exception() if task.done() else 'timeout'}")
+                raise RuntimeError(
+                    f"{kind.__name__} {i} did not open: {task.exception() if task.done() else 'timeout'}"
+                )
         return task
 
     tasks = await asyncio.gather(*(one(i) for i in range(n)))
@@ -266,8 +298,11 @@ async def scenario(servers: Servers, n: int, events: int, interval: float, missi
         task.cancel()
     await asyncio.gather(*sse, *ws, return_exceptions=True)
 
-    created = await asyncio.to_thread(lambda: {
-        e.seq: e.created_at.timestamp() for e in MissionEvent.objects.filter(mission_id=mission_id, seq__in=wanted)})
+    created = await asyncio.to_thread(
+        lambda: {
+            e.seq: e.created_at.timestamp() for e in MissionEvent.objects.filter(mission_id=mission_id, seq__in=wanted)
+        }
+    )
     stored = await asyncio.to_thread(stored_times, mission_id, wanted)
     latencies = {"sse_client": [], "ws_client": []}
     missing = 0
@@ -281,10 +316,17 @@ async def scenario(servers: Servers, n: int, events: int, interval: float, missi
     # Where the time goes: audit row -> stored for SSE (after commit; the moment of sending)
     to_send = [(stored[seq] - created[seq]) * 1000 for seq in wanted if seq in stored]
     per_conn = lambda a, b: sum(y - x for x, y in zip(a, b)) / n  # noqa: E731
-    return {"sse": latencies["sse_client"], "ws": latencies["ws_client"], "missing": missing,
-            "sse_kib": per_conn(rss0, rss1), "ws_kib": per_conn(rss1, rss2),
-            "server_cpu": server_cpu, "client_cpu": client_cpu, "to_send": to_send,
-            "cpu_us_per_delivery": server_cpu_s * 1e6 / max(sum(len(v) for v in latencies.values()), 1)}
+    return {
+        "sse": latencies["sse_client"],
+        "ws": latencies["ws_client"],
+        "missing": missing,
+        "sse_kib": per_conn(rss0, rss1),
+        "ws_kib": per_conn(rss1, rss2),
+        "server_cpu": server_cpu,
+        "client_cpu": client_cpu,
+        "to_send": to_send,
+        "cpu_us_per_delivery": server_cpu_s * 1e6 / max(sum(len(v) for v in latencies.values()), 1),
+    }
 
 
 def report(label: str, base: dict, full: dict, n: int) -> None:
@@ -293,16 +335,22 @@ def report(label: str, base: dict, full: dict, n: int) -> None:
     for kind in ("sse", "ws"):
         for name, result, count in (("baseline, 1 client", base, 1), (f"{n} clients", full, n)):
             values = result[kind]
-            print(f"  {kind.upper():4} {name:23} {statistics.median(values):8.1f} {percentile(values, 99):8.1f} "
-                  f"{max(values):8.1f}")
+            print(
+                f"  {kind.upper():4} {name:23} {statistics.median(values):8.1f} {percentile(values, 99):8.1f} "
+                f"{max(values):8.1f}"
+            )
         ratio = percentile(full[kind], 99) / max(percentile(base[kind], 99), 0.001)
         print(f"  {kind.upper():4} p99 ratio {n} clients / baseline: {ratio:.1f}x")
-    print(f"  of which commit -> sending (both configurations' common part): p50 "
-          f"{statistics.median(full['to_send']):.1f} ms, p99 {percentile(full['to_send'], 99):.1f} ms")
+    print(
+        f"  of which commit -> sending (both configurations' common part): p50 "
+        f"{statistics.median(full['to_send']):.1f} ms, p99 {percentile(full['to_send'], 99):.1f} ms"
+    )
     print(f"  deliveries missing: baseline {base['missing']}, {n} clients {full['missing']}")
-    print(f"  CPU while publishing ({n} clients): servers {full['server_cpu']:.0%}, "
-          f"clients (this process) {full['client_cpu']:.0%} of one core; server CPU per delivery "
-          f"{full['cpu_us_per_delivery']:.0f} µs (baseline {base['cpu_us_per_delivery']:.0f} µs, mostly the API request)")
+    print(
+        f"  CPU while publishing ({n} clients): servers {full['server_cpu']:.0%}, "
+        f"clients (this process) {full['client_cpu']:.0%} of one core; server CPU per delivery "
+        f"{full['cpu_us_per_delivery']:.0f} µs (baseline {base['cpu_us_per_delivery']:.0f} µs, mostly the API request)"
+    )
     print(f"  resident memory per open connection: SSE {full['sse_kib']:.1f} KiB, WebSocket {full['ws_kib']:.1f} KiB")
 
 
@@ -337,8 +385,10 @@ def main() -> None:
     # A planning mission: toggling its autopilot writes one event and starts nothing.
     mission = Mission.objects.create(key="fanout", title="Fan-out", owner=user)
     load = os.getloadavg()[0]
-    print(f"events_fanout: {args.clients} SSE + {args.clients} WebSocket clients, {args.events} events "
-          f"every {args.interval * 1000:.0f} ms, {os.cpu_count()} CPUs, load average {load:.1f} at start")
+    print(
+        f"events_fanout: {args.clients} SSE + {args.clients} WebSocket clients, {args.events} events "
+        f"every {args.interval * 1000:.0f} ms, {os.cpu_count()} CPUs, load average {load:.1f} at start"
+    )
     try:
         servers = Servers(1)
         try:
@@ -354,8 +404,13 @@ def main() -> None:
         try:
             servers = Servers(2, redis.url)
             try:
-                run("redis (2 server processes, clients split evenly, events published on the first)",
-                    servers, args, mission.pk, token)
+                run(
+                    "redis (2 server processes, clients split evenly, events published on the first)",
+                    servers,
+                    args,
+                    mission.pk,
+                    token,
+                )
             finally:
                 servers.close()
         finally:

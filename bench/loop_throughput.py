@@ -85,6 +85,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAM
 
 # --- set-up ------------------------------------------------------------------------------
 
+
 def make_repo(n: int) -> tuple[Path, str]:
     repo = TMP / "repo"
     repo.mkdir()
@@ -93,7 +94,9 @@ def make_repo(n: int) -> tuple[Path, str]:
     env = {**os.environ, **GIT_ENV}
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "all"]):
         subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
-    rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return repo, rev
 
 
@@ -101,23 +104,31 @@ def build_mission(repo: Path, n: int):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
-    from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice
+    from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
     from missions.services.tasks import task_create
 
     stamp = f"{int(time.time())}-{os.getpid()}"
-    user = get_user_model().objects.create_user(f"bench-{stamp}", password=os.urandom(12).hex(), is_staff=True,
-                                                is_superuser=True)
+    user = get_user_model().objects.create_user(
+        f"bench-{stamp}", password=os.urandom(12).hex(), is_staff=True, is_superuser=True
+    )
     token = Token.objects.create(user=user).key
-    mission = Mission.objects.create(key=f"bench-{stamp}", title="bench", status="active", workspace=str(repo), owner=user)
+    mission = Mission.objects.create(
+        key=f"bench-{stamp}", title="bench", status="active", workspace=str(repo), owner=user
+    )
     milestone = Milestone.objects.create(mission=mission, key="m", title="m")
     slice_ = Slice(milestone=milestone, key="s", title="s")
     slice_.save()
     tasks = []
     for i in range(n):
-        feature = Feature(slice=slice_, key=f"f{i}", title=f"f{i}")
+        feature = MissionFeature(slice=slice_, key=f"f{i}", title=f"f{i}")
         feature.save()
-        a1 = ContractAssertion(milestone=milestone, key=f"F{i}-FILE", title="file", statement="s",
-                               check_spec={"file": f"f{i}.txt", "contains": f"feature {i}"})
+        a1 = ContractAssertion(
+            milestone=milestone,
+            key=f"F{i}-FILE",
+            title="file",
+            statement="s",
+            check_spec={"file": f"f{i}.txt", "contains": f"feature {i}"},
+        )
         a2 = ContractAssertion(milestone=milestone, key=f"F{i}-RUN", title="run", statement="s", check_spec=CHECK_RUN)
         a1.save()
         a2.save()
@@ -128,6 +139,7 @@ def build_mission(repo: Path, n: int):
 
 # --- processes -----------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -135,8 +147,12 @@ def free_port() -> int:
 
 
 def child_env() -> dict[str, str]:
-    return {**os.environ, "FUSION_WORKER_THREADS": str(ARGS.threads), "PYTHONUNBUFFERED": "1",
-            "FUSION_SNAPSHOT_DIR": str(TMP / "snapshots")}
+    return {
+        **os.environ,
+        "FUSION_WORKER_THREADS": str(ARGS.threads),
+        "PYTHONUNBUFFERED": "1",
+        "FUSION_SNAPSHOT_DIR": str(TMP / "snapshots"),
+    }
 
 
 class Proc:
@@ -144,8 +160,15 @@ class Proc:
         self.name = name
         self.log = TMP / f"{name}.log"
         with open(self.log, "wb") as out:
-            self.popen = subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self.popen = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=child_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -206,9 +229,23 @@ def start_processes(port: int) -> tuple[Proc, list[Proc]]:
     serve = Proc("serve", serve_argv)
     workers = []
     if ARGS.mode == "redis":
-        workers = [Proc(f"worker-{i}", [py, "manage.py", "rundramatiq", "--processes", "1", "--threads", str(ARGS.threads),
-                                        "--worker-shutdown-timeout", "10000"])
-                   for i in range(ARGS.workers_processes)]
+        workers = [
+            Proc(
+                f"worker-{i}",
+                [
+                    py,
+                    "manage.py",
+                    "rundramatiq",
+                    "--processes",
+                    "1",
+                    "--threads",
+                    str(ARGS.threads),
+                    "--worker-shutdown-timeout",
+                    "10000",
+                ],
+            )
+            for i in range(ARGS.workers_processes)
+        ]
 
     def listening() -> bool:
         with socket.socket() as s:
@@ -222,14 +259,17 @@ def start_processes(port: int) -> tuple[Proc, list[Proc]]:
 
 # --- the loop -----------------------------------------------------------------------------
 
+
 def complete_all(port: int, token: str, tasks, rev: str) -> dict[int, float]:
     done_at: dict[int, float] = {}
 
     def complete(task) -> None:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/tasks/{task.pk}/complete/", method="POST",
+            f"http://127.0.0.1:{port}/api/tasks/{task.pk}/complete/",
+            method="POST",
             data=json.dumps({"revision": rev, "summary": "bench"}).encode(),
-            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
+            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=120) as response:
             assert response.status == 200, response.status
         done_at[task.feature_id] = time.time()
@@ -240,10 +280,10 @@ def complete_all(port: int, token: str, tasks, rev: str) -> dict[int, float]:
 
 
 def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc]) -> dict:
-    from missions.models import Feature
+    from missions.models import MissionFeature
     from validation.models import RunStatus, ValidatorRun
 
-    features = Feature.objects.filter(mission=mission)
+    features = MissionFeature.objects.filter(mission=mission)
     started = time.monotonic()
     done_at = complete_all(port, token, tasks, rev)
     api_seconds = time.monotonic() - started
@@ -256,10 +296,17 @@ def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc])
 
     wait_until(all_passed, "every feature to pass", ARGS.timeout, procs)
     elapsed = time.monotonic() - started
-    runs = ValidatorRun.objects.filter(mission=mission, status=RunStatus.PASSED).values_list("feature_id", "completed_at")
+    runs = ValidatorRun.objects.filter(mission=mission, status=RunStatus.PASSED).values_list(
+        "feature_id", "completed_at"
+    )
     latencies = sorted(completed.timestamp() - done_at[fid] for fid, completed in runs)
-    return {"elapsed": elapsed, "api": api_seconds, "p50": statistics.median(latencies),
-            "p99": latencies[max(int(len(latencies) * 0.99) - 1, 0)], "runs": ValidatorRun.objects.filter(mission=mission).count()}
+    return {
+        "elapsed": elapsed,
+        "api": api_seconds,
+        "p50": statistics.median(latencies),
+        "p99": latencies[max(int(len(latencies) * 0.99) - 1, 0)],
+        "runs": ValidatorRun.objects.filter(mission=mission).count(),
+    }
 
 
 # --- the baseline -------------------------------------------------------------------------
@@ -276,8 +323,10 @@ def _noop(i: int) -> None:
 
 
 # As the checks validator does: `python` is the interpreter this service runs with.
-PLAIN_ENV = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-             "HOME": tempfile.gettempdir()}
+PLAIN_ENV = {
+    "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+    "HOME": tempfile.gettempdir(),
+}
 
 
 # Concurrent `git worktree add/remove` on one repository fail now and then ("Invalid path
@@ -289,13 +338,15 @@ _git_lock = threading.Lock()
 def plain_checks(i: int, repo: Path, rev: str) -> None:
     wt = TMP / "baseline" / f"b{i}"
     with _git_lock:
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "--no-checkout", "--detach", str(wt), rev],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "add", "-q", "--no-checkout", "--detach", str(wt), rev], check=True
+        )
     try:
         subprocess.run(["git", "-C", str(wt), "reset", "-q", "--hard"], check=True)
         assert re.search(f"feature {i}", (wt / f"f{i}.txt").read_text())
-        out = subprocess.run(shlex.split(CHECK_RUN["run"]), cwd=wt, capture_output=True, text=True, timeout=120,
-                             env=PLAIN_ENV)
+        out = subprocess.run(
+            shlex.split(CHECK_RUN["run"]), cwd=wt, capture_output=True, text=True, timeout=120, env=PLAIN_ENV
+        )
         assert out.returncode == 0 and re.search(CHECK_RUN["expect_output"], out.stdout)
     finally:
         shutil.rmtree(wt)
@@ -327,6 +378,7 @@ def run_baseline(n: int, repo: Path, rev: str, concurrency: int) -> dict:
 
 # --- main ---------------------------------------------------------------------------------
 
+
 def main() -> None:
     call_command("migrate", verbosity=0)
     n = ARGS.features
@@ -348,13 +400,20 @@ def main() -> None:
             p.stop()
     db = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     broker = type(dramatiq.get_broker()).__name__
-    layout = (f"serve + {ARGS.threads} in-process worker threads" if ARGS.mode == "embedded"
-              else f"serve + {ARGS.workers_processes} rundramatiq x {ARGS.threads} threads")
+    layout = (
+        f"serve + {ARGS.threads} in-process worker threads"
+        if ARGS.mode == "embedded"
+        else f"serve + {ARGS.workers_processes} rundramatiq x {ARGS.threads} threads"
+    )
     print(f"mode={ARGS.mode} features={n} database={db} broker={broker} ({layout}); baseline concurrency={concurrency}")
-    print(f"baseline: {baseline['elapsed']:.2f}s  {n / baseline['elapsed']:.1f} features/s  "
-          f"(worktree+checks {baseline['checks']:.2f}s, {n} dramatiq round trips {baseline['trips']:.2f}s)")
-    print(f"loop: {loop['elapsed']:.2f}s  {n / loop['elapsed']:.1f} features/s  latency p50={loop['p50']:.2f}s "
-          f"p99={loop['p99']:.2f}s  (API completions {loop['api']:.2f}s, runs={loop['runs']})")
+    print(
+        f"baseline: {baseline['elapsed']:.2f}s  {n / baseline['elapsed']:.1f} features/s  "
+        f"(worktree+checks {baseline['checks']:.2f}s, {n} dramatiq round trips {baseline['trips']:.2f}s)"
+    )
+    print(
+        f"loop: {loop['elapsed']:.2f}s  {n / loop['elapsed']:.1f} features/s  latency p50={loop['p50']:.2f}s "
+        f"p99={loop['p99']:.2f}s  (API completions {loop['api']:.2f}s, runs={loop['runs']})"
+    )
     print(f"ratio_loop_time_over_baseline={loop['elapsed'] / baseline['elapsed']:.2f}")
     print("peak_rss_mb " + " ".join(f"{k}={v:.0f}" for k, v in rss.items() if v is not None))
     if not ARGS.keep:

@@ -49,7 +49,9 @@ if not _secret:
     _secret = key_file.read_text().strip()
 SECRET_KEY = _secret
 
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()]
+ALLOWED_HOSTS = [
+    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()
+]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
@@ -255,7 +257,9 @@ def _load_validators() -> dict:
 
 
 FUSION_VALIDATORS = _load_validators()
-FUSION_REVIEW_PROFILES = os.environ.get("FUSION_REVIEW_PROFILES", "").strip()  # JSON, read by validation.review.profiles
+FUSION_REVIEW_PROFILES = os.environ.get(
+    "FUSION_REVIEW_PROFILES", ""
+).strip()  # JSON, read by validation.review.profiles
 
 LOGGING = {
     "version": 1,

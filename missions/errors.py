@@ -13,8 +13,14 @@ class DomainError(Exception):
     status = 400
     code = "invalid"
 
-    def __init__(self, detail: str, *, code: str | None = None, fields: dict[str, Any] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: str | None = None,
+        fields: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         if code:

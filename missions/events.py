@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 
 GLOBAL_CHANNEL = "missions"
 # Events that also go to the global channel that feeds mission lists.
-GLOBAL_TYPES = frozenset({"mission:updated", "feature:updated", "validator-run:completed", "milestone:validation:updated"})
+GLOBAL_TYPES = frozenset(
+    {"mission:updated", "feature:updated", "validator-run:completed", "milestone:validation:updated"}
+)
 
 
 def mission_channel(mission_id: int) -> str:
@@ -49,7 +51,9 @@ def publish_on_commit(
     with transaction.atomic():
         Mission.objects.filter(pk=mission_id).update(event_seq=F("event_seq") + 1)
         seq = Mission.objects.filter(pk=mission_id).values_list("event_seq", flat=True).get()
-        event = MissionEvent.objects.create(mission_id=mission_id, seq=seq, type=type, payload=payload, actor_id=actor_id)
+        event = MissionEvent.objects.create(
+            mission_id=mission_id, seq=seq, type=type, payload=payload, actor_id=actor_id
+        )
     data = {"type": type, "mission": mission_id, "seq": seq, **payload}
     transaction.on_commit(lambda: _send(mission_id, type, data))
     return event
@@ -58,8 +62,10 @@ def publish_on_commit(
 def audience(mission_id: int) -> set[int]:
     """The ids of the users who see a mission by name (its owner and members; staff see
     every mission and never lose access by a membership change)."""
-    owner, members = Mission.objects.filter(pk=mission_id).values_list("owner_id", flat=True).first(), set(
-        Mission.members.through.objects.filter(mission_id=mission_id).values_list("user_id", flat=True))
+    owner, members = (
+        Mission.objects.filter(pk=mission_id).values_list("owner_id", flat=True).first(),
+        set(Mission.members.through.objects.filter(mission_id=mission_id).values_list("user_id", flat=True)),
+    )
     return members | ({owner} if owner is not None else set())
 
 
@@ -141,16 +147,22 @@ def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list
     from django_eventstream.models import Event
 
     now = timezone.now()
-    recorded = list(MissionEvent.objects.filter(created_at__gte=now - timedelta(minutes=window_minutes),
-                                                created_at__lt=now - timedelta(seconds=grace_seconds))
-                    .order_by("mission_id", "seq").values("mission_id", "seq", "type", "payload"))
+    recorded = list(
+        MissionEvent.objects.filter(
+            created_at__gte=now - timedelta(minutes=window_minutes),
+            created_at__lt=now - timedelta(seconds=grace_seconds),
+        )
+        .order_by("mission_id", "seq")
+        .values("mission_id", "seq", "type", "payload")
+    )
     if not recorded:
         return []
     oldest = now - timedelta(minutes=window_minutes + 5)
     channels = {mission_channel(row["mission_id"]) for row in recorded}
     streamed: set[tuple[str, int]] = set()
-    for channel, raw in Event.objects.filter(channel__in=channels, created__gte=oldest).exclude(type="").values_list(
-            "channel", "data"):
+    for channel, raw in (
+        Event.objects.filter(channel__in=channels, created__gte=oldest).exclude(type="").values_list("channel", "data")
+    ):
         try:
             value = json.loads(raw)
             if isinstance(value, str):  # send_event encodes the payload, the storage encodes that string again

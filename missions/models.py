@@ -45,10 +45,14 @@ class Mission(TimeStamped):
     key = models.SlugField(max_length=80, unique=True)
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
-    status = models.CharField(max_length=16, choices=MissionStatus.choices, default=MissionStatus.PLANNING, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=MissionStatus.choices, default=MissionStatus.PLANNING, db_index=True
+    )
     status_reason = models.TextField(blank=True, default="")
     autopilot = models.BooleanField(default=False)
-    auto_fix = models.BooleanField(default=True, help_text="Off = report-only: failures are recorded, no fix is generated.")
+    auto_fix = models.BooleanField(
+        default=True, help_text="Off = report-only: failures are recorded, no fix is generated."
+    )
     retry_budget = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(100)])
     workspace = models.CharField(max_length=500, blank=True, default="", help_text="Path of a local git repository.")
     base_revision = models.CharField(max_length=80, blank=True, default="")
@@ -59,7 +63,9 @@ class Mission(TimeStamped):
     validator = models.CharField(max_length=80, default="composite", help_text="Validator profile name.")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
     executor_command = models.TextField(blank=True, default="")
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_missions")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_missions"
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="missions")
     # Counter behind MissionEvent.seq; bumped without touching updated_at (not a user change).
     event_seq = models.PositiveIntegerField(default=0, editable=False)
@@ -68,7 +74,7 @@ class Mission(TimeStamped):
         ordering = ["id"]
 
     def clean(self) -> None:
-        from validation.checks_spec import pattern_problems
+        from missions.checks_spec import pattern_problems
 
         errors = {}
         if problems := pattern_problems(self.protected_paths):
@@ -104,7 +110,9 @@ class Milestone(TimeStamped):
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     order = models.IntegerField(default=0)
-    status = models.CharField(max_length=16, choices=MilestoneStatus.choices, default=MilestoneStatus.PENDING, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=MilestoneStatus.choices, default=MilestoneStatus.PENDING, db_index=True
+    )
     validation_state = models.CharField(max_length=16, choices=RollupState.choices, default=RollupState.NOT_STARTED)
     dependencies = models.ManyToManyField("self", symmetrical=False, blank=True, related_name="dependents")
 
@@ -176,7 +184,7 @@ class StopReason(models.TextChoices):
     WORKSPACE_UNAVAILABLE = "workspace_unavailable"
 
 
-class Feature(TimeStamped):
+class MissionFeature(TimeStamped):
     mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="features", editable=False)
     slice = models.ForeignKey(Slice, on_delete=models.CASCADE, related_name="features")
     key = models.SlugField(max_length=120)
@@ -184,18 +192,30 @@ class Feature(TimeStamped):
     description = models.TextField(blank=True, default="")
     acceptance_criteria = models.TextField(blank=True, default="")
     order = models.IntegerField(default=0)
-    status = models.CharField(max_length=16, choices=FeatureStatus.choices, default=FeatureStatus.DEFINED, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=FeatureStatus.choices, default=FeatureStatus.DEFINED, db_index=True
+    )
     loop_state = models.CharField(max_length=16, choices=LoopState.choices, default=LoopState.IDLE, db_index=True)
     implementation_attempts = models.PositiveIntegerField(default=0)
     validator_attempts = models.PositiveIntegerField(default=0)
-    fix_rounds = models.PositiveIntegerField(default=0, help_text="Fix rounds charged to this feature as a lineage root.")
-    last_run = models.ForeignKey("validation.ValidatorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    generated_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="generated_fixes")
-    generated_from_run = models.ForeignKey("validation.ValidatorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="generated_features")
+    fix_rounds = models.PositiveIntegerField(
+        default=0, help_text="Fix rounds charged to this feature as a lineage root."
+    )
+    last_run = models.ForeignKey(
+        "validation.ValidatorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    generated_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="generated_fixes"
+    )
+    generated_from_run = models.ForeignKey(
+        "validation.ValidatorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="generated_features"
+    )
     stop_reason = models.CharField(max_length=32, choices=StopReason.choices, blank=True, default="")
     stop_detail = models.TextField(blank=True, default="")
     stopped_at = models.DateTimeField(null=True, blank=True)
-    assertions = models.ManyToManyField("ContractAssertion", through="FeatureAssertion", related_name="features", blank=True)
+    assertions = models.ManyToManyField(
+        "ContractAssertion", through="FeatureAssertion", related_name="features", blank=True
+    )
 
     class Meta:
         ordering = ["slice_id", "order", "id"]
@@ -229,8 +249,12 @@ class ContractAssertion(TimeStamped):
     statement = models.TextField()
     scope = models.CharField(max_length=16, choices=AssertionScope.choices, default=AssertionScope.FEATURE)
     # Named check_spec because Model.check() exists; the API and mission files call it `check`.
-    check_spec = models.JSONField("check", null=True, blank=True, help_text="Deterministic check the host runs (staff only).")
-    status = models.CharField(max_length=16, choices=AssertionStatus.choices, default=AssertionStatus.PENDING, db_index=True)
+    check_spec = models.JSONField(
+        "check", null=True, blank=True, help_text="Deterministic check the host runs (staff only)."
+    )
+    status = models.CharField(
+        max_length=16, choices=AssertionStatus.choices, default=AssertionStatus.PENDING, db_index=True
+    )
     order = models.IntegerField(default=0)
 
     class Meta:
@@ -238,7 +262,7 @@ class ContractAssertion(TimeStamped):
         constraints = [models.UniqueConstraint(fields=["mission", "key"], name="assertion_key_unique_per_mission")]
 
     def clean(self) -> None:
-        from validation.checks_spec import check_spec_problems
+        from missions.checks_spec import check_spec_problems
 
         if self.check_spec is not None:
             problems = check_spec_problems(self.check_spec)
@@ -254,7 +278,7 @@ class ContractAssertion(TimeStamped):
 
 
 class FeatureAssertion(models.Model):
-    feature = models.ForeignKey(Feature, on_delete=models.CASCADE, related_name="assertion_links")
+    feature = models.ForeignKey(MissionFeature, on_delete=models.CASCADE, related_name="assertion_links")
     assertion = models.ForeignKey(ContractAssertion, on_delete=models.CASCADE, related_name="feature_links")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -285,7 +309,7 @@ class TaskStatus(models.TextChoices):
 
 class Task(TimeStamped):
     mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="tasks")
-    feature = models.ForeignKey(Feature, null=True, blank=True, on_delete=models.CASCADE, related_name="tasks")
+    feature = models.ForeignKey(MissionFeature, null=True, blank=True, on_delete=models.CASCADE, related_name="tasks")
     title = models.CharField(max_length=200)
     prompt = models.TextField(blank=True, default="")
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.TODO, db_index=True)
@@ -313,7 +337,9 @@ class MissionEvent(TimeStamped):
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=80, db_index=True)
     payload = models.JSONField(default=dict, blank=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["mission_id", "seq"]
@@ -324,7 +350,24 @@ class MissionEvent(TimeStamped):
 
 
 __all__ = [
-    "AssertionScope", "AssertionStatus", "ContractAssertion", "Executor", "Feature", "FeatureAssertion",
-    "FeatureStatus", "LoopState", "Milestone", "MilestoneStatus", "Mission",
-    "MissionEvent", "MissionStatus", "ProtectedChange", "RollupState", "Slice", "SliceStatus", "StopReason", "Task", "TaskStatus",
+    "AssertionScope",
+    "AssertionStatus",
+    "ContractAssertion",
+    "Executor",
+    "MissionFeature",
+    "FeatureAssertion",
+    "FeatureStatus",
+    "LoopState",
+    "Milestone",
+    "MilestoneStatus",
+    "Mission",
+    "MissionEvent",
+    "MissionStatus",
+    "ProtectedChange",
+    "RollupState",
+    "Slice",
+    "SliceStatus",
+    "StopReason",
+    "Task",
+    "TaskStatus",
 ]

@@ -45,8 +45,9 @@ def dashboard_missions(*, user) -> list[Mission]:
         .annotate(
             features_total=Count("features", distinct=True),
             # A superseded fix is done: it counts with the passed ones (docs/TRUTH.md).
-            features_passed=Count("features", filter=Q(features__loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]),
-                                  distinct=True),
+            features_passed=Count(
+                "features", filter=Q(features__loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]), distinct=True
+            ),
             features_blocked=Count("features", filter=Q(features__loop_state=LoopState.BLOCKED), distinct=True),
             last_event_at=Subquery(latest.values("created_at")[:1]),
             last_event_type=Subquery(latest.values("type")[:1]),
@@ -81,14 +82,26 @@ def milestone_rounds(*, mission_id: int, milestone_ids: list[int]) -> dict[int, 
     from validation.models import ValidatorRun
 
     rounds: dict[int, list[dict]] = {mid: [] for mid in milestone_ids}
-    rows = (ValidatorRun.objects.filter(mission_id=mission_id, milestone_id__in=milestone_ids,
-                                        status__in=TERMINAL_RUN_STATUSES)
-            .order_by("-id").values("id", "milestone_id", "feature__key", "scope", "status", "completed_at", "verdict"))
+    rows = (
+        ValidatorRun.objects.filter(
+            mission_id=mission_id, milestone_id__in=milestone_ids, status__in=TERMINAL_RUN_STATUSES
+        )
+        .order_by("-id")
+        .values("id", "milestone_id", "feature__key", "scope", "status", "completed_at", "verdict")
+    )
     for row in rows[: ROUNDS_PER_MILESTONE * max(len(milestone_ids), 1)]:
         bucket = rounds[row["milestone_id"]]
         if len(bucket) < ROUNDS_PER_MILESTONE:
-            bucket.append({"run": row["id"], "status": row["status"], "at": row["completed_at"], "scope": row["scope"],
-                           "feature": row["feature__key"], **_round_counts(row["verdict"])})
+            bucket.append(
+                {
+                    "run": row["id"],
+                    "status": row["status"],
+                    "at": row["completed_at"],
+                    "scope": row["scope"],
+                    "feature": row["feature__key"],
+                    **_round_counts(row["verdict"]),
+                }
+            )
     for bucket in rounds.values():
         bucket.reverse()
     return rounds
@@ -100,24 +113,55 @@ def mission_overview(*, mission: Mission, milestone_id: int | None = None) -> li
     With `milestone_id`, only that milestone (the fragment a live update re-renders)."""
     from collections import defaultdict
 
-    from missions.models import AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Slice
+    from missions.models import AssertionScope, ContractAssertion, FeatureAssertion, Milestone, MissionFeature, Slice
     from missions.services.rollup import rollup_state
     from validation.models import ValidatorRun
 
-    milestones = list(Milestone.objects.filter(mission=mission, **({"pk": milestone_id} if milestone_id else {}))
-                      .order_by("order", "id").values("id", "key", "title", "status", "description"))
+    milestones = list(
+        Milestone.objects.filter(mission=mission, **({"pk": milestone_id} if milestone_id else {}))
+        .order_by("order", "id")
+        .values("id", "key", "title", "status", "description")
+    )
     ids = [m["id"] for m in milestones]
-    slices = list(Slice.objects.filter(milestone_id__in=ids).order_by("order", "id")
-                  .values("id", "milestone_id", "key", "title", "status", "activated_at"))
+    slices = list(
+        Slice.objects.filter(milestone_id__in=ids)
+        .order_by("order", "id")
+        .values("id", "milestone_id", "key", "title", "status", "activated_at")
+    )
     # Every feature of the mission: fix lineages may cross milestones and their roots carry the budget.
-    features = {f["id"]: f for f in Feature.objects.filter(mission=mission).order_by("order", "id").values(
-        "id", "slice_id", "slice__milestone_id", "key", "title", "status", "loop_state", "implementation_attempts",
-        "validator_attempts", "fix_rounds", "generated_from_id", "stop_reason", "last_run_id", "last_run__status")}
+    features = {
+        f["id"]: f
+        for f in MissionFeature.objects.filter(mission=mission)
+        .order_by("order", "id")
+        .values(
+            "id",
+            "slice_id",
+            "slice__milestone_id",
+            "key",
+            "title",
+            "status",
+            "loop_state",
+            "implementation_attempts",
+            "validator_attempts",
+            "fix_rounds",
+            "generated_from_id",
+            "stop_reason",
+            "last_run_id",
+            "last_run__status",
+        )
+    }
     roots = _lineage_roots(features)
-    assertions = list(ContractAssertion.objects.filter(milestone_id__in=ids).values("id", "milestone_id", "scope", "status"))
-    linked = set(FeatureAssertion.objects.filter(assertion__milestone_id__in=ids).values_list("assertion_id", flat=True))
-    running = set(ValidatorRun.objects.filter(mission=mission, status="running", feature__isnull=False)
-                  .values_list("feature_id", flat=True))
+    assertions = list(
+        ContractAssertion.objects.filter(milestone_id__in=ids).values("id", "milestone_id", "scope", "status")
+    )
+    linked = set(
+        FeatureAssertion.objects.filter(assertion__milestone_id__in=ids).values_list("assertion_id", flat=True)
+    )
+    running = set(
+        ValidatorRun.objects.filter(mission=mission, status="running", feature__isnull=False).values_list(
+            "feature_id", flat=True
+        )
+    )
     rounds = milestone_rounds(mission_id=mission.pk, milestone_ids=ids)
 
     by_slice: dict[int, list[dict]] = defaultdict(list)
@@ -139,11 +183,17 @@ def mission_overview(*, mission: Mission, milestone_id: int | None = None) -> li
         feature_scoped = [a for a in mine if a["scope"] == AssertionScope.FEATURE]
         counts.update(total=len(mine), unlinked=sum(1 for a in feature_scoped if a["id"] not in linked))
         m["rollup"] = {"state": rollup_state(counts), **counts}
-        m["coverage"] = {"linked": len(feature_scoped) - counts["unlinked"], "feature_scoped": len(feature_scoped),
-                         "milestone_scoped": len(mine) - len(feature_scoped)}
+        m["coverage"] = {
+            "linked": len(feature_scoped) - counts["unlinked"],
+            "feature_scoped": len(feature_scoped),
+            "milestone_scoped": len(mine) - len(feature_scoped),
+        }
         m["slices"] = by_milestone.get(m["id"], [])
-        m["keys"] = ([f"milestone:{m['id']}"] + [f"slice:{s['id']}" for s in m["slices"]]
-                     + [f"feature:{f['id']}" for s in m["slices"] for f in s["features"]])
+        m["keys"] = (
+            [f"milestone:{m['id']}"]
+            + [f"slice:{s['id']}" for s in m["slices"]]
+            + [f"feature:{f['id']}" for s in m["slices"] for f in s["features"]]
+        )
         m["rounds"] = rounds.get(m["id"], [])
     return milestones
 
@@ -155,12 +205,19 @@ def mission_assertions(*, mission: Mission) -> list[dict]:
     from missions.models import ContractAssertion, FeatureAssertion
 
     links: dict[int, list[dict]] = defaultdict(list)
-    for row in FeatureAssertion.objects.filter(assertion__mission=mission).order_by("feature__order", "feature_id").values(
-            "assertion_id", "feature_id", "feature__key", "feature__loop_state"):
-        links[row["assertion_id"]].append({"id": row["feature_id"], "key": row["feature__key"],
-                                           "loop_state": row["feature__loop_state"]})
-    rows = list(ContractAssertion.objects.filter(mission=mission).order_by("milestone__order", "milestone_id", "order", "id")
-                .values("id", "key", "title", "statement", "scope", "check_spec", "status", "milestone__key"))
+    for row in (
+        FeatureAssertion.objects.filter(assertion__mission=mission)
+        .order_by("feature__order", "feature_id")
+        .values("assertion_id", "feature_id", "feature__key", "feature__loop_state")
+    ):
+        links[row["assertion_id"]].append(
+            {"id": row["feature_id"], "key": row["feature__key"], "loop_state": row["feature__loop_state"]}
+        )
+    rows = list(
+        ContractAssertion.objects.filter(mission=mission)
+        .order_by("milestone__order", "milestone_id", "order", "id")
+        .values("id", "key", "title", "statement", "scope", "check_spec", "status", "milestone__key")
+    )
     for row in rows:
         row["features"] = links.get(row["id"], [])
     return rows
@@ -174,28 +231,40 @@ def mission_feed(*, mission: Mission, limit: int = 30) -> list:
 
 def feature_lineage(*, feature) -> dict:
     """The fix lineage the feature belongs to, as a chain from its root."""
-    from missions.models import Feature
+    from missions.models import MissionFeature
     from validation.models import FixLineage
 
     root = feature
     seen = {feature.pk}
     while root.generated_from_id and root.generated_from_id not in seen:
         seen.add(root.generated_from_id)
-        parent = Feature.objects.filter(pk=root.generated_from_id).first()
+        parent = MissionFeature.objects.filter(pk=root.generated_from_id).first()
         if parent is None:
             break
         root = parent
-    links = list(FixLineage.objects.filter(root=root).select_related("fix", "run")
-                 .prefetch_related("failed_assertions").order_by("id"))
-    return {"root": root, "links": links, "budget_left": max(root.mission.retry_budget - root.fix_rounds, 0),
-            "keys": sorted({f"feature:{root.pk}"} | {f"feature:{link.fix_id}" for link in links})}
+    links = list(
+        FixLineage.objects.filter(root=root)
+        .select_related("fix", "run")
+        .prefetch_related("failed_assertions")
+        .order_by("id")
+    )
+    return {
+        "root": root,
+        "links": links,
+        "budget_left": max(root.mission.retry_budget - root.fix_rounds, 0),
+        "keys": sorted({f"feature:{root.pk}"} | {f"feature:{link.fix_id}" for link in links}),
+    }
 
 
 def feature_runs(*, feature, limit: int = 50) -> list:
     from validation.models import ValidatorRun
 
-    return list(ValidatorRun.objects.filter(feature=feature).prefetch_related("failures").select_related("requested_by")
-                .order_by("-id")[:limit])
+    return list(
+        ValidatorRun.objects.filter(feature=feature)
+        .prefetch_related("failures")
+        .select_related("requested_by")
+        .order_by("-id")[:limit]
+    )
 
 
 def feature_assertions(*, feature) -> list:
@@ -230,4 +299,6 @@ def visible_reviews(*, user) -> QuerySet:
         return Review.objects.none()
     if user.is_staff:
         return Review.objects.all()
-    return Review.objects.filter(Q(mission__in=visible_mission_ids(user=user)) | Q(mission__isnull=True, created_by=user))
+    return Review.objects.filter(
+        Q(mission__in=visible_mission_ids(user=user)) | Q(mission__isnull=True, created_by=user)
+    )

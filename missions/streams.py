@@ -27,7 +27,13 @@ from django.utils.functional import SimpleLazyObject
 from django_eventstream.channelmanager import DefaultChannelManager
 from django_eventstream.eventrequest import EventRequest
 from django_eventstream.eventstream import EventPermissionError, get_events
-from django_eventstream.utils import add_default_headers, make_id, sse_encode_error, sse_encode_event, sse_error_response
+from django_eventstream.utils import (
+    add_default_headers,
+    make_id,
+    sse_encode_error,
+    sse_encode_event,
+    sse_error_response,
+)
 from django_eventstream.views import Listener, get_listener_manager
 
 from missions.events import GLOBAL_CHANNEL, mission_channel
@@ -86,10 +92,16 @@ def kick_listeners(*, channel: str, user_ids: set[int]) -> int:
 
 def _revoked(channels, lost) -> dict:
     if len(channels) == 1:
-        return {"condition": "forbidden", "text": f"Permission denied to channels: {', '.join(sorted(lost))}",
-                "extra": {"channels": sorted(lost)}}
-    return {"condition": "channels-changed", "text": "the missions you may see changed; reconnect",
-            "extra": {"channels": sorted(lost)}}
+        return {
+            "condition": "forbidden",
+            "text": f"Permission denied to channels: {', '.join(sorted(lost))}",
+            "extra": {"channels": sorted(lost)},
+        }
+    return {
+        "condition": "channels-changed",
+        "text": "the missions you may see changed; reconnect",
+        "extra": {"channels": sorted(lost)},
+    }
 
 
 def _still_allowed(user_id, channels) -> bool:
@@ -326,7 +338,9 @@ async def _stream(event_request, listener):
                 yield sse_encode_error("forbidden", str(exc), extra={"channels": exc.channels})
                 return
             last_ids = copy.deepcopy(response.channel_last_ids)
-            yield ("" if not first else ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n") + _stored(response, last_ids, sent)
+            yield ("" if not first else ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n") + _stored(
+                response, last_ids, sent
+            )
             first = False
             if response.channel_more or _queued_meanwhile(listener, manager):
                 # Read on from what was just sent. (The library re-reads from the old ids:
@@ -360,8 +374,9 @@ async def _stream(event_request, listener):
 def _stored(response, last_ids: dict, sent: _Sent) -> str:
     body = ""
     if response.channel_reset:
-        body += sse_encode_event("stream-reset", {"channels": sorted(response.channel_reset)},
-                                 event_id=make_id(last_ids), json_encode=True)
+        body += sse_encode_event(
+            "stream-reset", {"channels": sorted(response.channel_reset)}, event_id=make_id(last_ids), json_encode=True
+        )
     for channel, items in response.channel_items.items():
         for item in items:
             if sent.add(channel, item.id):

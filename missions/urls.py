@@ -11,8 +11,11 @@ from missions import views
 urlpatterns = [
     path("", views.mission_list, name="home"),
     path("_/missions/", views.mission_list_part, name="dashboard-missions-part"),
-    path("login/", auth_views.LoginView.as_view(template_name="missions/login.html", redirect_authenticated_user=True),
-         name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="missions/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("missions/<int:pk>/", views.mission_detail, name="dashboard-mission"),
     path("missions/<int:pk>/_/<slug:part>/", views.mission_part, name="dashboard-mission-part"),

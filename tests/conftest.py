@@ -13,8 +13,12 @@ from django.conf import settings
 
 os.environ.setdefault("FUSION_RETRY_BACKOFF_MS", "0")
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "Test",
-           "GIT_COMMITTER_EMAIL": "t@example.com"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
 
 
 class Repo:
@@ -23,7 +27,9 @@ class Repo:
 
     def git(self, *args: str) -> str:
         env = {**os.environ, **GIT_ENV}
-        return subprocess.run(["git", "-C", str(self.path), *args], check=True, capture_output=True, text=True, env=env).stdout
+        return subprocess.run(
+            ["git", "-C", str(self.path), *args], check=True, capture_output=True, text=True, env=env
+        ).stdout
 
     def write(self, rel: str, text: str) -> None:
         target = self.path / rel

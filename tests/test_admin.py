@@ -15,11 +15,11 @@ from missions.events import publish_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
-    Feature,
     FeatureAssertion,
     Milestone,
     Mission,
     MissionEvent,
+    MissionFeature,
     RollupState,
     Slice,
     Task,
@@ -37,12 +37,22 @@ from validation.models import (
 pytestmark = pytest.mark.django_db
 
 ADDABLE = {
-    "missions.mission", "missions.milestone", "missions.slice", "missions.feature",
-    "missions.contractassertion", "missions.featureassertion", "missions.task",
+    "missions.mission",
+    "missions.milestone",
+    "missions.slice",
+    "missions.missionfeature",
+    "missions.contractassertion",
+    "missions.featureassertion",
+    "missions.task",
 }
 READ_ONLY = {
-    "missions.missionevent", "validation.validatorrun", "validation.validatorfailure",
-    "validation.fixlineage", "validation.journalentry", "validation.review", "validation.reviewartifact",
+    "missions.missionevent",
+    "validation.validatorrun",
+    "validation.validatorfailure",
+    "validation.fixlineage",
+    "validation.journalentry",
+    "validation.review",
+    "validation.reviewartifact",
 }
 ALL_MODELS = sorted(ADDABLE | READ_ONLY)
 
@@ -61,8 +71,8 @@ def make_slice(milestone: Milestone, key: str) -> Slice:
     return obj
 
 
-def make_feature(slice_: Slice, key: str, **extra: Any) -> Feature:
-    obj = Feature(slice=slice_, key=key, title=key.upper(), **extra)
+def make_feature(slice_: Slice, key: str, **extra: Any) -> MissionFeature:
+    obj = MissionFeature(slice=slice_, key=key, title=key.upper(), **extra)
     obj.save()
     return obj
 
@@ -90,14 +100,23 @@ def world(admin_user) -> dict[str, Any]:
     task = Task.objects.create(mission=mission, feature=feature, title="T", status=TaskStatus.DONE)
     event = publish_on_commit(mission, "mission:created", {"key": "m"})
     run = ValidatorRun.objects.create(
-        mission=mission, feature=feature, milestone=milestone, status="failed", tokens_in=12, tokens_out=34,
+        mission=mission,
+        feature=feature,
+        milestone=milestone,
+        status="failed",
+        tokens_in=12,
+        tokens_out=34,
         verdict={"status": "failed", "assertions": [{"id": "VAL-1", "status": "fail"}]},
     )
     fix = make_feature(slice_, "f-fix-1", generated_from=feature, generated_from_run=run)
     feature.last_run = run
     feature.save()
     failure = ValidatorFailure.objects.create(
-        run=run, feature=feature, assertion=assertion, assertion_key="VAL-1", message="broken",
+        run=run,
+        feature=feature,
+        assertion=assertion,
+        assertion_key="VAL-1",
+        message="broken",
         evidence=[{"kind": "log", "text": "<b>boom</b>"}],
     )
     lineage = FixLineage.objects.create(root=feature, source=feature, fix=fix, run=run)
@@ -110,11 +129,20 @@ def world(admin_user) -> dict[str, Any]:
         review=review, kind="markdown", name="report.md", content="# report", byte_length=8, sha256="cd" * 32
     )
     objects = {
-        "missions.mission": mission, "missions.milestone": milestone, "missions.slice": slice_,
-        "missions.feature": feature, "missions.contractassertion": assertion, "missions.featureassertion": link,
-        "missions.task": task, "missions.missionevent": event, "validation.validatorrun": run,
-        "validation.validatorfailure": failure, "validation.fixlineage": lineage,
-        "validation.journalentry": journal, "validation.review": review, "validation.reviewartifact": artifact,
+        "missions.mission": mission,
+        "missions.milestone": milestone,
+        "missions.slice": slice_,
+        "missions.missionfeature": feature,
+        "missions.contractassertion": assertion,
+        "missions.featureassertion": link,
+        "missions.task": task,
+        "missions.missionevent": event,
+        "validation.validatorrun": run,
+        "validation.validatorfailure": failure,
+        "validation.fixlineage": lineage,
+        "validation.journalentry": journal,
+        "validation.review": review,
+        "validation.reviewartifact": artifact,
     }
     return {**objects, "fix": fix, "milestone_assertion": milestone_assertion}
 
@@ -192,7 +220,11 @@ def test_change_page_answers(admin_client, world, label):
 
 def test_non_staff_user_is_sent_to_login(client, world):
     client.force_login(User.objects.create_user("plain", password="pw"))
-    for target in (reverse("admin:index"), url("missions.mission", "changelist"), url(world["missions.feature"])):
+    for target in (
+        reverse("admin:index"),
+        url("missions.mission", "changelist"),
+        url(world["missions.missionfeature"]),
+    ):
         response = client.get(target)
         assert response.status_code == 302
         assert response["Location"].startswith(reverse("admin:login"))
@@ -208,13 +240,19 @@ def test_anonymous_user_is_sent_to_login(client, world):
 
 
 def test_feature_page_links_its_relatives(admin_client, world):
-    feature, run = world["missions.feature"], world["validation.validatorrun"]
+    feature, run = world["missions.missionfeature"], world["validation.validatorrun"]
     body = admin_client.get(url(world["fix"])).content.decode()
     assert f'href="{url(feature)}"' in body  # generated_from
     assert f'href="{url(run)}"' in body  # generated_from_run
     body = admin_client.get(url(feature)).content.decode()
-    for obj in (world["missions.slice"], world["missions.milestone"], world["missions.mission"], run,
-                world["missions.contractassertion"], world["missions.task"]):
+    for obj in (
+        world["missions.slice"],
+        world["missions.milestone"],
+        world["missions.mission"],
+        run,
+        world["missions.contractassertion"],
+        world["missions.task"],
+    ):
         assert f'href="{url(obj)}"' in body
 
 
@@ -241,12 +279,23 @@ def test_review_page_lists_artifacts(admin_client, world):
 
 
 def test_state_fields_are_not_editable(admin_client, world):
-    feature = world["missions.feature"]
+    feature = world["missions.missionfeature"]
     response = admin_client.get(url(feature))
     form = response.context["adminform"].form
-    for name in ("status", "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds",
-                 "last_run", "stop_reason", "stop_detail", "stopped_at", "generated_from", "generated_from_run",
-                 "mission"):
+    for name in (
+        "status",
+        "loop_state",
+        "implementation_attempts",
+        "validator_attempts",
+        "fix_rounds",
+        "last_run",
+        "stop_reason",
+        "stop_detail",
+        "stopped_at",
+        "generated_from",
+        "generated_from_run",
+        "mission",
+    ):
         assert name not in form.fields
     data = form_data(response)
     data.update(title="Renamed", status="done", loop_state="passed", fix_rounds="9")
@@ -255,13 +304,16 @@ def test_state_fields_are_not_editable(admin_client, world):
     assert (feature.title, feature.status, feature.loop_state, feature.fix_rounds) == ("Renamed", "defined", "idle", 0)
 
 
-@pytest.mark.parametrize(("label", "fields"), [
-    ("missions.mission", {"status"}),
-    ("missions.milestone", {"status", "validation_state", "mission"}),
-    ("missions.slice", {"status", "activated_at", "mission"}),
-    ("missions.contractassertion", {"status", "mission"}),
-    ("missions.task", {"status", "revision", "started_at", "finished_at"}),
-])
+@pytest.mark.parametrize(
+    ("label", "fields"),
+    [
+        ("missions.mission", {"status"}),
+        ("missions.milestone", {"status", "validation_state", "mission"}),
+        ("missions.slice", {"status", "activated_at", "mission"}),
+        ("missions.contractassertion", {"status", "mission"}),
+        ("missions.task", {"status", "revision", "started_at", "finished_at"}),
+    ],
+)
 def test_other_state_fields_are_read_only(admin_client, world, label, fields):
     form = admin_client.get(url(world[label])).context["adminform"].form
     assert not fields & set(form.fields)
@@ -303,7 +355,7 @@ def test_mission_deletion_takes_its_audit_log(admin_client, world):
 
 
 def test_feature_with_running_task_cannot_be_deleted(admin_client, world):
-    feature = world["missions.feature"]
+    feature = world["missions.missionfeature"]
     Task.objects.filter(feature=feature).update(status=TaskStatus.IN_PROGRESS)
     assert admin_client.get(url(feature, "delete")).status_code == 403
     assert admin_client.get(url(world["missions.slice"], "delete")).context["perms_lacking"]
@@ -313,7 +365,7 @@ def test_feature_with_running_task_cannot_be_deleted(admin_client, world):
 
 
 def test_linking_a_milestone_scoped_assertion_is_refused(admin_client, world):
-    feature, refused = world["missions.feature"], world["milestone_assertion"]
+    feature, refused = world["missions.missionfeature"], world["milestone_assertion"]
     links, events = FeatureAssertion.objects.count(), MissionEvent.objects.count()
     data = form_data(admin_client.get(url(feature)))
     add_inline_row(data, "assertion_links", feature=feature.pk, assertion=refused.pk)
@@ -331,7 +383,7 @@ def test_standalone_link_form_reports_missing_fields(admin_client, world):
 
 
 def test_linking_from_the_feature_recomputes_the_rollup(admin_client, world):
-    feature, milestone = world["missions.feature"], world["missions.milestone"]
+    feature, milestone = world["missions.missionfeature"], world["missions.milestone"]
     extra = make_assertion(milestone, "VAL-2")
     data = form_data(admin_client.get(url(feature)))
     add_inline_row(data, "assertion_links", feature=feature.pk, assertion=extra.pk)
@@ -354,10 +406,19 @@ def test_unlinking_from_the_assertion_recomputes_the_rollup(admin_client, world)
 
 def test_adding_an_assertion_recomputes_the_rollup(admin_client, world):
     milestone = world["missions.milestone"]
-    response = admin_client.post(url("missions.contractassertion", "add"), {
-        "milestone": milestone.pk, "key": "VAL-3", "title": "three", "statement": "s", "scope": "feature",
-        "order": "0", "feature_links-TOTAL_FORMS": "0", "feature_links-INITIAL_FORMS": "0",
-    })
+    response = admin_client.post(
+        url("missions.contractassertion", "add"),
+        {
+            "milestone": milestone.pk,
+            "key": "VAL-3",
+            "title": "three",
+            "statement": "s",
+            "scope": "feature",
+            "order": "0",
+            "feature_links-TOTAL_FORMS": "0",
+            "feature_links-INITIAL_FORMS": "0",
+        },
+    )
     assert response.status_code == 302
     new = ContractAssertion.objects.get(key="VAL-3")
     assert new.mission_id == milestone.mission_id and new.status == "pending"
@@ -367,10 +428,14 @@ def test_adding_an_assertion_recomputes_the_rollup(admin_client, world):
 
 def test_deleting_assertions_recomputes_the_rollup(admin_client, world):
     milestone = world["missions.milestone"]
-    response = admin_client.post(url("missions.contractassertion", "changelist"), {
-        "action": "delete_selected", "post": "yes",
-        admin.helpers.ACTION_CHECKBOX_NAME: [a.pk for a in ContractAssertion.objects.all()],
-    })
+    response = admin_client.post(
+        url("missions.contractassertion", "changelist"),
+        {
+            "action": "delete_selected",
+            "post": "yes",
+            admin.helpers.ACTION_CHECKBOX_NAME: [a.pk for a in ContractAssertion.objects.all()],
+        },
+    )
     assert response.status_code == 302
     assert not ContractAssertion.objects.exists()
     milestone.refresh_from_db()
@@ -381,7 +446,7 @@ def test_deleting_a_linked_feature_recomputes_the_rollup(admin_client, world):
     milestone = world["missions.milestone"]
     milestone.validation_state = RollupState.READY
     milestone.save()
-    assert admin_client.post(url(world["missions.feature"], "delete"), {"post": "yes"}).status_code == 302
+    assert admin_client.post(url(world["missions.missionfeature"], "delete"), {"post": "yes"}).status_code == 302
     milestone.refresh_from_db()
     assert milestone.validation_state == RollupState.NEEDS_COVERAGE
 
@@ -389,7 +454,7 @@ def test_deleting_a_linked_feature_recomputes_the_rollup(admin_client, world):
 def test_feature_choices_are_limited_to_the_mission(admin_client, world):
     other = Mission.objects.create(key="other", title="O")
     foreign = make_assertion(Milestone.objects.create(mission=other, key="ms", title="MS"), "VAL-X")
-    response = admin_client.get(url(world["missions.feature"]))
+    response = admin_client.get(url(world["missions.missionfeature"]))
     formset = next(i.formset for i in response.context["inline_admin_formsets"] if i.formset.model is FeatureAssertion)
     choices = formset.forms[0].fields["assertion"].queryset
     assert world["missions.contractassertion"] in choices and foreign not in choices
@@ -423,7 +488,7 @@ def test_slice_added_inline_derives_its_mission(admin_client, world):
 def test_feature_cannot_move_to_another_mission(admin_client, world):
     other = Mission.objects.create(key="other", title="O")
     foreign_slice = make_slice(Milestone.objects.create(mission=other, key="ms", title="MS"), "sl")
-    feature = world["missions.feature"]
+    feature = world["missions.missionfeature"]
     data = form_data(admin_client.get(url(feature)))
     data["slice"] = foreign_slice.pk
     response = admin_client.post(url(feature), data)
@@ -432,27 +497,33 @@ def test_feature_cannot_move_to_another_mission(admin_client, world):
 
 def test_task_feature_must_belong_to_the_mission(admin_client, world):
     other = Mission.objects.create(key="other", title="O")
-    response = admin_client.post(url("missions.task", "add"), {
-        "mission": other.pk, "feature": world["missions.feature"].pk, "title": "t", "executor": "manual",
-    })
+    response = admin_client.post(
+        url("missions.task", "add"),
+        {
+            "mission": other.pk,
+            "feature": world["missions.missionfeature"].pk,
+            "title": "t",
+            "executor": "manual",
+        },
+    )
     assert response.status_code == 200 and "belongs to another mission" in response.content.decode()
     assert Task.objects.count() == 1
 
 
 def test_feature_added_with_links_in_one_submit(admin_client, world):
     slice_, assertion = world["missions.slice"], world["missions.contractassertion"]
-    data = form_data(admin_client.get(url("missions.feature", "add")))
+    data = form_data(admin_client.get(url("missions.missionfeature", "add")))
     data.update(slice=slice_.pk, key="g", title="G", order="0")
     add_inline_row(data, "assertion_links", assertion=assertion.pk)
-    response = admin_client.post(url("missions.feature", "add"), data)
+    response = admin_client.post(url("missions.missionfeature", "add"), data)
     assert response.status_code == 302, response.context["adminform"].form.errors
-    feature = Feature.objects.get(key="g")
+    feature = MissionFeature.objects.get(key="g")
     assert feature.mission_id == slice_.mission_id
     assert list(feature.assertions.all()) == [assertion]
 
 
 def test_assertion_added_with_links_in_one_submit(admin_client, world):
-    milestone, feature = world["missions.milestone"], world["missions.feature"]
+    milestone, feature = world["missions.milestone"], world["missions.missionfeature"]
     data = form_data(admin_client.get(url("missions.contractassertion", "add")))
     data.update(milestone=milestone.pk, key="VAL-9", title="nine", statement="s", scope="feature", order="0")
     add_inline_row(data, "feature_links", feature=feature.pk)
@@ -472,7 +543,7 @@ def test_slice_added_with_features_in_one_submit(admin_client, world):
     assert response.status_code == 200 and "already used in the mission" in response.content.decode()
     data["features-TOTAL_FORMS"] = "1"
     assert admin_client.post(url("missions.slice", "add"), data).status_code == 302
-    assert Feature.objects.get(key="f-3").mission_id == milestone.mission_id
+    assert MissionFeature.objects.get(key="f-3").mission_id == milestone.mission_id
 
 
 def test_milestone_added_and_key_checked_on_change(admin_client, world):

@@ -126,25 +126,74 @@ class ReviewArtifactInline(Links, RecordInline):
 
 @admin.register(ValidatorRun)
 class ValidatorRunAdmin(Links, RecordAdmin):
-    list_display = ("id", "mission", "milestone", "feature", "scope", "status", "trigger", "validator",
-                    "validator_attempt", "tokens_in", "tokens_out", "started_at", "duration")
+    list_display = (
+        "id",
+        "mission",
+        "milestone",
+        "feature",
+        "scope",
+        "status",
+        "trigger",
+        "validator",
+        "validator_attempt",
+        "tokens_in",
+        "tokens_out",
+        "started_at",
+        "duration",
+    )
     list_filter = ("status", "scope", "trigger", "validator", "mission")
-    search_fields = ("=id", "feature__key", "milestone__key", "mission__key", "revision", "input_fingerprint",
-                     "summary")
+    search_fields = (
+        "=id",
+        "feature__key",
+        "milestone__key",
+        "mission__key",
+        "revision",
+        "input_fingerprint",
+        "summary",
+    )
     list_select_related = ("mission", "milestone", "feature")
     date_hierarchy = "started_at"
     ordering = ("-id",)
     fieldsets = (
-        (None, {"fields": ("mission_link", "milestone_link", "feature_link", "scope", "status", "trigger",
-                           "requested_by", "reused_from_link")}),
-        ("Attempt", {"fields": ("implementation_attempt", "validator_attempt", "revision", "input_fingerprint",
-                                "validator", "validator_config_pretty")}),
+        (
+            None,
+            {
+                "fields": (
+                    "mission_link",
+                    "milestone_link",
+                    "feature_link",
+                    "scope",
+                    "status",
+                    "trigger",
+                    "requested_by",
+                    "reused_from_link",
+                )
+            },
+        ),
+        (
+            "Attempt",
+            {
+                "fields": (
+                    "implementation_attempt",
+                    "validator_attempt",
+                    "revision",
+                    "input_fingerprint",
+                    "validator",
+                    "validator_config_pretty",
+                )
+            },
+        ),
         ("Outcome", {"fields": ("summary", "blocked_reason", "error", "verdict_pretty", "tokens_in", "tokens_out")}),
         ("Time", {"fields": ("started_at", "completed_at", "duration", "lease_until", *TIMESTAMPS)}),
     )
     readonly_fields = (
-        "mission_link", "milestone_link", "feature_link", "reused_from_link", "validator_config_pretty",
-        "verdict_pretty", "duration",
+        "mission_link",
+        "milestone_link",
+        "feature_link",
+        "reused_from_link",
+        "validator_config_pretty",
+        "verdict_pretty",
+        "duration",
     )
     inlines = (ValidatorFailureInline, FixLineageInline, JournalEntryInline)
 
@@ -174,8 +223,17 @@ class ValidatorFailureAdmin(Links, RecordAdmin):
     list_select_related = ("run", "feature")
     date_hierarchy = "created_at"
     ordering = ("-id",)
-    fields = ("run_link", "feature_link", "assertion_link", "assertion_key", "message", "expected", "actual",
-              "evidence_pretty", *TIMESTAMPS)
+    fields = (
+        "run_link",
+        "feature_link",
+        "assertion_link",
+        "assertion_key",
+        "message",
+        "expected",
+        "actual",
+        "evidence_pretty",
+        *TIMESTAMPS,
+    )
     readonly_fields = ("run_link", "feature_link", "assertion_link", "evidence_pretty")
 
     @admin.display(description="evidence")
@@ -230,16 +288,38 @@ class JournalEntryAdmin(Links, RecordAdmin):
 
 @admin.register(Review)
 class ReviewAdmin(Links, RecordAdmin):
-    list_display = ("id", "state", "mission", "feature", "profile", "revision", "created_by", "created_at",
-                    "completed_at")
+    list_display = (
+        "id",
+        "state",
+        "mission",
+        "feature",
+        "profile",
+        "revision",
+        "created_by",
+        "created_at",
+        "completed_at",
+    )
     list_filter = ("state", "profile")
     search_fields = ("=id", "idempotency_key", "request_sha256", "revision", "mission__key", "feature__key")
     list_select_related = ("mission", "feature", "created_by")
     date_hierarchy = "created_at"
     ordering = ("-id",)
     fieldsets = (
-        (None, {"fields": ("state", "mission_link", "feature_link", "profile", "revision", "created_by",
-                           "idempotency_key", "failure_reason")}),
+        (
+            None,
+            {
+                "fields": (
+                    "state",
+                    "mission_link",
+                    "feature_link",
+                    "profile",
+                    "revision",
+                    "created_by",
+                    "idempotency_key",
+                    "failure_reason",
+                )
+            },
+        ),
         ("Request", {"fields": ("request_pretty", "request_sha256", "canonical_request", "label_map_pretty")}),
         ("Time", {"fields": ("completed_at", *TIMESTAMPS)}),
     )

@@ -14,6 +14,11 @@ def validator_profiles(app_configs, **kwargs):
             messages.append(checks.Error(problem, id="fusion.E001", hint="Fix FUSION_VALIDATORS."))
         if not profile_problems(name, profile):
             for warning in profile_warnings(name, profile):
-                messages.append(checks.Warning(warning, id="fusion.W001",
-                                               hint="Set it where the workers run; the key itself never goes in a profile."))
+                messages.append(
+                    checks.Warning(
+                        warning,
+                        id="fusion.W001",
+                        hint="Set it where the workers run; the key itself never goes in a profile.",
+                    )
+                )
     return messages

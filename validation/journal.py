@@ -50,8 +50,9 @@ def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEnt
                 seq = (last["seq"] + 1) if last else 1
                 prev = last["sha256"] if last else ""
                 digest = entry_hash(seq=seq, kind=kind, key=key, payload=payload, prev=prev)
-                return JournalEntry.objects.create(run_id=run_id, seq=seq, kind=kind, key=key[:200], payload=payload,
-                                                   sha256=digest, prev_sha256=prev)
+                return JournalEntry.objects.create(
+                    run_id=run_id, seq=seq, kind=kind, key=key[:200], payload=payload, sha256=digest, prev_sha256=prev
+                )
         except IntegrityError:
             continue  # another writer took this seq (no row lock on SQLite); chain onto its entry
     raise JournalIntegrityError(f"could not append to the journal of run {run_id}")
@@ -72,7 +73,9 @@ def verify_chain(run_id: int) -> ChainReport:
         count += 1
         expected = entry_hash(seq=entry.seq, kind=entry.kind, key=entry.key, payload=entry.payload, prev=prev)
         if entry.seq != count or entry.prev_sha256 != prev or entry.sha256 != expected:
-            return ChainReport(False, count, entry.seq, f"journal entry {entry.seq} ({entry.kind} {entry.key}) does not verify")
+            return ChainReport(
+                False, count, entry.seq, f"journal entry {entry.seq} ({entry.kind} {entry.key}) does not verify"
+            )
         prev = entry.sha256
     return ChainReport(True, count)
 
@@ -111,8 +114,14 @@ class CallLog:
 
     def last_model_call(self) -> int:
         """The highest ordinal of a journaled model request (0: none)."""
-        return max((p.get("ordinal", 0) for (kind, _), p in self._answers.items()
-                    if kind == "model_request" and isinstance(p, dict)), default=0)
+        return max(
+            (
+                p.get("ordinal", 0)
+                for (kind, _), p in self._answers.items()
+                if kind == "model_request" and isinstance(p, dict)
+            ),
+            default=0,
+        )
 
     def record(self, kind: str, key: str, payload: Any) -> Any:
         payload = _jsonable(payload)
@@ -121,14 +130,18 @@ class CallLog:
         self._answers[(kind, key[:200])] = payload
         return payload
 
-    def call(self, *, request_kind: str, response_kind: str, key: str, request: Any, live_fn, what: str) -> tuple[Any, bool]:
+    def call(
+        self, *, request_kind: str, response_kind: str, key: str, request: Any, live_fn, what: str
+    ) -> tuple[Any, bool]:
         """(answer, served_from_journal)"""
         served = self.answer(response_kind, key)
         if served is not None:
             return served, True
         if not self.live:
-            raise JournalMiss(f"{what} is not in the journal (key {key}); a replay never makes a live call",
-                              in_flight=self.answer(request_kind, key) is not None)
+            raise JournalMiss(
+                f"{what} is not in the journal (key {key}); a replay never makes a live call",
+                in_flight=self.answer(request_kind, key) is not None,
+            )
         self.record(request_kind, key, request)
         return self.record(response_kind, key, live_fn()), False
 

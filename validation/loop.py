@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from missions.errors import IllegalTransition
 from missions.events import lock_mission, publish_on_commit
-from missions.models import Feature, FeatureStatus, LoopState
+from missions.models import FeatureStatus, LoopState, MissionFeature
 
 S = LoopState
 
@@ -32,24 +32,34 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     },
     S.IMPLEMENTING: {
         S.VALIDATING: frozenset({"task_done", "validate", "recovery", "re_run", "root_revalidation"}),
-        S.BLOCKED: frozenset({"fingerprint_failures", "operator", "budget_exhausted", "no_assertions",
-                              "workspace_unavailable"}),
+        S.BLOCKED: frozenset(
+            {"fingerprint_failures", "operator", "budget_exhausted", "no_assertions", "workspace_unavailable"}
+        ),
         S.PASSED: frozenset({"fingerprint_reuse"}),
         S.SUPERSEDED: SUPERSEDE,
     },
     S.VALIDATING: {
         S.PASSED: frozenset({"pass", "fingerprint_reuse"}),
         S.NEEDS_FIX: frozenset({"fail"}),
-        S.BLOCKED: frozenset({"blocked", "validator_unavailable", "operator", "fingerprint_failures",
-                              "workspace_unavailable", "no_assertions"}),
+        S.BLOCKED: frozenset(
+            {
+                "blocked",
+                "validator_unavailable",
+                "operator",
+                "fingerprint_failures",
+                "workspace_unavailable",
+                "no_assertions",
+            }
+        ),
         S.IMPLEMENTING: frozenset({"recovery", "clear"}),
         S.SUPERSEDED: SUPERSEDE,
     },
     S.NEEDS_FIX: {
         S.IMPLEMENTING: frozenset({"fix_created", "task_linked", "clear"}),
         S.VALIDATING: frozenset({"validate", "re_run", "task_done", "recovery", "root_revalidation"}),
-        S.BLOCKED: frozenset({"budget_exhausted", "operator", "fingerprint_failures", "no_assertions",
-                              "workspace_unavailable"}),
+        S.BLOCKED: frozenset(
+            {"budget_exhausted", "operator", "fingerprint_failures", "no_assertions", "workspace_unavailable"}
+        ),
         S.PASSED: frozenset({"fingerprint_reuse"}),
         S.SUPERSEDED: SUPERSEDE,
     },
@@ -90,30 +100,48 @@ def is_allowed(old: str, new: str, cause: str) -> bool:
 
 
 def feature_transition(
-    *, feature: Feature | int, old: str, new: str, cause: str, actor_id: int | None = None,
-    reason: str = "", fields: dict[str, Any] | None = None, payload: dict[str, Any] | None = None,
+    *,
+    feature: MissionFeature | int,
+    old: str,
+    new: str,
+    cause: str,
+    actor_id: int | None = None,
+    reason: str = "",
+    fields: dict[str, Any] | None = None,
+    payload: dict[str, Any] | None = None,
 ) -> bool:
     """Move one feature from `old` to `new`. Returns False when another writer won."""
     if not is_allowed(old, new, cause):
-        raise IllegalTransition(f"a feature cannot go from {old} to {new} by {cause}",
-                                extra={"from": old, "to": new, "cause": cause})
+        raise IllegalTransition(
+            f"a feature cannot go from {old} to {new} by {cause}", extra={"from": old, "to": new, "cause": cause}
+        )
     feature_id = feature if isinstance(feature, int) else feature.pk
     updates: dict[str, Any] = {"loop_state": new, "updated_at": timezone.now(), **(fields or {})}
     if new in STATUS_FOR_LOOP:
         updates.setdefault("status", STATUS_FOR_LOOP[new])
     with transaction.atomic():
-        lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
-        if not Feature.objects.filter(pk=feature_id, loop_state=old).update(**updates):
+        lock_mission(MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
+        if not MissionFeature.objects.filter(pk=feature_id, loop_state=old).update(**updates):
             return False
-        mission_id = Feature.objects.filter(pk=feature_id).values_list("mission_id", flat=True).get()
-        publish_on_commit(mission_id, "feature:updated", {
-            "feature": feature_id, "from": old, "loop_state": new, "status": updates.get("status"), "cause": cause,
-            **({"reason": reason} if reason else {}), **(payload or {}),
-        }, actor_id=actor_id)
+        mission_id = MissionFeature.objects.filter(pk=feature_id).values_list("mission_id", flat=True).get()
+        publish_on_commit(
+            mission_id,
+            "feature:updated",
+            {
+                "feature": feature_id,
+                "from": old,
+                "loop_state": new,
+                "status": updates.get("status"),
+                "cause": cause,
+                **({"reason": reason} if reason else {}),
+                **(payload or {}),
+            },
+            actor_id=actor_id,
+        )
         if old in DONE_STATES and new not in DONE_STATES:
             from missions.services.milestones import reopen_for_feature
 
             reopen_for_feature(feature_id=feature_id, cause=cause)
-    if isinstance(feature, Feature):
+    if isinstance(feature, MissionFeature):
         feature.refresh_from_db()
     return True

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, TimeStamped
+from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, TimeStamped
 
 
 class RunScope(models.TextChoices):
@@ -33,7 +33,7 @@ class RunTrigger(models.TextChoices):
 
 class ValidatorRun(TimeStamped):
     mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="validator_runs")
-    feature = models.ForeignKey(Feature, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    feature = models.ForeignKey(MissionFeature, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
     milestone = models.ForeignKey(Milestone, on_delete=models.CASCADE, related_name="runs")
     scope = models.CharField(max_length=16, choices=RunScope.choices, default=RunScope.FEATURE)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING, db_index=True)
@@ -61,17 +61,21 @@ class ValidatorRun(TimeStamped):
     lease_until = models.DateTimeField(null=True, blank=True)
     # Who executes the run: set by compare-and-swap when a delivery claims it (validation.services.runner).
     claim_token = models.CharField(max_length=32, blank=True, default="")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["feature"], condition=Q(status="running") & Q(feature__isnull=False),
+                fields=["feature"],
+                condition=Q(status="running") & Q(feature__isnull=False),
                 name="one_running_run_per_feature",
             ),
             models.UniqueConstraint(
-                fields=["milestone"], condition=Q(status="running") & Q(scope="milestone"),
+                fields=["milestone"],
+                condition=Q(status="running") & Q(scope="milestone"),
                 name="one_running_milestone_run",
             ),
         ]
@@ -88,8 +92,12 @@ class ValidatorRun(TimeStamped):
 
 class ValidatorFailure(TimeStamped):
     run = models.ForeignKey(ValidatorRun, on_delete=models.CASCADE, related_name="failures")
-    feature = models.ForeignKey(Feature, null=True, blank=True, on_delete=models.CASCADE, related_name="failures")
-    assertion = models.ForeignKey(ContractAssertion, null=True, blank=True, on_delete=models.CASCADE, related_name="failures")
+    feature = models.ForeignKey(
+        MissionFeature, null=True, blank=True, on_delete=models.CASCADE, related_name="failures"
+    )
+    assertion = models.ForeignKey(
+        ContractAssertion, null=True, blank=True, on_delete=models.CASCADE, related_name="failures"
+    )
     assertion_key = models.CharField(max_length=80, blank=True, default="")
     message = models.TextField(blank=True, default="")
     expected = models.TextField(blank=True, default="")
@@ -104,9 +112,9 @@ class ValidatorFailure(TimeStamped):
 
 
 class FixLineage(TimeStamped):
-    root = models.ForeignKey(Feature, on_delete=models.CASCADE, related_name="lineage_as_root")
-    source = models.ForeignKey(Feature, on_delete=models.CASCADE, related_name="lineage_as_source")
-    fix = models.ForeignKey(Feature, on_delete=models.CASCADE, related_name="lineage_as_fix")
+    root = models.ForeignKey(MissionFeature, on_delete=models.CASCADE, related_name="lineage_as_root")
+    source = models.ForeignKey(MissionFeature, on_delete=models.CASCADE, related_name="lineage_as_source")
+    fix = models.ForeignKey(MissionFeature, on_delete=models.CASCADE, related_name="lineage_as_fix")
     run = models.ForeignKey(ValidatorRun, on_delete=models.CASCADE, related_name="lineage")
     failed_assertions = models.ManyToManyField(ContractAssertion, blank=True, related_name="+")
 
@@ -159,8 +167,10 @@ class ReviewState(models.TextChoices):
 
 class Review(TimeStamped):
     mission = models.ForeignKey(Mission, null=True, blank=True, on_delete=models.CASCADE, related_name="reviews")
-    feature = models.ForeignKey(Feature, null=True, blank=True, on_delete=models.CASCADE, related_name="reviews")
-    state = models.CharField(max_length=24, choices=ReviewState.choices, default=ReviewState.INITIALIZING, db_index=True)
+    feature = models.ForeignKey(MissionFeature, null=True, blank=True, on_delete=models.CASCADE, related_name="reviews")
+    state = models.CharField(
+        max_length=24, choices=ReviewState.choices, default=ReviewState.INITIALIZING, db_index=True
+    )
     request = models.JSONField(default=dict)
     canonical_request = models.TextField(blank=True, default="")
     request_sha256 = models.CharField(max_length=64, blank=True, default="")
@@ -177,14 +187,17 @@ class Review(TimeStamped):
     evaluator_attempts = models.PositiveSmallIntegerField(default=0)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["created_by", "idempotency_key"], condition=~Q(idempotency_key=""),
+                fields=["created_by", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
                 name="review_idempotency_key_unique",
             )
         ]

@@ -29,15 +29,38 @@ COMMON = {"kind", "name", "description"}
 OPTIONS = {
     "checks": COMMON,
     "composite": COMMON | {"agent"},
-    "agent": COMMON | {"model", "base_url", "api_key_env", "temperature", "max_repairs", "timeout", "token_budget",
-                       "output_mode", "journal_policy", "tools", "tool_choice", "native_format", "max_tokens",
-                       "max_requests"},
+    "agent": COMMON
+    | {
+        "model",
+        "base_url",
+        "api_key_env",
+        "temperature",
+        "max_repairs",
+        "timeout",
+        "token_budget",
+        "output_mode",
+        "journal_policy",
+        "tools",
+        "tool_choice",
+        "native_format",
+        "max_tokens",
+        "max_requests",
+    },
     "command": COMMON | {"command", "shell", "timeout", "max_repairs", "journal_policy", "api_key_env"},
 }
-CHOICES = {"output_mode": OUTPUT_MODES, "journal_policy": JOURNAL_POLICIES, "tool_choice": ("required", "auto", "output"),
-           "native_format": ("json_schema", "json_object")}
-INTEGERS = {"max_repairs": (0, 10), "timeout": (1, 86_400), "token_budget": (0, None), "max_tokens": (1, None),
-            "max_requests": (1, 1000)}
+CHOICES = {
+    "output_mode": OUTPUT_MODES,
+    "journal_policy": JOURNAL_POLICIES,
+    "tool_choice": ("required", "auto", "output"),
+    "native_format": ("json_schema", "json_object"),
+}
+INTEGERS = {
+    "max_repairs": (0, 10),
+    "timeout": (1, 86_400),
+    "token_budget": (0, None),
+    "max_tokens": (1, None),
+    "max_requests": (1, 1000),
+}
 
 
 class ProfileError(Exception):
@@ -80,15 +103,18 @@ def _common_problems(profile: dict[str, Any]) -> list[str]:
 def _agent_problems(profile: dict[str, Any]) -> list[str]:
     problems = []
     if not isinstance(profile.get("model"), str) or not profile["model"].strip():
-        problems.append("an agent profile needs 'model' (a pydantic-ai model name, or the server's model with base_url)")
+        problems.append(
+            "an agent profile needs 'model' (a pydantic-ai model name, or the server's model with base_url)"
+        )
     base_url = profile.get("base_url")
     if base_url is not None:
         parsed = urlparse(base_url) if isinstance(base_url, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             problems.append("base_url must be an http(s) URL of an OpenAI-compatible server")
     temperature = profile.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 2):
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
+    ):
         problems.append("temperature must be a number between 0 and 2")
     tools = profile.get("tools")
     if tools is not None and (not isinstance(tools, list) or not set(tools) <= set(AGENT_TOOLS)):
@@ -101,7 +127,8 @@ def _agent_problems(profile: dict[str, Any]) -> list[str]:
 def _command_problems(profile: dict[str, Any]) -> list[str]:
     command = profile.get("command")
     ok = (isinstance(command, str) and command.strip()) or (
-        isinstance(command, list) and command and all(isinstance(c, str) for c in command))
+        isinstance(command, list) and command and all(isinstance(c, str) for c in command)
+    )
     problems = [] if ok else ["a command profile needs 'command' (a string or a list of arguments)"]
     if "shell" in profile and not isinstance(profile["shell"], bool):
         problems.append("shell must be true or false")
@@ -143,8 +170,10 @@ def profile_warnings(name: str, profile: dict[str, Any]) -> list[str]:
         warnings.append(f"validator profile {name!r}: the environment variable {env} (api_key_env) is not set here")
     limit = settings.FUSION_VALIDATOR_TIMEOUT
     if isinstance(profile.get("timeout"), int) and profile["timeout"] > limit:
-        warnings.append(f"validator profile {name!r}: timeout {profile['timeout']}s is longer than "
-                        f"FUSION_VALIDATOR_TIMEOUT ({limit}s); the recovery sweep would reap the run first")
+        warnings.append(
+            f"validator profile {name!r}: timeout {profile['timeout']}s is longer than "
+            f"FUSION_VALIDATOR_TIMEOUT ({limit}s); the recovery sweep would reap the run first"
+        )
     return warnings
 
 

@@ -19,11 +19,12 @@ import re
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from validation.snapshots import GIT_TIMEOUT, SnapshotError, git, repository_info, resolve_revision
+from fusion_site.base.snapshots import GIT_TIMEOUT, SnapshotError, git, repository_info, resolve_revision
 from validation.verdict import escape_invisible
 
 NOTE = "the implementation changed protected files: "
@@ -72,7 +73,7 @@ def _char_class(pattern: str, i: int) -> tuple[str, int]:
         j += 1
     if j >= len(pattern):
         return r"\[", i + 1
-    body = pattern[i + 1:j].replace("\\", "\\\\")
+    body = pattern[i + 1 : j].replace("\\", "\\\\")
     if body[0] in "!^":
         body = "^/" + body[1:]
     return f"[{body}]", j + 1
@@ -139,11 +140,20 @@ def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
     which the text adapter `git()` would mangle."""
     if not oids:
         return {}
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-           "GIT_TERMINAL_PROMPT": "0", "LANG": "C"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "GIT_TERMINAL_PROMPT": "0",
+        "LANG": "C",
+    }
     try:
-        proc = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], capture_output=True, env=env,
-                              input="".join(f"{oid}\n" for oid in oids).encode(), timeout=GIT_TIMEOUT)
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "cat-file", "--batch"],
+            capture_output=True,
+            env=env,
+            input="".join(f"{oid}\n" for oid in oids).encode(),
+            timeout=GIT_TIMEOUT,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SnapshotError(f"git cat-file failed: {exc}") from exc
     if proc.returncode != 0:
@@ -156,7 +166,7 @@ def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
             raise SnapshotError(f"git cat-file: {' '.join(header)[:200]}")
         oid, _kind, size = header
         start = end + 1
-        found[oid] = out[start:start + int(size)]
+        found[oid] = out[start : start + int(size)]
         pos = start + int(size) + 1
     return found
 
@@ -256,16 +266,22 @@ class Protection:
                 if not self.base:
                     raise SnapshotError("protected paths need the mission's base revision, and it has none")
                 repo, _git_dir, prefix = repository_info(self.workspace)
-                self._diff = TreeDiff(repo, resolve_revision(repo, self.base), resolve_revision(repo, self.revision),
-                                      prefix)
+                self._diff = TreeDiff(
+                    repo, resolve_revision(repo, self.base), resolve_revision(repo, self.revision), prefix
+                )
             return self._diff
 
 
 def prepare(checkout: Path, *, workspace: str, revision: str, frozen: dict[str, Any]) -> Protection:
     """The run's protection (`frozen` on the run at admission), with the mission's protected
     paths of `checkout` restored."""
-    protection = Protection(paths=tuple(frozen.get("paths") or ()), on_change=frozen.get("on_change") or "fail",
-                            base=frozen.get("base") or "", workspace=workspace, revision=revision)
+    protection = Protection(
+        paths=tuple(frozen.get("paths") or ()),
+        on_change=frozen.get("on_change") or "fail",
+        base=frozen.get("base") or "",
+        workspace=workspace,
+        revision=revision,
+    )
     if protection.paths:
         diff = protection.diff()
         protection.changed = tuple(diff.under(protection.paths))

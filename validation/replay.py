@@ -12,8 +12,9 @@ the accepted decision and the hash of the verdict stored on the run.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
@@ -44,11 +45,11 @@ class ReplayReport:
     run: int
     ok: bool
     recorded_status: str
-    replayed: str = ""                 # pass | fail | blocked | error
+    replayed: str = ""  # pass | fail | blocked | error
     error_code: str = ""
     verdict_sha256: str = ""
-    recorded_sha256: str = ""          # of the accepted decision ("final")
-    stored_verdict_sha256: str = ""    # of ValidatorRun.verdict
+    recorded_sha256: str = ""  # of the accepted decision ("final")
+    stored_verdict_sha256: str = ""  # of ValidatorRun.verdict
     chain_entries: int = 0
     tokens: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -67,8 +68,7 @@ def _recorded_final(run_id: int) -> dict[str, Any] | None:
 def _checkout(run: ValidatorRun, notes: list[str]) -> Iterator[Any]:
     """The run's revision when its workspace is still there (file evidence is re-checked);
     otherwise no checkout, and the report says so."""
-    from validation.snapshots import SnapshotError, snapshot
-
+    from fusion_site.base.snapshots import SnapshotError, snapshot
     from validation import protect
 
     stack = contextlib.ExitStack()
@@ -88,17 +88,25 @@ def _context(run: ValidatorRun, checkout, replayer: Replayer) -> ValidationConte
 
     feature = run.feature
     return ValidationContext(
-        run_id=run.pk, mission_key=run.mission.key, feature_key=feature.key if feature else f"milestone:{run.milestone.key}",
-        feature_title=feature.title if feature else run.milestone.title, feature_description="",
-        assertions=run_assertions(run), revision=run.revision, checkout=checkout,
-        profile={"name": run.validator, **run.validator_config}, replay=replayer,
+        run_id=run.pk,
+        mission_key=run.mission.key,
+        feature_key=feature.key if feature else f"milestone:{run.milestone.key}",
+        feature_title=feature.title if feature else run.milestone.title,
+        feature_description="",
+        assertions=run_assertions(run),
+        revision=run.revision,
+        checkout=checkout,
+        profile={"name": run.validator, **run.validator_config},
+        replay=replayer,
     )
 
 
 def _accept(candidate: dict, frozen: FrozenContext):
     verdict, problems = parse_candidate(candidate)
     if verdict is None:
-        raise ValidatorCrashed("the verdict does not follow the contract: " + "; ".join(problems), code="invalid_verdict")
+        raise ValidatorCrashed(
+            "the verdict does not follow the contract: " + "; ".join(problems), code="invalid_verdict"
+        )
     report = run_host_validators(verdict, frozen)
     if not report.ok:
         raise ValidatorCrashed("the verdict was rejected: " + "; ".join(report.reasons()), code="invalid_verdict")
@@ -111,8 +119,12 @@ def _fingerprint_note(run: ValidatorRun, ctx: ValidationContext, notes: list[str
     from validation.services.admission import feature_assertion_specs, input_fingerprint
 
     profile = {"name": run.validator, **run.validator_config}
-    now = input_fingerprint(revision=run.revision, assertions=feature_assertion_specs(run.feature), profile=profile,
-                            protection=run.protection)
+    now = input_fingerprint(
+        revision=run.revision,
+        assertions=feature_assertion_specs(run.feature),
+        profile=profile,
+        protection=run.protection,
+    )
     if now != run.input_fingerprint:
         notes.append("the feature's assertions changed since the run; the replay judges the run's own frozen set")
 
@@ -161,8 +173,10 @@ def _clock_ran_out(run: ValidatorRun, report: ReplayReport, verdict: dict[str, A
     checks everything the journal does hold and reports the recorded error."""
     report.replayed, report.error_code = "error", "timeout"
     report.verdict_sha256 = journal.sha256_of(verdict)
-    report.notes.append(f"the run timed out after its last answer was journaled; the journal replays on to a "
-                        f"{verdict['status']} verdict that was never accepted")
+    report.notes.append(
+        f"the run timed out after its last answer was journaled; the journal replays on to a "
+        f"{verdict['status']} verdict that was never accepted"
+    )
     report.ok = run.verdict is None
     if not report.ok:
         report.problems.append("a run that timed out before its decision holds a verdict")
@@ -197,8 +211,9 @@ def _compare_error(run: ValidatorRun, report: ReplayReport, code: str, message: 
     return report
 
 
-def _compare_verdict(run: ValidatorRun, report: ReplayReport, verdict: dict[str, Any],
-                     final: dict[str, Any] | None) -> ReplayReport:
+def _compare_verdict(
+    run: ValidatorRun, report: ReplayReport, verdict: dict[str, Any], final: dict[str, Any] | None
+) -> ReplayReport:
     report.replayed = verdict["status"]
     report.verdict_sha256 = journal.sha256_of(verdict)
     report.recorded_sha256 = (final or {}).get("candidate_sha256", "")
@@ -212,7 +227,9 @@ def _compare_verdict(run: ValidatorRun, report: ReplayReport, verdict: dict[str,
     if run.verdict is not None and report.stored_verdict_sha256 != report.verdict_sha256:
         report.problems.append("the replayed verdict hash differs from the verdict stored on the run")
     if report.tokens and (run.tokens_in, run.tokens_out) != (report.tokens["in"], report.tokens["out"]):
-        report.notes.append(f"tokens on the run {run.tokens_in}/{run.tokens_out}, journaled "
-                            f"{report.tokens['in']}/{report.tokens['out']}")
+        report.notes.append(
+            f"tokens on the run {run.tokens_in}/{run.tokens_out}, journaled "
+            f"{report.tokens['in']}/{report.tokens['out']}"
+        )
     report.ok = not report.problems
     return report

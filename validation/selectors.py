@@ -23,8 +23,11 @@ JUDGED = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED)
 def newest_judged_run(*, feature_id: int, fingerprint: str) -> ValidatorRun | None:
     """The newest run on exactly this input that reached a verdict (errors and
     cancellations say nothing about the code)."""
-    return (ValidatorRun.objects.filter(feature_id=feature_id, input_fingerprint=fingerprint, status__in=JUDGED)
-            .order_by("-id").first())
+    return (
+        ValidatorRun.objects.filter(feature_id=feature_id, input_fingerprint=fingerprint, status__in=JUDGED)
+        .order_by("-id")
+        .first()
+    )
 
 
 def feature_revision(feature) -> str:
@@ -39,8 +42,12 @@ def feature_revision(feature) -> str:
     if task is not None:
         candidates.append((task.finished_at, task.revision))
     fixes = FixLineage.objects.filter(root=feature).values_list("fix_id", flat=True)
-    fixed = (ValidatorRun.objects.filter(feature_id__in=fixes, status=RunStatus.PASSED).exclude(revision="")
-             .order_by("-completed_at", "-id").first())
+    fixed = (
+        ValidatorRun.objects.filter(feature_id__in=fixes, status=RunStatus.PASSED)
+        .exclude(revision="")
+        .order_by("-completed_at", "-id")
+        .first()
+    )
     if fixed is not None:
         candidates.append((fixed.completed_at, fixed.revision))
     if not candidates:

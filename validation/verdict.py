@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -81,6 +82,7 @@ def overall_status(assertions: list[AssertionVerdict]) -> str:
 
 # --- host validators (fixed order) -------------------------------------------------------
 
+
 def keys_accounted(v: Verdict, ctx: FrozenContext) -> list[str]:
     problems = []
     seen: dict[str, int] = {}
@@ -108,8 +110,9 @@ def failures_explained(v: Verdict, ctx: FrozenContext) -> list[str]:
 
 
 def evidence_present(v: Verdict, ctx: FrozenContext) -> list[str]:
-    return [f"{a.key}: cite at least one evidence item" for a in v.assertions
-            if not any(e.text.strip() for e in a.evidence)]
+    return [
+        f"{a.key}: cite at least one evidence item" for a in v.assertions if not any(e.text.strip() for e in a.evidence)
+    ]
 
 
 FILE_REF = re.compile(r"^(?P<path>[^\s:]+?)(?::(?P<line>\d+))?(?:[:\s].*)?$", re.S)
@@ -130,7 +133,7 @@ def line_of(text: str, offset: int) -> int:
     or at the very end, belongs to the line that break ends."""
     if offset == len(text) and text.endswith(("\r", "\n")):
         offset -= 1
-    if 0 < offset < len(text) and text[offset - 1:offset + 1] == "\r\n":
+    if 0 < offset < len(text) and text[offset - 1 : offset + 1] == "\r\n":
         offset -= 1
     return text.count("\n", 0, offset) + text.count("\r", 0, offset) - text.count("\r\n", 0, offset) + 1
 
@@ -226,8 +229,7 @@ HOST_VALIDATORS: tuple[tuple[str, Callable[[Verdict, FrozenContext], list[str]]]
 )
 
 
-def run_host_validators(v: Verdict, ctx: FrozenContext,
-                        validators=HOST_VALIDATORS) -> HostReport:
+def run_host_validators(v: Verdict, ctx: FrozenContext, validators=HOST_VALIDATORS) -> HostReport:
     report = HostReport()
     for name, fn in validators:  # all of them, no short-circuit
         try:
@@ -244,7 +246,9 @@ def parse_candidate(data: Any) -> tuple[Verdict | None, list[str]]:
     try:
         return Verdict.model_validate(data), []
     except ValidationError as exc:
-        return None, [f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}" for err in exc.errors()[:20]]
+        return None, [
+            f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}" for err in exc.errors()[:20]
+        ]
 
 
 def normalize(v: Verdict) -> Verdict:

@@ -9,7 +9,13 @@ Modules: `helpers` (rendering, rollup refresh, the action runner), `forms`, `inl
 `features` (features, assertions, links) and `tasks` (tasks, the audit log).
 """
 
-from missions.admin.helpers import (  # noqa: F401 — re-exported for validation.admin
-    TIMESTAMPS, LinkDisplays, admin_link, preformatted, pretty_json, related, short_sha,
-)
 from missions.admin import features, hierarchy, tasks  # noqa: F401,E402 — registers the model admins
+from missions.admin.helpers import (  # noqa: F401 — re-exported for validation.admin
+    TIMESTAMPS,
+    LinkDisplays,
+    admin_link,
+    preformatted,
+    pretty_json,
+    related,
+    short_sha,
+)

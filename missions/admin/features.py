@@ -11,18 +11,35 @@ from django.db import models
 from missions.admin.actions import FEATURE_ACTIONS
 from missions.admin.forms import ContractAssertionForm, FeatureAssertionForm, FeatureForm
 from missions.admin.helpers import (
-    TIMESTAMPS, LinkDisplays, RollupRefreshMixin, SaveChangedFieldsMixin, admin_link, formsets_changed,
-    linked_milestone_ids, related,
+    TIMESTAMPS,
+    LinkDisplays,
+    RollupRefreshMixin,
+    SaveChangedFieldsMixin,
+    admin_link,
+    formsets_changed,
+    linked_milestone_ids,
+    related,
 )
 from missions.admin.inlines import AssertionFeatureInline, FeatureAssertionInline, TaskInline
-from missions.models import ContractAssertion, Feature, FeatureAssertion, TaskStatus
+from missions.models import ContractAssertion, FeatureAssertion, MissionFeature, TaskStatus
 
 
-@admin.register(Feature)
+@admin.register(MissionFeature)
 class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = FeatureForm
-    list_display = ("key", "title", "mission", "slice", "status", "loop_state", "implementation_attempts",
-                    "validator_attempts", "fix_rounds", "stop_reason", "updated_at")
+    list_display = (
+        "key",
+        "title",
+        "mission",
+        "slice",
+        "status",
+        "loop_state",
+        "implementation_attempts",
+        "validator_attempts",
+        "fix_rounds",
+        "stop_reason",
+        "updated_at",
+    )
     list_filter = ("status", "loop_state", "stop_reason", "mission")
     search_fields = ("key", "title", "description", "mission__key", "slice__key")
     list_select_related = ("mission", "slice")
@@ -30,17 +47,41 @@ class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, adm
     ordering = ("mission", "slice__order", "order", "id")
     autocomplete_fields = ("slice",)
     readonly_fields = (
-        "mission_link", "milestone_link", "slice_link", "status", "loop_state", "implementation_attempts",
-        "validator_attempts", "fix_rounds", "last_run_link", "stop_reason", "stop_detail", "stopped_at",
-        "generated_from_link", "generated_from_run_link", *TIMESTAMPS,
+        "mission_link",
+        "milestone_link",
+        "slice_link",
+        "status",
+        "loop_state",
+        "implementation_attempts",
+        "validator_attempts",
+        "fix_rounds",
+        "last_run_link",
+        "stop_reason",
+        "stop_detail",
+        "stopped_at",
+        "generated_from_link",
+        "generated_from_run_link",
+        *TIMESTAMPS,
     )
     fieldsets = (
         (None, {"fields": ("mission_link", "milestone_link", ("slice", "slice_link"), "key", "title", "order")}),
         ("Specification", {"fields": ("description", "acceptance_criteria")}),
-        ("Loop (changed by the loop and the actions only)", {"fields": (
-            "status", "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds", "last_run_link",
-            "stop_reason", "stop_detail", "stopped_at",
-        )}),
+        (
+            "Loop (changed by the loop and the actions only)",
+            {
+                "fields": (
+                    "status",
+                    "loop_state",
+                    "implementation_attempts",
+                    "validator_attempts",
+                    "fix_rounds",
+                    "last_run_link",
+                    "stop_reason",
+                    "stop_detail",
+                    "stopped_at",
+                )
+            },
+        ),
         ("Fix lineage", {"fields": ("generated_from_link", "generated_from_run_link")}),
         ("Record", {"fields": TIMESTAMPS}),
     )
@@ -94,8 +135,18 @@ class ContractAssertionAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDis
     ordering = ("mission", "milestone__order", "order", "id")
     autocomplete_fields = ("milestone",)
     readonly_fields = ("mission_link", "milestone_link", "status", *TIMESTAMPS)
-    fields = ("mission_link", ("milestone", "milestone_link"), "key", "title", "statement", "scope", "check_spec",
-              "status", "order", *TIMESTAMPS)
+    fields = (
+        "mission_link",
+        ("milestone", "milestone_link"),
+        "key",
+        "title",
+        "statement",
+        "scope",
+        "check_spec",
+        "status",
+        "order",
+        *TIMESTAMPS,
+    )
     inlines = (AssertionFeatureInline,)
 
     def get_queryset(self, request):

@@ -11,7 +11,15 @@ from django.forms.models import BaseInlineFormSet
 from missions.admin.helpers import related
 from missions.errors import Invalid
 from missions.models import (
-    AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice, Task, TaskStatus,
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionFeature,
+    Slice,
+    Task,
+    TaskStatus,
 )
 from missions.services.hierarchy import _check_dependencies
 
@@ -29,11 +37,13 @@ class MissionForm(forms.ModelForm):
     class Meta:
         model = Mission
         fields = "__all__"
-        help_texts = {"protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
-                                         "base revision content before any check runs."}
+        help_texts = {
+            "protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
+            "base revision content before any check runs."
+        }
 
     def clean_protected_paths(self):
-        from validation.checks_spec import pattern_problems
+        from missions.checks_spec import pattern_problems
 
         value = self.cleaned_data.get("protected_paths")
         if value in (None, ""):  # an emptied field protects nothing
@@ -72,8 +82,10 @@ class MissionScopedForm(forms.ModelForm):
             self.add_error(self.parent_field, "Cannot move to another mission.")
         key = cleaned.get("key")
         # When `mission` is a form field Django checks the constraint itself.
-        if key and "mission" not in self.fields and (
-            type(instance).objects.filter(mission_id=mission_id, key=key).exclude(pk=instance.pk).exists()
+        if (
+            key
+            and "mission" not in self.fields
+            and (type(instance).objects.filter(mission_id=mission_id, key=key).exclude(pk=instance.pk).exists())
         ):
             self.add_error("key", "This key is already used in the mission.")
         return cleaned
@@ -110,7 +122,7 @@ class FeatureForm(MissionScopedForm):
     parent_field = "slice"
 
     class Meta:
-        model = Feature
+        model = MissionFeature
         fields = "__all__"
 
 
@@ -157,8 +169,10 @@ class TaskForm(forms.ModelForm):
         mission, feature = cleaned.get("mission"), cleaned.get("feature")
         if mission and feature and feature.mission_id != mission.pk:
             self.add_error("feature", "The feature belongs to another mission.")
-        if self.instance.pk is None and feature is not None and (
-            feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists()
+        if (
+            self.instance.pk is None
+            and feature is not None
+            and (feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists())
         ):
             self.add_error("feature", "The feature already has an open task.")
         return cleaned
@@ -191,7 +205,7 @@ class MissionLinkInlineFormSet(BaseInlineFormSet):
         super().add_fields(form, index)
         field = form.fields.get(self.other_field)
         parent_mission = getattr(self.instance, "mission_id", None)
-        if isinstance(self.instance, Feature) and self.instance.slice_id:
+        if isinstance(self.instance, MissionFeature) and self.instance.slice_id:
             parent_mission = self.instance.slice.mission_id
         elif isinstance(self.instance, ContractAssertion) and self.instance.milestone_id:
             parent_mission = self.instance.milestone.mission_id
@@ -211,10 +225,15 @@ class FeatureChoiceFormSet(MissionLinkInlineFormSet):
 
 
 class TaskCompleteForm(forms.Form):
-    revision = forms.CharField(max_length=200, help_text="The commit the task landed (a sha or a ref of the workspace); "
-                                                          "a ref is pinned to its commit id now.")
-    summary = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
-                              help_text="What was done; the validator sees it.")
+    revision = forms.CharField(
+        max_length=200,
+        help_text="The commit the task landed (a sha or a ref of the workspace); a ref is pinned to its commit id now.",
+    )
+    summary = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        help_text="What was done; the validator sees it.",
+    )
 
     def clean_revision(self):
         value = self.cleaned_data["revision"].strip()
@@ -224,5 +243,9 @@ class TaskCompleteForm(forms.Form):
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-                             help_text="Why: recorded in the mission's audit log with your name.")
+    reason = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Why: recorded in the mission's audit log with your name.",
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db import models, transaction
@@ -170,13 +171,17 @@ def error_message(obj: models.Model, exc: DomainError) -> str:
     blockers = exc.extra.get("blockers") if isinstance(exc.extra, dict) else None
     if not blockers:
         return format_html("{}: {}", obj, exc.detail)
-    items = format_html_join("", "<li>feature {} (id {}): {} since {}</li>", (
-        (b.get("key", "?"), b.get("feature"), b.get("reason"), b.get("since") or "unknown") for b in blockers))
+    items = format_html_join(
+        "",
+        "<li>feature {} (id {}): {} since {}</li>",
+        ((b.get("key", "?"), b.get("feature"), b.get("reason"), b.get("since") or "unknown") for b in blockers),
+    )
     return format_html("{}: {}<ul>{}</ul>", obj, exc.detail, items)
 
 
-def run_each(modeladmin, request, queryset: Iterable[models.Model], fn: Callable[[models.Model], str | None], *,
-             done: str) -> list[models.Model]:
+def run_each(
+    modeladmin, request, queryset: Iterable[models.Model], fn: Callable[[models.Model], str | None], *, done: str
+) -> list[models.Model]:
     """Call `fn` (a service call) for every object; refusals become error messages, one
     success message lists what worked, each success is written to the admin history.
     Never lets an exception reach the changelist."""

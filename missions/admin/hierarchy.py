@@ -9,19 +9,33 @@ from django.utils.html import format_html, format_html_join
 from missions.admin.actions import MISSION_ACTIONS
 from missions.admin.forms import MilestoneForm, MissionForm, SliceForm
 from missions.admin.helpers import (
-    TIMESTAMPS, LinkDisplays, RollupRefreshMixin, SaveChangedFieldsMixin, admin_link, formsets_changed,
+    TIMESTAMPS,
+    LinkDisplays,
+    RollupRefreshMixin,
+    SaveChangedFieldsMixin,
+    admin_link,
+    formsets_changed,
     linked_milestone_ids,
 )
 from missions.admin.inlines import ContractAssertionInline, FeatureInline, MilestoneInline, SliceInline
 from missions.events import audience, revoke_on_commit
-from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, MissionStatus, Slice
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, MissionStatus, Slice
 
 
 @admin.register(Mission)
 class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = MissionForm
-    list_display = ("key", "title", "status", "autopilot", "auto_fix", "retry_budget", "executor", "owner",
-                    "updated_at")
+    list_display = (
+        "key",
+        "title",
+        "status",
+        "autopilot",
+        "auto_fix",
+        "retry_budget",
+        "executor",
+        "owner",
+        "updated_at",
+    )
     list_filter = ("status", "autopilot", "auto_fix", "executor", "validator")
     search_fields = ("key", "title", "description")
     list_select_related = ("owner",)
@@ -51,9 +65,18 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
         blockers = resume_blockers(obj)
         if not blockers:
             return "nothing: a resume re-arms the mission"
-        features = {f.pk: f for f in Feature.objects.filter(pk__in=[b["feature"] for b in blockers])}
-        return format_html("<ul>{}</ul>", format_html_join("", "<li>{} — {} since {}</li>", (
-            (admin_link(features.get(b["feature"]), b["key"]), b["reason"], b["since"] or "unknown") for b in blockers)))
+        features = {f.pk: f for f in MissionFeature.objects.filter(pk__in=[b["feature"] for b in blockers])}
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>{} — {} since {}</li>",
+                (
+                    (admin_link(features.get(b["feature"]), b["key"]), b["reason"], b["since"] or "unknown")
+                    for b in blockers
+                ),
+            ),
+        )
 
     def save_model(self, request, obj, form, change):
         request.fusion_audience = audience(obj.pk) if change else set()
@@ -83,8 +106,18 @@ class MilestoneAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, a
     autocomplete_fields = ("mission",)
     filter_horizontal = ("dependencies",)
     readonly_fields = ("mission_link", "status", "validation_state", *TIMESTAMPS)
-    fields = ("mission", "mission_link", "key", "title", "description", "order", "status", "validation_state",
-              "dependencies", *TIMESTAMPS)
+    fields = (
+        "mission",
+        "mission_link",
+        "key",
+        "title",
+        "description",
+        "order",
+        "status",
+        "validation_state",
+        "dependencies",
+        *TIMESTAMPS,
+    )
     inlines = (SliceInline, ContractAssertionInline)
 
     def get_readonly_fields(self, request, obj=None):
@@ -121,8 +154,17 @@ class SliceAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin
     ordering = ("mission", "milestone__order", "order", "id")
     autocomplete_fields = ("milestone",)
     readonly_fields = ("mission_link", "milestone_link", "status", "activated_at", *TIMESTAMPS)
-    fields = ("mission_link", ("milestone", "milestone_link"), "key", "title", "description", "order", "status",
-              "activated_at", *TIMESTAMPS)
+    fields = (
+        "mission_link",
+        ("milestone", "milestone_link"),
+        "key",
+        "title",
+        "description",
+        "order",
+        "status",
+        "activated_at",
+        *TIMESTAMPS,
+    )
     inlines = (FeatureInline,)
 
     def save_form(self, request, form, change):

@@ -8,11 +8,16 @@ from django.contrib import admin
 from django.db import models
 
 from missions.admin.forms import (
-    AssertionChoiceFormSet, ContractAssertionForm, FeatureAssertionForm, FeatureChoiceFormSet, FeatureForm,
-    MissionKeyInlineFormSet, SliceForm,
+    AssertionChoiceFormSet,
+    ContractAssertionForm,
+    FeatureAssertionForm,
+    FeatureChoiceFormSet,
+    FeatureForm,
+    MissionKeyInlineFormSet,
+    SliceForm,
 )
 from missions.admin.helpers import admin_link, related
-from missions.models import ContractAssertion, Feature, FeatureAssertion, Milestone, Slice, Task
+from missions.models import ContractAssertion, FeatureAssertion, Milestone, MissionFeature, Slice, Task
 
 
 class MilestoneInline(admin.TabularInline):
@@ -36,7 +41,7 @@ class SliceInline(admin.TabularInline):
 
 
 class FeatureInline(admin.TabularInline):
-    model = Feature
+    model = MissionFeature
     form = FeatureForm
     formset = MissionKeyInlineFormSet
     fields = ("key", "title", "order", "status", "loop_state")

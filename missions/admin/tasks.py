@@ -14,20 +14,43 @@ from missions.models import MissionEvent, Task
 @admin.register(Task)
 class TaskAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = TaskForm
-    list_display = ("id", "title", "mission", "feature", "status", "executor", "revision", "revision_name", "started_at",
-                    "finished_at")
+    list_display = (
+        "id",
+        "title",
+        "mission",
+        "feature",
+        "status",
+        "executor",
+        "revision",
+        "revision_name",
+        "started_at",
+        "finished_at",
+    )
     list_filter = ("status", "executor", "mission")
     search_fields = ("title", "prompt", "summary", "revision", "revision_name", "feature__key", "mission__key")
     list_select_related = ("mission", "feature")
     date_hierarchy = "created_at"
     ordering = ("-id",)
     autocomplete_fields = ("mission", "feature")
-    readonly_fields = ("mission_link", "feature_link", "executor", "status", "revision", "revision_name", "started_at",
-                       "finished_at", "summary", "log_display", *TIMESTAMPS)
+    readonly_fields = (
+        "mission_link",
+        "feature_link",
+        "executor",
+        "status",
+        "revision",
+        "revision_name",
+        "started_at",
+        "finished_at",
+        "summary",
+        "log_display",
+        *TIMESTAMPS,
+    )
     fieldsets = (
         (None, {"fields": (("mission", "mission_link"), ("feature", "feature_link"), "title", "prompt", "executor")}),
-        ("Execution (changed by the actions and the executor only)", {"fields": (
-            "status", "revision", "revision_name", "started_at", "finished_at", "summary", "log_display")}),
+        (
+            "Execution (changed by the actions and the executor only)",
+            {"fields": ("status", "revision", "revision_name", "started_at", "finished_at", "summary", "log_display")},
+        ),
         ("Record", {"fields": TIMESTAMPS}),
     )
     actions = TASK_ACTIONS
@@ -44,8 +67,9 @@ class TaskAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
         # takes the mission's executor, and starts by itself with the `command` executor.
         from missions.services.tasks import task_create
 
-        task = task_create(user=request.user, title=obj.title, prompt=obj.prompt, feature=obj.feature,
-                           mission=obj.mission)
+        task = task_create(
+            user=request.user, title=obj.title, prompt=obj.prompt, feature=obj.feature, mission=obj.mission
+        )
         obj.pk = task.pk
         obj._state.adding = False
         obj.refresh_from_db()

@@ -38,18 +38,24 @@ def _first_message(fields) -> str:
 def exception_handler(exc, context):
     if isinstance(exc, (RequestDataTooBig, TooManyFieldsSent)):
         # Raised while DRF reads the body: without this the request ends as Django's HTML 400.
-        return Response({"code": "request_too_large", "detail": str(exc), "fields": {}},
-                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        return Response(
+            {"code": "request_too_large", "detail": str(exc), "fields": {}},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, SuspiciousOperation):
-        return Response({"code": "bad_request", "detail": "the request was refused as malformed", "fields": {}},
-                        status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"code": "bad_request", "detail": "the request was refused as malformed", "fields": {}},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, DomainError):
         body = {"code": exc.code, "detail": exc.detail, "fields": exc.fields, **exc.extra}
         return Response(body, status=exc.status)
     if isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        return Response({"code": "validation_error", "detail": _first_message(fields), "fields": fields},
-                        status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"code": "validation_error", "detail": _first_message(fields), "fields": fields},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -71,8 +77,15 @@ def exception_handler(exc, context):
     return response
 
 
-_STATUS_CODES = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
-                 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+}
 
 
 class JsonApiErrorsMiddleware:
@@ -87,14 +100,18 @@ class JsonApiErrorsMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        if (request.path.startswith(self.prefix) and 400 <= response.status_code < 500
-                and not response.get("Content-Type", "").startswith("application/json")
-                and not getattr(response, "streaming", False)):
+        if (
+            request.path.startswith(self.prefix)
+            and 400 <= response.status_code < 500
+            and not response.get("Content-Type", "").startswith("application/json")
+            and not getattr(response, "streaming", False)
+        ):
             from django.http import JsonResponse
 
             code = _STATUS_CODES.get(response.status_code, "error")
-            replaced = JsonResponse({"code": code, "detail": code.replace("_", " "), "fields": {}},
-                                    status=response.status_code)
+            replaced = JsonResponse(
+                {"code": code, "detail": code.replace("_", " "), "fields": {}}, status=response.status_code
+            )
             for header in ("Allow", "WWW-Authenticate"):
                 if header in response:
                     replaced[header] = response[header]

@@ -6,7 +6,6 @@ django-filter's default ModelChoiceFilter answers 400 for an id that does not ex
 from django.db import models
 from django_filters import rest_framework as filters
 
-
 # An id the database cannot even represent (SQLite and PostgreSQL keep 64-bit integers) is
 # a bad request, not a server error.
 ID_BOUNDS = {"min_value": -(2**63), "max_value": 2**63 - 1}

@@ -8,7 +8,14 @@ from rest_framework import serializers
 
 from missions.errors import Invalid
 from missions.models import (
-    ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, Slice, Task,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    Slice,
+    Task,
 )
 from missions.selectors import visible_missions
 
@@ -35,7 +42,7 @@ class CheckField(serializers.JSONField):
         value = super().to_internal_value(data)
         if value is None:
             return None
-        from validation.checks_spec import check_spec_problems
+        from missions.checks_spec import check_spec_problems
 
         problems = check_spec_problems(value)
         if problems:
@@ -50,14 +57,31 @@ class MissionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Mission
         fields = [
-            "id", "key", "title", "description", "status", "status_reason", "autopilot", "auto_fix", "retry_budget",
-            "workspace", "base_revision", "protected_paths", "on_protected_change", "validator", "executor",
-            "executor_command", "owner", "members", "created_at", "updated_at",
+            "id",
+            "key",
+            "title",
+            "description",
+            "status",
+            "status_reason",
+            "autopilot",
+            "auto_fix",
+            "retry_budget",
+            "workspace",
+            "base_revision",
+            "protected_paths",
+            "on_protected_change",
+            "validator",
+            "executor",
+            "executor_command",
+            "owner",
+            "members",
+            "created_at",
+            "updated_at",
         ]
         read_only_fields = ["status", "status_reason", "autopilot", "owner", "created_at", "updated_at"]
 
     def validate_protected_paths(self, value):
-        from validation.checks_spec import pattern_problems
+        from missions.checks_spec import pattern_problems
 
         problems = pattern_problems(value)
         if problems:
@@ -70,8 +94,11 @@ class MissionSerializer(serializers.ModelSerializer):
         base = attrs.get("base_revision", current.base_revision if current else "")
         if paths and not base.strip():
             # Protected files are restored from the base revision: without one nothing can be.
-            raise Invalid("base_revision is required when protected_paths is set", code="base_revision_required",
-                          fields={"base_revision": ["required when protected_paths is set"]})
+            raise Invalid(
+                "base_revision is required when protected_paths is set",
+                code="base_revision_required",
+                fields={"base_revision": ["required when protected_paths is set"]},
+            )
         return attrs
 
 
@@ -81,8 +108,19 @@ class MilestoneSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Milestone
-        fields = ["id", "mission", "key", "title", "description", "order", "status", "validation_state",
-                  "dependencies", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "mission",
+            "key",
+            "title",
+            "description",
+            "order",
+            "status",
+            "validation_state",
+            "dependencies",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["status", "validation_state", "created_at", "updated_at"]
         # The (mission, key) constraint is reported by the service as `duplicate_key`,
         # like every other kind; DRF's generic unique-together message would differ.
@@ -99,8 +137,19 @@ class SliceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Slice
-        fields = ["id", "mission", "milestone", "key", "title", "description", "order", "status", "activated_at",
-                  "created_at", "updated_at"]
+        fields = [
+            "id",
+            "mission",
+            "milestone",
+            "key",
+            "title",
+            "description",
+            "order",
+            "status",
+            "activated_at",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["mission", "status", "activated_at", "created_at", "updated_at"]
 
 
@@ -109,15 +158,46 @@ class FeatureSerializer(serializers.ModelSerializer):
     assertion_keys = serializers.SerializerMethodField()
 
     class Meta:
-        model = Feature
+        model = MissionFeature
         fields = [
-            "id", "mission", "slice", "key", "title", "description", "acceptance_criteria", "order", "status",
-            "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds", "last_run", "generated_from",
-            "generated_from_run", "stop_reason", "stop_detail", "stopped_at", "assertion_keys", "created_at", "updated_at",
+            "id",
+            "mission",
+            "slice",
+            "key",
+            "title",
+            "description",
+            "acceptance_criteria",
+            "order",
+            "status",
+            "loop_state",
+            "implementation_attempts",
+            "validator_attempts",
+            "fix_rounds",
+            "last_run",
+            "generated_from",
+            "generated_from_run",
+            "stop_reason",
+            "stop_detail",
+            "stopped_at",
+            "assertion_keys",
+            "created_at",
+            "updated_at",
         ]
         read_only_fields = [
-            "mission", "status", "loop_state", "implementation_attempts", "validator_attempts", "fix_rounds", "last_run",
-            "generated_from", "generated_from_run", "stop_reason", "stop_detail", "stopped_at", "created_at", "updated_at",
+            "mission",
+            "status",
+            "loop_state",
+            "implementation_attempts",
+            "validator_attempts",
+            "fix_rounds",
+            "last_run",
+            "generated_from",
+            "generated_from_run",
+            "stop_reason",
+            "stop_detail",
+            "stopped_at",
+            "created_at",
+            "updated_at",
         ]
 
     def get_assertion_keys(self, obj) -> list[str]:
@@ -131,8 +211,21 @@ class AssertionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ContractAssertion
-        fields = ["id", "mission", "milestone", "key", "title", "statement", "scope", "check", "status", "order",
-                  "features", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "mission",
+            "milestone",
+            "key",
+            "title",
+            "statement",
+            "scope",
+            "check",
+            "status",
+            "order",
+            "features",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["mission", "status", "created_at", "updated_at"]
         # Human keys are slugs (DESIGN §3): they travel in prompts, verdicts and files.
         extra_kwargs = {"key": {"validators": [validate_slug]}}
@@ -143,15 +236,40 @@ class LinkSerializer(serializers.Serializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    feature = VisiblePK(model=Feature, mission_path="mission", required=False, allow_null=True)
+    feature = VisiblePK(model=MissionFeature, mission_path="mission", required=False, allow_null=True)
     mission = VisiblePK(model=Mission, mission_path="", required=False)
 
     class Meta:
         model = Task
-        fields = ["id", "mission", "feature", "title", "prompt", "status", "revision", "revision_name", "summary", "log",
-                  "executor", "started_at", "finished_at", "created_at", "updated_at"]
-        read_only_fields = ["status", "revision", "revision_name", "summary", "log", "executor", "started_at", "finished_at",
-                            "created_at", "updated_at"]
+        fields = [
+            "id",
+            "mission",
+            "feature",
+            "title",
+            "prompt",
+            "status",
+            "revision",
+            "revision_name",
+            "summary",
+            "log",
+            "executor",
+            "started_at",
+            "finished_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = [
+            "status",
+            "revision",
+            "revision_name",
+            "summary",
+            "log",
+            "executor",
+            "started_at",
+            "finished_at",
+            "created_at",
+            "updated_at",
+        ]
         # `POST /api/tasks/ {"feature": id}` is enough: the service titles the task after its feature.
         extra_kwargs = {"title": {"required": False}}
 

@@ -22,7 +22,7 @@ from missions import selectors
 from missions.api import serializers as s
 from missions.api.parsers import YAMLParser
 from missions.errors import Forbidden, Invalid
-from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, Slice, Task
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
 from missions.services import hierarchy
 from missions.services import tasks as task_services
 from missions.services.rollup import milestone_rollup
@@ -65,7 +65,9 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         mission = serializer.instance
         if "members" in serializer.validated_data and not self._is_owner(mission):
             raise Forbidden("only the owner or staff may change members", code="owner_only")
-        serializer.instance = hierarchy.mission_update(mission=mission, user=self.request.user, **serializer.validated_data)
+        serializer.instance = hierarchy.mission_update(
+            mission=mission, user=self.request.user, **serializer.validated_data
+        )
 
     def perform_destroy(self, instance):
         if not self._is_owner(instance):
@@ -75,7 +77,9 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
     def _is_owner(self, mission: Mission) -> bool:
         return self.request.user.is_staff or mission.owner_id == self.request.user.pk
 
-    @extend_schema(responses={200: OpenApiResponse(description="Milestones -> slices -> features with loop states and rollups.")})
+    @extend_schema(
+        responses={200: OpenApiResponse(description="Milestones -> slices -> features with loop states and rollups.")}
+    )
     @action(detail=True, methods=["get"])
     def tree(self, request, pk=None):
         from missions.api.tree import mission_tree
@@ -95,7 +99,10 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         response["Content-Disposition"] = f'attachment; filename="{self.get_object().key}.yaml"'
         return response
 
-    @extend_schema(request={"application/yaml": str, "application/json": dict}, responses={201: s.MissionSerializer, 200: s.MissionSerializer})
+    @extend_schema(
+        request={"application/yaml": str, "application/json": dict},
+        responses={201: s.MissionSerializer, 200: s.MissionSerializer},
+    )
     @action(detail=False, methods=["post"], url_path="import", parser_classes=[YAMLParser, JSONParser])
     def import_(self, request):
         if not isinstance(request.data, (dict, str)) or not request.data:
@@ -142,7 +149,11 @@ def _refuse_relative_workspace(data) -> None:
 
 
 class MilestoneViewSet(MissionScopedViewSet):
-    queryset = Milestone.objects.select_related("mission").prefetch_related("dependencies").order_by("mission_id", "order", "id")
+    queryset = (
+        Milestone.objects.select_related("mission")
+        .prefetch_related("dependencies")
+        .order_by("mission_id", "order", "id")
+    )
     serializer_class = s.MilestoneSerializer
     filterset_fields = ["mission", "status", "validation_state", "key"]
 
@@ -150,8 +161,9 @@ class MilestoneViewSet(MissionScopedViewSet):
         serializer.instance = hierarchy.milestone_create(user=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = hierarchy.milestone_update(user=self.request.user, milestone=serializer.instance,
-                                                         **serializer.validated_data)
+        serializer.instance = hierarchy.milestone_update(
+            user=self.request.user, milestone=serializer.instance, **serializer.validated_data
+        )
 
     def perform_destroy(self, instance):
         hierarchy.milestone_delete(user=self.request.user, milestone=instance)
@@ -170,14 +182,20 @@ class SliceViewSet(MissionScopedViewSet):
         serializer.instance = hierarchy.slice_create(user=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = hierarchy.slice_update(user=self.request.user, slice_=serializer.instance, **serializer.validated_data)
+        serializer.instance = hierarchy.slice_update(
+            user=self.request.user, slice_=serializer.instance, **serializer.validated_data
+        )
 
     def perform_destroy(self, instance):
         hierarchy.slice_delete(user=self.request.user, slice_=instance)
 
 
 class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
-    queryset = Feature.objects.select_related("slice").prefetch_related("assertions").order_by("slice_id", "order", "id")
+    queryset = (
+        MissionFeature.objects.select_related("slice")
+        .prefetch_related("assertions")
+        .order_by("slice_id", "order", "id")
+    )
     serializer_class = s.FeatureSerializer
     filterset_fields = ["mission", "slice", "slice__milestone", "status", "loop_state", "key", "generated_from"]
     review = feature_review_action  # POST /api/features/{id}/review/: an advisory review of the feature's change
@@ -187,23 +205,27 @@ class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
         serializer.instance = hierarchy.feature_create(user=self.request.user, slice_=data.pop("slice"), **data)
 
     def perform_update(self, serializer):
-        serializer.instance = hierarchy.feature_update(user=self.request.user, feature=serializer.instance,
-                                                       **serializer.validated_data)
+        serializer.instance = hierarchy.feature_update(
+            user=self.request.user, feature=serializer.instance, **serializer.validated_data
+        )
 
     def destroy(self, request, *args, **kwargs):
         force = request.query_params.get("force") in ("1", "true", "yes")
         hierarchy.feature_delete(user=request.user, feature=self.get_object(), force=force)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    def _assertion_from(self, feature: Feature) -> ContractAssertion:
+    def _assertion_from(self, feature: MissionFeature) -> ContractAssertion:
         body = s.LinkSerializer(data=self.request.data)
         body.is_valid(raise_exception=True)
         ref = body.validated_data["assertion"].strip()
         qs = ContractAssertion.objects.filter(mission_id=feature.mission_id)
         found = qs.filter(pk=int(ref)).first() if ref.isascii() and ref.isdigit() else qs.filter(key=ref).first()
         if found is None:
-            raise Invalid(f"no assertion {ref!r} in this mission", code="unknown_assertion",
-                          fields={"assertion": ["unknown in this mission"]})
+            raise Invalid(
+                f"no assertion {ref!r} in this mission",
+                code="unknown_assertion",
+                fields={"assertion": ["unknown in this mission"]},
+            )
         return found
 
     @extend_schema(request=s.LinkSerializer, responses={201: s.FeatureSerializer})
@@ -211,14 +233,16 @@ class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
     def link(self, request, pk=None):
         feature = self.get_object()
         hierarchy.assertion_link(user=request.user, feature=feature, assertion=self._assertion_from(feature))
-        return Response(self.get_serializer(Feature.objects.get(pk=feature.pk)).data, status=status.HTTP_201_CREATED)
+        return Response(
+            self.get_serializer(MissionFeature.objects.get(pk=feature.pk)).data, status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(request=s.LinkSerializer, responses={200: s.FeatureSerializer})
     @action(detail=True, methods=["post"])
     def unlink(self, request, pk=None):
         feature = self.get_object()
         hierarchy.assertion_unlink(user=request.user, feature=feature, assertion=self._assertion_from(feature))
-        return Response(self.get_serializer(Feature.objects.get(pk=feature.pk)).data)
+        return Response(self.get_serializer(MissionFeature.objects.get(pk=feature.pk)).data)
 
 
 class AssertionViewSet(MissionScopedViewSet):
@@ -230,8 +254,9 @@ class AssertionViewSet(MissionScopedViewSet):
         serializer.instance = hierarchy.assertion_create(user=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = hierarchy.assertion_update(user=self.request.user, assertion=serializer.instance,
-                                                         **serializer.validated_data)
+        serializer.instance = hierarchy.assertion_update(
+            user=self.request.user, assertion=serializer.instance, **serializer.validated_data
+        )
 
     def perform_destroy(self, instance):
         hierarchy.assertion_delete(user=self.request.user, assertion=instance)
@@ -287,4 +312,6 @@ class MissionEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
 
 def get_visible(model, *, user, pk, mission_path="mission"):
     lookup = f"{mission_path}__in" if mission_path else "pk__in"
-    return get_object_or_404(model.objects.filter(**{lookup: selectors.visible_missions(user=user).values("pk")}), pk=pk)
+    return get_object_or_404(
+        model.objects.filter(**{lookup: selectors.visible_missions(user=user).values("pk")}), pk=pk
+    )

@@ -12,11 +12,17 @@ import sys
 CHANGES = {
     "cart-total": {"shop/cart.py": "def cart_total(items):\n    return sum(price * qty for price, qty in items)\n"},
     "cart-count": {"shop/count.py": "def item_count(items):\n    return sum(qty for _price, qty in items)\n"},
-    "discount": {"shop/discount.py": "def apply_discount(total, percent):\n    return total - percent  # wrong: subtracts the percentage as money\n"},
-    "discount-fix": {"shop/discount.py": "def apply_discount(total, percent):\n    return round(total * (100 - percent) / 100, 2)\n"},
-    "receipt": {"shop/receipt.py": "from shop.cart import cart_total\n\n\ndef receipt(items):\n"
-                                   "    lines = [f'{qty} x {price:.2f}' for price, qty in items]\n"
-                                   "    return '\\n'.join(lines + [f'TOTAL {cart_total(items):.2f}'])\n"},
+    "discount": {
+        "shop/discount.py": "def apply_discount(total, percent):\n    return total - percent  # wrong: subtracts the percentage as money\n"
+    },
+    "discount-fix": {
+        "shop/discount.py": "def apply_discount(total, percent):\n    return round(total * (100 - percent) / 100, 2)\n"
+    },
+    "receipt": {
+        "shop/receipt.py": "from shop.cart import cart_total\n\n\ndef receipt(items):\n"
+        "    lines = [f'{qty} x {price:.2f}' for price, qty in items]\n"
+        "    return '\\n'.join(lines + [f'TOTAL {cart_total(items):.2f}'])\n"
+    },
 }
 
 

@@ -65,5 +65,6 @@ def find_user(username: str | None):
 
 
 def add_user_argument(parser) -> None:
-    parser.add_argument("--user", dest="username", default=None,
-                        help="act as this user (named in the mission's audit log)")
+    parser.add_argument(
+        "--user", dest="username", default=None, help="act as this user (named in the mission's audit log)"
+    )

@@ -10,26 +10,40 @@ from django.utils import timezone
 
 from missions.events import publish_on_commit
 from missions.models import (
-    Feature, LoopState, Milestone, MilestoneStatus, Mission, MissionStatus, Slice, SliceStatus, TaskStatus,
+    LoopState,
+    Milestone,
+    MilestoneStatus,
+    Mission,
+    MissionFeature,
+    MissionStatus,
+    Slice,
+    SliceStatus,
+    TaskStatus,
 )
 
 
 def _stop(mission: Mission, reason: str) -> str:
     if mission.status_reason != reason:
         Mission.objects.filter(pk=mission.pk).update(status_reason=reason, updated_at=timezone.now())
-        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status,
-                                                       "change": "autopilot_stopped", "reason": reason})
+        publish_on_commit(
+            mission,
+            "mission:updated",
+            {"mission": mission.pk, "status": mission.status, "change": "autopilot_stopped", "reason": reason},
+        )
     return "stopped"
 
 
 def _clear_stop(mission: Mission) -> None:
     if mission.status_reason:
         Mission.objects.filter(pk=mission.pk).update(status_reason="", updated_at=timezone.now())
-        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status,
-                                                       "change": "autopilot_continued"})
+        publish_on_commit(
+            mission,
+            "mission:updated",
+            {"mission": mission.pk, "status": mission.status, "change": "autopilot_continued"},
+        )
 
 
-def _needs_task(feature: Feature) -> bool:
+def _needs_task(feature: MissionFeature) -> bool:
     """Idle and never tasked; or implementing after a repair `clear`, when the last task
     is done and already judged (a failed task waits for a person, never a retry loop)."""
     last = feature.tasks.exclude(status=TaskStatus.CANCELLED).order_by("-id").first()
@@ -37,20 +51,23 @@ def _needs_task(feature: Feature) -> bool:
         return last is None
     if feature.loop_state != LoopState.IMPLEMENTING or last is None or last.status != TaskStatus.DONE:
         return False
-    open_fix = feature.generated_fixes.filter(loop_state__in=[
-        LoopState.IDLE, LoopState.IMPLEMENTING, LoopState.VALIDATING, LoopState.NEEDS_FIX]).exists()
+    open_fix = feature.generated_fixes.filter(
+        loop_state__in=[LoopState.IDLE, LoopState.IMPLEMENTING, LoopState.VALIDATING, LoopState.NEEDS_FIX]
+    ).exists()
     if open_fix:
         return False  # it waits for its fix, then is re-validated at the fix's revision
     from validation.models import ValidatorRun
 
-    return ValidatorRun.objects.filter(feature=feature, revision=last.revision, created_at__gte=last.finished_at).exists()
+    return ValidatorRun.objects.filter(
+        feature=feature, revision=last.revision, created_at__gte=last.finished_at
+    ).exists()
 
 
 def _triage(slice_: Slice) -> int:
     from missions.services.tasks import task_create
 
     created = 0
-    candidates = Feature.objects.filter(slice=slice_, loop_state__in=[LoopState.IDLE, LoopState.IMPLEMENTING])
+    candidates = MissionFeature.objects.filter(slice=slice_, loop_state__in=[LoopState.IDLE, LoopState.IMPLEMENTING])
     for feature in candidates.order_by("order", "id"):
         if _needs_task(feature):
             task_create(user=None, feature=feature)
@@ -62,8 +79,11 @@ def _activate_slice(mission: Mission, slice_: Slice) -> None:
     now = timezone.now()
     Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.ACTIVE, activated_at=now, updated_at=now)
     Milestone.objects.filter(pk=slice_.milestone_id, status=MilestoneStatus.PENDING).update(
-        status=MilestoneStatus.ACTIVE, updated_at=now)
-    publish_on_commit(mission, "slice:activated", {"slice": slice_.pk, "milestone": slice_.milestone_id, "key": slice_.key})
+        status=MilestoneStatus.ACTIVE, updated_at=now
+    )
+    publish_on_commit(
+        mission, "slice:activated", {"slice": slice_.pk, "milestone": slice_.milestone_id, "key": slice_.key}
+    )
     _triage(slice_)
 
 
@@ -76,21 +96,25 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
         if slice_.status == SliceStatus.PENDING:
             _activate_slice(mission, slice_)
             return "activated"
-        features = Feature.objects.filter(slice=slice_)
+        features = MissionFeature.objects.filter(slice=slice_)
         blocked = features.filter(loop_state=LoopState.BLOCKED).order_by("id").first()
         if blocked is not None:
-            return _stop(mission, f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): "
-                                  f"repair it to continue")
+            return _stop(
+                mission,
+                f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): repair it to continue",
+            )
         if features.exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]).exists():
             _triage(slice_)
             _clear_stop(mission)
             return "waiting"
         Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.COMPLETE, updated_at=timezone.now())
-        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk})
+        publish_on_commit(
+            mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk}
+        )
     from missions.services.milestones import milestone_ready
 
     state = milestone_ready(milestone=milestone)
-    return _stop(mission, state[len("stop:"):]) if state.startswith("stop:") else state
+    return _stop(mission, state[len("stop:") :]) if state.startswith("stop:") else state
 
 
 @transaction.atomic
@@ -112,8 +136,12 @@ def autopilot_advance(*, mission_id: int) -> str:
             if waiting:
                 return _stop(mission, f"milestones {', '.join(waiting)} wait for dependencies that cannot complete")
             break
-    Mission.objects.filter(pk=mission.pk).update(status=MissionStatus.COMPLETE, status_reason="", updated_at=timezone.now())
-    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": MissionStatus.COMPLETE, "change": "completed"})
+    Mission.objects.filter(pk=mission.pk).update(
+        status=MissionStatus.COMPLETE, status_reason="", updated_at=timezone.now()
+    )
+    publish_on_commit(
+        mission, "mission:updated", {"mission": mission.pk, "status": MissionStatus.COMPLETE, "change": "completed"}
+    )
     return "complete"
 
 

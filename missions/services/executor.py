@@ -10,18 +10,27 @@ from pathlib import Path
 
 from django.conf import settings
 
+from fusion_site.base.proc import CommandError, run_command, scrubbed_env
+from fusion_site.base.redact import redact
+from fusion_site.base.snapshots import SnapshotError, git, repo_lock, repository
 from missions.models import Executor, Task, TaskStatus
 from missions.services.tasks import task_complete, task_fail
-from validation.proc import CommandError, run_command, scrubbed_env
-from validation.redact import redact
-from validation.snapshots import SnapshotError, git, repo_lock, repository
 
 
 def _commit_leftovers(repo: Path, task: Task) -> None:
     if git(repo, "status", "--porcelain").strip():
         git(repo, "add", "-A")
-        git(repo, "-c", "user.name=Fusion Missions", "-c", "user.email=fusion@localhost", "commit", "-q", "-m",
-            f"task {task.pk}: {task.title}"[:200])
+        git(
+            repo,
+            "-c",
+            "user.name=Fusion Missions",
+            "-c",
+            "user.email=fusion@localhost",
+            "commit",
+            "-q",
+            "-m",
+            f"task {task.pk}: {task.title}"[:200],
+        )
 
 
 def task_execute(*, task_id: int) -> str:
@@ -40,11 +49,23 @@ def task_execute(*, task_id: int) -> str:
     with repo_lock(repo, "fusion-executor.lock"), tempfile.TemporaryDirectory(prefix="fusion-task-") as tmp:
         prompt_file = Path(tmp) / "prompt.md"
         prompt_file.write_text(task.prompt)
-        env = scrubbed_env({"FUSION_TASK_PROMPT_FILE": str(prompt_file), "FUSION_TASK_ID": str(task.pk),
-                            "FUSION_FEATURE_KEY": task.feature.key if task.feature else ""}, home=tmp)
+        env = scrubbed_env(
+            {
+                "FUSION_TASK_PROMPT_FILE": str(prompt_file),
+                "FUSION_TASK_ID": str(task.pk),
+                "FUSION_FEATURE_KEY": task.feature.key if task.feature else "",
+            },
+            home=tmp,
+        )
         try:
-            result = run_command(mission.executor_command, cwd=repo, timeout=settings.FUSION_EXECUTOR_TIMEOUT,
-                                 max_output=settings.FUSION_TASK_LOG_BYTES, env=env, stdin=task.prompt)
+            result = run_command(
+                mission.executor_command,
+                cwd=repo,
+                timeout=settings.FUSION_EXECUTOR_TIMEOUT,
+                max_output=settings.FUSION_TASK_LOG_BYTES,
+                env=env,
+                stdin=task.prompt,
+            )
         except CommandError as exc:
             task_fail(user=None, task=task, reason=str(exc))
             return "failed"

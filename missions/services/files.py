@@ -41,28 +41,58 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from missions.checks_spec import check_spec_problems, pattern_problems
 from missions.errors import Forbidden, Invalid, StaffOnly
 from missions.events import publish_on_commit
-from missions.models import AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice
+from missions.models import (
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionFeature,
+    Slice,
+)
 from missions.services.rollup import milestone_rollup_refresh
-from validation.checks_spec import check_spec_problems
-from validation.checks_spec import pattern_problems
 
 MAX_DOCUMENT_CHARS = 5_000_000
 MAX_ERRORS = 200
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
-MISSION_FIELDS = ("key", "title", "description", "status", "workspace", "base_revision", "protected_paths",
-                  "on_protected_change", "validator", "executor", "executor_command", "autopilot", "auto_fix",
-                  "retry_budget")
+MISSION_FIELDS = (
+    "key",
+    "title",
+    "description",
+    "status",
+    "workspace",
+    "base_revision",
+    "protected_paths",
+    "on_protected_change",
+    "validator",
+    "executor",
+    "executor_command",
+    "autopilot",
+    "auto_fix",
+    "retry_budget",
+)
 MILESTONE_FIELDS = ("key", "title", "description")
 ASSERTION_FIELDS = ("key", "title", "statement", "scope", "check")
 SLICE_FIELDS = ("key", "title", "description")
 FEATURE_FIELDS = ("key", "title", "description", "acceptance_criteria")
 
 # Export writes a check's keys in this order (then any other key, sorted).
-_CHECK_KEY_ORDER = ("run", "shell", "expect_exit", "expect_output", "timeout", "file", "exists", "contains", "not_contains",
-                    "protect")
+_CHECK_KEY_ORDER = (
+    "run",
+    "shell",
+    "expect_exit",
+    "expect_output",
+    "timeout",
+    "file",
+    "exists",
+    "contains",
+    "not_contains",
+    "protect",
+)
 
 
 @dataclass
@@ -95,10 +125,13 @@ def mission_export(*, mission: Mission) -> str:
     ms_key = {m.pk: m.key for m in milestones}
     deps: dict[int, list[int]] = defaultdict(list)
     for frm, to in Milestone.dependencies.through.objects.filter(from_milestone__mission=mission).values_list(
-            "from_milestone_id", "to_milestone_id"):
+        "from_milestone_id", "to_milestone_id"
+    ):
         if to in ms_pos:
             deps[frm].append(to)
-    assertions = sorted(ContractAssertion.objects.filter(mission=mission), key=lambda a: (ms_pos[a.milestone_id], a.order, a.pk))
+    assertions = sorted(
+        ContractAssertion.objects.filter(mission=mission), key=lambda a: (ms_pos[a.milestone_id], a.order, a.pk)
+    )
     as_pos = {a.pk: i for i, a in enumerate(assertions)}
     as_key = {a.pk: a.key for a in assertions}
     by_ms: dict[int, list] = defaultdict(list)
@@ -108,13 +141,15 @@ def mission_export(*, mission: Mission) -> str:
     for s in Slice.objects.filter(mission=mission).order_by("order", "id"):
         slices[s.milestone_id].append(s)
     features: dict[int, list] = defaultdict(list)
-    for f in Feature.objects.filter(mission=mission).order_by("order", "id"):
+    for f in MissionFeature.objects.filter(mission=mission).order_by("order", "id"):
         features[f.slice_id].append(f)
     links: dict[int, list[int]] = defaultdict(list)
-    for feature_id, assertion_id in FeatureAssertion.objects.filter(feature__mission=mission).values_list("feature_id", "assertion_id"):
+    for feature_id, assertion_id in FeatureAssertion.objects.filter(feature__mission=mission).values_list(
+        "feature_id", "assertion_id"
+    ):
         links[feature_id].append(assertion_id)
 
-    def feature_data(f: Feature) -> dict[str, Any]:
+    def feature_data(f: MissionFeature) -> dict[str, Any]:
         data = {name: getattr(f, name) for name in FEATURE_FIELDS}
         data["assertions"] = _KeyList(as_key[a] for a in sorted(links[f.pk], key=as_pos.__getitem__))
         return data
@@ -132,7 +167,10 @@ def mission_export(*, mission: Mission) -> str:
                 "dependencies": _KeyList(ms_key[d] for d in sorted(deps[m.pk], key=ms_pos.__getitem__)),
                 "assertions": [assertion_data(a) for a in by_ms[m.pk]],
                 "slices": [
-                    {**{name: getattr(s, name) for name in SLICE_FIELDS}, "features": [feature_data(f) for f in features[s.pk]]}
+                    {
+                        **{name: getattr(s, name) for name in SLICE_FIELDS},
+                        "features": [feature_data(f) for f in features[s.pk]],
+                    }
                     for s in slices[m.pk]
                 ],
             }
@@ -242,9 +280,14 @@ def _specs(model: type[models.Model], names: tuple[str, ...]) -> dict[str, _Spec
         maxima = [v.limit_value for v in f.validators if isinstance(v, MaxValueValidator)]
         minima = [v.limit_value for v in f.validators if isinstance(v, MinValueValidator)]
         specs[name] = _Spec(
-            attr=f.attname, kind=kind, required=not f.has_default() and not f.blank and not f.null,
-            nonblank=not f.blank, default=_plain(f.get_default()), max_length=f.max_length if kind != "check" else None,
-            choices=tuple(str(c) for c, _ in f.choices or ()), minimum=max(minima) if minima else None,
+            attr=f.attname,
+            kind=kind,
+            required=not f.has_default() and not f.blank and not f.null,
+            nonblank=not f.blank,
+            default=_plain(f.get_default()),
+            max_length=f.max_length if kind != "check" else None,
+            choices=tuple(str(c) for c, _ in f.choices or ()),
+            minimum=max(minima) if minima else None,
             maximum=min(maxima) if maxima else None,
         )
     return specs
@@ -254,7 +297,7 @@ _MISSION_SPECS = _specs(Mission, MISSION_FIELDS)
 _MILESTONE_SPECS = _specs(Milestone, MILESTONE_FIELDS)
 _ASSERTION_SPECS = _specs(ContractAssertion, ASSERTION_FIELDS)
 _SLICE_SPECS = _specs(Slice, SLICE_FIELDS)
-_FEATURE_SPECS = _specs(Feature, FEATURE_FIELDS)
+_FEATURE_SPECS = _specs(MissionFeature, FEATURE_FIELDS)
 
 
 @dataclass
@@ -343,8 +386,11 @@ def _structure(raw: Any, errors: list[str]) -> _Document | None:
         mission = None
     else:
         mission = _node(raw["mission"], "mission", _MISSION_SPECS, (), errors)
-    milestones = [m for i, item in enumerate(_items(raw.get("milestones"), "milestones", errors))
-                  if (m := _milestone(item, f"milestones[{i}]", errors)) is not None]
+    milestones = [
+        m
+        for i, item in enumerate(_items(raw.get("milestones"), "milestones", errors))
+        if (m := _milestone(item, f"milestones[{i}]", errors)) is not None
+    ]
     return _Document(mission, milestones)
 
 
@@ -467,8 +513,9 @@ def _resolve_workspace(mission: _Node, base_dir: pathlib.Path | None, errors: li
 def _check_protection(mission: _Node, errors: list[str]) -> None:
     # Protected paths are restored from the base revision: without one there is nothing to restore.
     if mission.values["protected_paths"] and not mission.values["base_revision"].strip():
-        errors.append("mission.base_revision: required when protected_paths is set (protected files are "
-                      "restored from it)")
+        errors.append(
+            "mission.base_revision: required when protected_paths is set (protected files are restored from it)"
+        )
 
 
 def _cross_check(doc: _Document, errors: list[str]) -> None:
@@ -521,7 +568,7 @@ def _check_dependencies(milestones: list[_Node], errors: list[str]) -> None:
         state[key] = 1
         for nxt in edges.get(key, []):
             if state.get(nxt) == 1:
-                cycle = trail[trail.index(nxt):] + [nxt]
+                cycle = trail[trail.index(nxt) :] + [nxt]
                 errors.append(f"{paths[nxt]}.dependencies: dependency cycle {' -> '.join(cycle)}")
             elif nxt not in state:
                 walk(nxt, trail + [nxt])
@@ -544,7 +591,7 @@ class _Existing:
     milestones: dict[str, Milestone] = field(default_factory=dict)
     assertions: dict[str, ContractAssertion] = field(default_factory=dict)
     slices: dict[str, Slice] = field(default_factory=dict)
-    features: dict[str, Feature] = field(default_factory=dict)
+    features: dict[str, MissionFeature] = field(default_factory=dict)
     dependencies: set[tuple[int, int]] = field(default_factory=set)
     links: set[tuple[int, int]] = field(default_factory=set)
 
@@ -556,10 +603,15 @@ class _Existing:
             milestones={m.key: m for m in Milestone.objects.filter(mission=mission)},
             assertions={a.key: a for a in ContractAssertion.objects.filter(mission=mission)},
             slices={s.key: s for s in Slice.objects.filter(mission=mission)},
-            features={f.key: f for f in Feature.objects.filter(mission=mission)},
-            dependencies=set(Milestone.dependencies.through.objects.filter(from_milestone__mission=mission)
-                             .values_list("from_milestone_id", "to_milestone_id")),
-            links=set(FeatureAssertion.objects.filter(feature__mission=mission).values_list("feature_id", "assertion_id")),
+            features={f.key: f for f in MissionFeature.objects.filter(mission=mission)},
+            dependencies=set(
+                Milestone.dependencies.through.objects.filter(from_milestone__mission=mission).values_list(
+                    "from_milestone_id", "to_milestone_id"
+                )
+            ),
+            links=set(
+                FeatureAssertion.objects.filter(feature__mission=mission).values_list("feature_id", "assertion_id")
+            ),
         )
 
 
@@ -572,10 +624,14 @@ def _guard_links(doc: _Document, existing: _Existing) -> None:
         current = existing.assertions.get(a.key)
         if current is None or a.values["scope"] != AssertionScope.MILESTONE:
             continue
-        stray = sorted(feature_keys[fid] for fid, aid in existing.links if aid == current.pk and fid not in file_features)
+        stray = sorted(
+            feature_keys[fid] for fid, aid in existing.links if aid == current.pk and fid not in file_features
+        )
         if stray:
-            errors.append(f"{a.path}.scope: milestone-scoped assertion {a.key} is linked to features not in the file: "
-                          f"{', '.join(stray)}")
+            errors.append(
+                f"{a.path}.scope: milestone-scoped assertion {a.key} is linked to features not in the file: "
+                f"{', '.join(stray)}"
+            )
     if errors:
         raise _invalid(errors)
 
@@ -668,7 +724,9 @@ def _apply(doc: _Document, user) -> ImportResult:
         assertions = _write_assertions(doc, milestones, existing, writer)
         _write_slices_and_features(doc, milestones, assertions, existing, writer)
         if writer.changed:
-            milestone_rollup_refresh(milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True))
+            milestone_rollup_refresh(
+                milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)
+            )
             actor_id = user.pk if user is not None and getattr(user, "is_authenticated", False) else None
             payload = {"mission": mission.pk, "status": mission.status, "change": "imported", "created": created}
             publish_on_commit(mission, "mission:updated", payload, actor_id=actor_id)
@@ -704,13 +762,16 @@ def _write_milestones(doc: _Document, mission: Mission, existing: _Existing, wri
         have = {to for frm, to in existing.dependencies if frm == ms.pk}
         if wanted != have:
             through.objects.filter(from_milestone_id=ms.pk, to_milestone_id__in=have - wanted).delete()
-            through.objects.bulk_create([through(from_milestone_id=ms.pk, to_milestone_id=to) for to in sorted(wanted - have)])
+            through.objects.bulk_create(
+                [through(from_milestone_id=ms.pk, to_milestone_id=to) for to in sorted(wanted - have)]
+            )
             writer.touch(ms)
     return saved
 
 
-def _write_assertions(doc: _Document, milestones: dict[str, Milestone], existing: _Existing,
-                      writer: _Writer) -> dict[str, ContractAssertion]:
+def _write_assertions(
+    doc: _Document, milestones: dict[str, Milestone], existing: _Existing, writer: _Writer
+) -> dict[str, ContractAssertion]:
     saved = {}
     for m in doc.milestones:
         parent = milestones[m.key]
@@ -721,8 +782,13 @@ def _write_assertions(doc: _Document, milestones: dict[str, Milestone], existing
     return saved
 
 
-def _write_slices_and_features(doc: _Document, milestones: dict[str, Milestone], assertions: dict[str, ContractAssertion],
-                               existing: _Existing, writer: _Writer) -> None:
+def _write_slices_and_features(
+    doc: _Document,
+    milestones: dict[str, Milestone],
+    assertions: dict[str, ContractAssertion],
+    existing: _Existing,
+    writer: _Writer,
+) -> None:
     for m in doc.milestones:
         parent = milestones[m.key]
         for s_node, s_order in zip(m.slices, _orders(m.slices, existing.slices, "milestone_id", parent.pk)):
@@ -731,11 +797,11 @@ def _write_slices_and_features(doc: _Document, milestones: dict[str, Milestone],
             orders = _orders(s_node.features, existing.features, "slice_id", slice_.pk)
             for f_node, f_order in zip(s_node.features, orders):
                 values = {**f_node.values, "slice_id": slice_.pk, "order": f_order}
-                feature = writer.upsert(Feature, existing.features.get(f_node.key), values)
+                feature = writer.upsert(MissionFeature, existing.features.get(f_node.key), values)
                 _write_links(feature, {assertions[k].pk for k in f_node.refs}, existing, writer)
 
 
-def _write_links(feature: Feature, wanted: set[int], existing: _Existing, writer: _Writer) -> None:
+def _write_links(feature: MissionFeature, wanted: set[int], existing: _Existing, writer: _Writer) -> None:
     have = {aid for fid, aid in existing.links if fid == feature.pk}
     if wanted == have:
         return

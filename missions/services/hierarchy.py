@@ -6,17 +6,25 @@ rollups its change affects and publishes the matching event after commit.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from missions.checks_spec import check_spec_problems
 from missions.errors import Conflict, Invalid, StaffOnly
 from missions.events import audience, publish_on_commit, revoke_on_commit
 from missions.models import (
-    AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, Slice, TaskStatus,
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionFeature,
+    Slice,
+    TaskStatus,
 )
 from missions.services.rollup import milestone_rollup_refresh
-from validation.checks_spec import check_spec_problems
 
 
 def require_staff_for_code(*, user, old: Any, new: Any, field: str) -> None:
@@ -40,13 +48,18 @@ def apply_fields(instance, fields: dict[str, Any]) -> list[str]:
 
 def _unique_key_guard(fn):
     """A duplicate key surfaces as the same 400 the serializer gives, never a 500."""
+
     def wrapper(*args, **kwargs):
         try:
             with transaction.atomic():
                 return fn(*args, **kwargs)
         except IntegrityError as exc:
-            raise Invalid("this key is already used in the mission", code="duplicate_key",
-                          fields={"key": ["already used in this mission"]}) from exc
+            raise Invalid(
+                "this key is already used in the mission",
+                code="duplicate_key",
+                fields={"key": ["already used in this mission"]},
+            ) from exc
+
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
@@ -54,21 +67,30 @@ def _unique_key_guard(fn):
 
 # --- missions ------------------------------------------------------------------------
 
+
 @_unique_key_guard
 def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
     require_staff_for_code(user=user, old="", new=fields.get("executor_command", ""), field="executor_command")
     mission = Mission.objects.create(owner=user if user and user.is_authenticated else None, **fields)
     if members:
         mission.members.set(members)
-    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "change": "created"},
-                      actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        mission,
+        "mission:updated",
+        {"mission": mission.pk, "status": mission.status, "change": "created"},
+        actor_id=getattr(user, "pk", None),
+    )
     return mission
 
 
 @_unique_key_guard
 def mission_update(*, mission: Mission, user, members: Iterable | None = None, **fields: Any) -> Mission:
-    require_staff_for_code(user=user, old=mission.executor_command,
-                           new=fields.get("executor_command", mission.executor_command), field="executor_command")
+    require_staff_for_code(
+        user=user,
+        old=mission.executor_command,
+        new=fields.get("executor_command", mission.executor_command),
+        field="executor_command",
+    )
     before = audience(mission.pk)
     changed = apply_fields(mission, fields)
     if members is not None and set(mission.members.all()) != set(members):
@@ -76,30 +98,43 @@ def mission_update(*, mission: Mission, user, members: Iterable | None = None, *
         changed.append("members")
     revoke_on_commit(mission.pk, before - audience(mission.pk))
     if changed:
-        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "changed": sorted(changed)},
-                          actor_id=getattr(user, "pk", None))
+        publish_on_commit(
+            mission,
+            "mission:updated",
+            {"mission": mission.pk, "status": mission.status, "changed": sorted(changed)},
+            actor_id=getattr(user, "pk", None),
+        )
     return mission
 
 
 # --- milestones and slices -----------------------------------------------------------
 
-def _check_dependencies(milestone: Milestone | None, mission: Mission, dependencies: Iterable[Milestone]) -> list[Milestone]:
+
+def _check_dependencies(
+    milestone: Milestone | None, mission: Mission, dependencies: Iterable[Milestone]
+) -> list[Milestone]:
     deps = list(dependencies)
     for dep in deps:
         if dep.mission_id != mission.pk:
-            raise Invalid("a dependency belongs to another mission", fields={"dependencies": ["must be milestones of the same mission"]})
+            raise Invalid(
+                "a dependency belongs to another mission",
+                fields={"dependencies": ["must be milestones of the same mission"]},
+            )
         if milestone is not None and dep.pk == milestone.pk:
             raise Invalid("a milestone cannot depend on itself", fields={"dependencies": ["cannot depend on itself"]})
     if milestone is not None and _creates_cycle(milestone, deps):
-        raise Invalid("dependencies would form a cycle", code="dependency_cycle", fields={"dependencies": ["would form a cycle"]})
+        raise Invalid(
+            "dependencies would form a cycle", code="dependency_cycle", fields={"dependencies": ["would form a cycle"]}
+        )
     return deps
 
 
 def _creates_cycle(milestone: Milestone, deps: list[Milestone]) -> bool:
     edges = dict.fromkeys(Milestone.objects.filter(mission_id=milestone.mission_id).values_list("id", flat=True))
     graph: dict[int, set[int]] = {pk: set() for pk in edges}
-    for src, dst in Milestone.dependencies.through.objects.filter(from_milestone__mission_id=milestone.mission_id).values_list(
-            "from_milestone_id", "to_milestone_id"):
+    for src, dst in Milestone.dependencies.through.objects.filter(
+        from_milestone__mission_id=milestone.mission_id
+    ).values_list("from_milestone_id", "to_milestone_id"):
         graph[src].add(dst)
     graph[milestone.pk] = {d.pk for d in deps}
     stack, seen = list(graph[milestone.pk]), set()
@@ -118,14 +153,20 @@ def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone
     deps = _check_dependencies(None, mission, dependencies)
     milestone = Milestone.objects.create(mission=mission, **fields)
     milestone.dependencies.set(deps)
-    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "change": "milestone_created",
-                                                   "milestone": milestone.pk}, actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        mission,
+        "mission:updated",
+        {"mission": mission.pk, "status": mission.status, "change": "milestone_created", "milestone": milestone.pk},
+        actor_id=getattr(user, "pk", None),
+    )
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
     return milestone
 
 
 @_unique_key_guard
-def milestone_update(*, user, milestone: Milestone, dependencies: Iterable[Milestone] | None = None, **fields: Any) -> Milestone:
+def milestone_update(
+    *, user, milestone: Milestone, dependencies: Iterable[Milestone] | None = None, **fields: Any
+) -> Milestone:
     fields.pop("mission", None)
     apply_fields(milestone, fields)
     if dependencies is not None:
@@ -137,8 +178,12 @@ def milestone_update(*, user, milestone: Milestone, dependencies: Iterable[Miles
 def slice_create(*, user, milestone: Milestone, **fields: Any) -> Slice:
     slice_ = Slice(milestone=milestone, **fields)
     slice_.save()
-    publish_on_commit(milestone.mission_id, "mission:updated", {"mission": milestone.mission_id, "change": "slice_created",
-                                                                "slice": slice_.pk}, actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        milestone.mission_id,
+        "mission:updated",
+        {"mission": milestone.mission_id, "change": "slice_created", "slice": slice_.pk},
+        actor_id=getattr(user, "pk", None),
+    )
     return slice_
 
 
@@ -146,7 +191,9 @@ def slice_create(*, user, milestone: Milestone, **fields: Any) -> Slice:
 def slice_update(*, user, slice_: Slice, **fields: Any) -> Slice:
     milestone = fields.pop("milestone", slice_.milestone)
     if milestone.mission_id != slice_.mission_id:
-        raise Invalid("a slice cannot move to another mission", fields={"milestone": ["must belong to the same mission"]})
+        raise Invalid(
+            "a slice cannot move to another mission", fields={"milestone": ["must belong to the same mission"]}
+        )
     fields["milestone"] = milestone
     apply_fields(slice_, fields)
     return slice_
@@ -154,8 +201,11 @@ def slice_update(*, user, slice_: Slice, **fields: Any) -> Slice:
 
 def _linked_milestone_ids(**feature_filter: Any) -> set[int]:
     """Milestones whose rollup depends on links of the matching features."""
-    return set(ContractAssertion.objects.filter(**{f"feature_links__feature__{k}": v for k, v in feature_filter.items()})
-               .values_list("milestone_id", flat=True).distinct())
+    return set(
+        ContractAssertion.objects.filter(**{f"feature_links__feature__{k}": v for k, v in feature_filter.items()})
+        .values_list("milestone_id", flat=True)
+        .distinct()
+    )
 
 
 @transaction.atomic
@@ -175,15 +225,26 @@ def slice_delete(*, user, slice_: Slice) -> None:
 
 # --- features ------------------------------------------------------------------------
 
-def _feature_event(feature: Feature, user=None, **extra: Any) -> None:
-    publish_on_commit(feature.mission_id, "feature:updated", {
-        "feature": feature.pk, "loop_state": feature.loop_state, "status": feature.status, **extra,
-    }, actor_id=getattr(user, "pk", None))
+
+def _feature_event(feature: MissionFeature, user=None, **extra: Any) -> None:
+    publish_on_commit(
+        feature.mission_id,
+        "feature:updated",
+        {
+            "feature": feature.pk,
+            "loop_state": feature.loop_state,
+            "status": feature.status,
+            **extra,
+        },
+        actor_id=getattr(user, "pk", None),
+    )
 
 
 @_unique_key_guard
-def feature_create(*, user, slice_: Slice, assertions: Iterable[ContractAssertion] = (), **fields: Any) -> Feature:
-    feature = Feature(slice=slice_, **fields)
+def feature_create(
+    *, user, slice_: Slice, assertions: Iterable[ContractAssertion] = (), **fields: Any
+) -> MissionFeature:
+    feature = MissionFeature(slice=slice_, **fields)
     feature.save()
     _feature_event(feature, user, change="created")
     for assertion in assertions:
@@ -192,7 +253,7 @@ def feature_create(*, user, slice_: Slice, assertions: Iterable[ContractAssertio
 
 
 @_unique_key_guard
-def feature_update(*, user, feature: Feature, **fields: Any) -> Feature:
+def feature_update(*, user, feature: MissionFeature, **fields: Any) -> MissionFeature:
     slice_ = fields.pop("slice", feature.slice)
     if slice_.mission_id != feature.mission_id:
         raise Invalid("a feature cannot move to another mission", fields={"slice": ["must belong to the same mission"]})
@@ -203,22 +264,29 @@ def feature_update(*, user, feature: Feature, **fields: Any) -> Feature:
 
 
 @transaction.atomic
-def feature_delete(*, user, feature: Feature, force: bool = False) -> None:
+def feature_delete(*, user, feature: MissionFeature, force: bool = False) -> None:
     if not force and feature.tasks.filter(status=TaskStatus.IN_PROGRESS).exists():
-        raise Conflict("the feature's task is running; stop it first or delete with force",
-                       code="task_running")
+        raise Conflict("the feature's task is running; stop it first or delete with force", code="task_running")
     milestone_ids = list(feature.assertions.values_list("milestone_id", flat=True).distinct())
     mission_id, pk = feature.mission_id, feature.pk
     feature.delete()
-    publish_on_commit(mission_id, "feature:updated", {"feature": pk, "change": "deleted"}, actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        mission_id, "feature:updated", {"feature": pk, "change": "deleted"}, actor_id=getattr(user, "pk", None)
+    )
     milestone_rollup_refresh(milestone_ids=milestone_ids)
 
 
 # --- contract assertions -------------------------------------------------------------
 
+
 def _assertion_payload(assertion: ContractAssertion) -> dict[str, Any]:
-    return {"assertion": assertion.pk, "key": assertion.key, "milestone": assertion.milestone_id,
-            "status": assertion.status, "scope": assertion.scope}
+    return {
+        "assertion": assertion.pk,
+        "key": assertion.key,
+        "milestone": assertion.milestone_id,
+        "status": assertion.status,
+        "scope": assertion.scope,
+    }
 
 
 def _judged_by_changed(milestone_ids: list[int], *, cause: str) -> None:
@@ -235,7 +303,9 @@ def _require_valid_check(fields: dict[str, Any]) -> None:
     spec = fields.get("check_spec")
     problems = check_spec_problems(spec) if spec is not None else []
     if problems:
-        raise Invalid("the check is not valid: " + "; ".join(problems), code="invalid_check", fields={"check": problems})
+        raise Invalid(
+            "the check is not valid: " + "; ".join(problems), code="invalid_check", fields={"check": problems}
+        )
 
 
 @_unique_key_guard
@@ -244,24 +314,35 @@ def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAs
     _require_valid_check(fields)
     assertion = ContractAssertion(milestone=milestone, **fields)
     assertion.save()
-    publish_on_commit(milestone.mission_id, "assertion:created", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        milestone.mission_id, "assertion:created", _assertion_payload(assertion), actor_id=getattr(user, "pk", None)
+    )
     _judged_by_changed([milestone.pk], cause="assertion_created")
     return assertion
 
 
 @_unique_key_guard
 def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> ContractAssertion:
-    require_staff_for_code(user=user, old=assertion.check_spec, new=fields.get("check_spec", assertion.check_spec), field="check")
+    require_staff_for_code(
+        user=user, old=assertion.check_spec, new=fields.get("check_spec", assertion.check_spec), field="check"
+    )
     _require_valid_check(fields)
     old_milestone = assertion.milestone_id
     milestone = fields.get("milestone", assertion.milestone)
     if milestone.mission_id != assertion.mission_id:
-        raise Invalid("an assertion cannot move to another mission", fields={"milestone": ["must belong to the same mission"]})
+        raise Invalid(
+            "an assertion cannot move to another mission", fields={"milestone": ["must belong to the same mission"]}
+        )
     if fields.get("scope") == AssertionScope.MILESTONE and assertion.feature_links.exists():
-        raise Invalid("unlink the assertion from its features before making it milestone-scoped",
-                      code="linked_assertion", fields={"scope": ["the assertion is linked to features"]})
+        raise Invalid(
+            "unlink the assertion from its features before making it milestone-scoped",
+            code="linked_assertion",
+            fields={"scope": ["the assertion is linked to features"]},
+        )
     if apply_fields(assertion, fields):
-        publish_on_commit(assertion.mission_id, "assertion:updated", _assertion_payload(assertion), actor_id=getattr(user, "pk", None))
+        publish_on_commit(
+            assertion.mission_id, "assertion:updated", _assertion_payload(assertion), actor_id=getattr(user, "pk", None)
+        )
         _judged_by_changed([old_milestone, assertion.milestone_id], cause="assertion_updated")
     return assertion
 
@@ -276,28 +357,43 @@ def assertion_delete(*, user, assertion: ContractAssertion) -> None:
 
 
 @transaction.atomic
-def assertion_link(*, user, feature: Feature, assertion: ContractAssertion) -> FeatureAssertion:
+def assertion_link(*, user, feature: MissionFeature, assertion: ContractAssertion) -> FeatureAssertion:
     if assertion.mission_id != feature.mission_id:
-        raise Invalid("the assertion belongs to another mission", code="wrong_mission", fields={"assertion": ["not in this mission"]})
+        raise Invalid(
+            "the assertion belongs to another mission",
+            code="wrong_mission",
+            fields={"assertion": ["not in this mission"]},
+        )
     if assertion.scope == AssertionScope.MILESTONE:
-        raise Invalid("milestone-scoped assertions cannot be linked to features", code="milestone_scoped",
-                      fields={"assertion": ["milestone-scoped assertions cannot be linked to features"]})
+        raise Invalid(
+            "milestone-scoped assertions cannot be linked to features",
+            code="milestone_scoped",
+            fields={"assertion": ["milestone-scoped assertions cannot be linked to features"]},
+        )
     try:
         with transaction.atomic():
             link = FeatureAssertion.objects.create(feature=feature, assertion=assertion)
     except IntegrityError as exc:
         raise Conflict(f"{assertion.key} is already linked to this feature", code="already_linked") from exc
-    publish_on_commit(feature.mission_id, "assertion:linked", {**_assertion_payload(assertion), "feature": feature.pk},
-                      actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        feature.mission_id,
+        "assertion:linked",
+        {**_assertion_payload(assertion), "feature": feature.pk},
+        actor_id=getattr(user, "pk", None),
+    )
     _judged_by_changed([assertion.milestone_id, feature.slice.milestone_id], cause="assertion_linked")
     return link
 
 
 @transaction.atomic
-def assertion_unlink(*, user, feature: Feature, assertion: ContractAssertion) -> None:
+def assertion_unlink(*, user, feature: MissionFeature, assertion: ContractAssertion) -> None:
     deleted, _ = FeatureAssertion.objects.filter(feature=feature, assertion=assertion).delete()
     if not deleted:
         raise Invalid(f"{assertion.key} is not linked to this feature", code="not_linked")
-    publish_on_commit(feature.mission_id, "assertion:unlinked", {**_assertion_payload(assertion), "feature": feature.pk},
-                      actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        feature.mission_id,
+        "assertion:unlinked",
+        {**_assertion_payload(assertion), "feature": feature.pk},
+        actor_id=getattr(user, "pk", None),
+    )
     _judged_by_changed([assertion.milestone_id, feature.slice.milestone_id], cause="assertion_unlinked")

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from missions.errors import Conflict
 from missions.events import publish_on_commit
-from missions.models import Feature, LoopState, Mission, MissionStatus, StopReason
+from missions.models import LoopState, Mission, MissionFeature, MissionStatus, StopReason
 
 # A resume cannot clear these: they need a repair (clear / re-run) of the feature itself.
 HARD_BLOCKS = (StopReason.BUDGET_EXHAUSTED, StopReason.VALIDATOR_UNAVAILABLE, StopReason.FINGERPRINT)
@@ -16,14 +16,22 @@ HARD_BLOCKS = (StopReason.BUDGET_EXHAUSTED, StopReason.VALIDATOR_UNAVAILABLE, St
 def _set_status(mission: Mission, new: str, *, allowed_from: tuple[str, ...], user, change: str, **extra) -> Mission:
     with transaction.atomic():
         updated = Mission.objects.filter(pk=mission.pk, status__in=allowed_from).update(
-            status=new, status_reason="", updated_at=timezone.now(), **extra)
+            status=new, status_reason="", updated_at=timezone.now(), **extra
+        )
         if not updated:
             mission.refresh_from_db()
-            raise Conflict(f"a {mission.status} mission cannot be {change}", code="illegal_mission_state",
-                           extra={"status": mission.status})
+            raise Conflict(
+                f"a {mission.status} mission cannot be {change}",
+                code="illegal_mission_state",
+                extra={"status": mission.status},
+            )
         mission.refresh_from_db()
-        publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": new, "change": change},
-                          actor_id=getattr(user, "pk", None))
+        publish_on_commit(
+            mission,
+            "mission:updated",
+            {"mission": mission.pk, "status": new, "change": change},
+            actor_id=getattr(user, "pk", None),
+        )
         _kick_autopilot(mission)
     return mission
 
@@ -36,19 +44,36 @@ def _kick_autopilot(mission: Mission) -> None:
 
 
 def mission_activate(*, mission: Mission, user) -> Mission:
-    return _set_status(mission, MissionStatus.ACTIVE, allowed_from=(MissionStatus.PLANNING, MissionStatus.BLOCKED),
-                       user=user, change="activated")
+    return _set_status(
+        mission,
+        MissionStatus.ACTIVE,
+        allowed_from=(MissionStatus.PLANNING, MissionStatus.BLOCKED),
+        user=user,
+        change="activated",
+    )
 
 
 def mission_pause(*, mission: Mission, user) -> Mission:
-    return _set_status(mission, MissionStatus.PAUSED, allowed_from=(MissionStatus.ACTIVE, MissionStatus.BLOCKED),
-                       user=user, change="paused")
+    return _set_status(
+        mission,
+        MissionStatus.PAUSED,
+        allowed_from=(MissionStatus.ACTIVE, MissionStatus.BLOCKED),
+        user=user,
+        change="paused",
+    )
 
 
 def resume_blockers(mission: Mission) -> list[dict]:
-    blocked = Feature.objects.filter(mission=mission, loop_state=LoopState.BLOCKED, stop_reason__in=HARD_BLOCKS)
-    return [{"feature": f.pk, "key": f.key, "reason": f.stop_reason, "since": f.stopped_at.isoformat() if f.stopped_at else None}
-            for f in blocked.order_by("id")]
+    blocked = MissionFeature.objects.filter(mission=mission, loop_state=LoopState.BLOCKED, stop_reason__in=HARD_BLOCKS)
+    return [
+        {
+            "feature": f.pk,
+            "key": f.key,
+            "reason": f.stop_reason,
+            "since": f.stopped_at.isoformat() if f.stopped_at else None,
+        }
+        for f in blocked.order_by("id")
+    ]
 
 
 @transaction.atomic
@@ -58,23 +83,47 @@ def mission_resume(*, mission: Mission, user) -> Mission:
         raise Conflict(f"a {mission.status} mission cannot be resumed", code="illegal_mission_state")
     blockers = resume_blockers(mission)
     if blockers:
-        raise Conflict("some blockers cannot be cleared by resuming; repair them first", code="resume_conflict",
-                       extra={"blockers": blockers})
+        raise Conflict(
+            "some blockers cannot be cleared by resuming; repair them first",
+            code="resume_conflict",
+            extra={"blockers": blockers},
+        )
     from validation.loop import feature_transition
 
-    for f in Feature.objects.filter(mission=mission, loop_state=LoopState.BLOCKED, stop_reason=StopReason.OPERATOR):
-        feature_transition(feature=f.pk, old=LoopState.BLOCKED, new=LoopState.IMPLEMENTING, cause="resume",
-                           actor_id=getattr(user, "pk", None), fields={"stop_reason": "", "stop_detail": "", "stopped_at": None})
-    return _set_status(mission, MissionStatus.ACTIVE, allowed_from=(MissionStatus.PAUSED, MissionStatus.BLOCKED),
-                       user=user, change="resumed")
+    for f in MissionFeature.objects.filter(
+        mission=mission, loop_state=LoopState.BLOCKED, stop_reason=StopReason.OPERATOR
+    ):
+        feature_transition(
+            feature=f.pk,
+            old=LoopState.BLOCKED,
+            new=LoopState.IMPLEMENTING,
+            cause="resume",
+            actor_id=getattr(user, "pk", None),
+            fields={"stop_reason": "", "stop_detail": "", "stopped_at": None},
+        )
+    return _set_status(
+        mission,
+        MissionStatus.ACTIVE,
+        allowed_from=(MissionStatus.PAUSED, MissionStatus.BLOCKED),
+        user=user,
+        change="resumed",
+    )
 
 
 @transaction.atomic
 def mission_set_autopilot(*, mission: Mission, user, enabled: bool) -> Mission:
     Mission.objects.filter(pk=mission.pk).update(autopilot=enabled, updated_at=timezone.now())
     mission.refresh_from_db()
-    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "autopilot": enabled,
-                                                   "change": "autopilot_started" if enabled else "autopilot_stopped"},
-                      actor_id=getattr(user, "pk", None))
+    publish_on_commit(
+        mission,
+        "mission:updated",
+        {
+            "mission": mission.pk,
+            "status": mission.status,
+            "autopilot": enabled,
+            "change": "autopilot_started" if enabled else "autopilot_stopped",
+        },
+        actor_id=getattr(user, "pk", None),
+    )
     _kick_autopilot(mission)
     return mission

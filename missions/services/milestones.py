@@ -14,7 +14,14 @@ from django.utils import timezone
 
 from missions.events import publish_on_commit
 from missions.models import (
-    Feature, LoopState, Milestone, MilestoneStatus, Mission, MissionStatus, Slice, SliceStatus,
+    LoopState,
+    Milestone,
+    MilestoneStatus,
+    Mission,
+    MissionFeature,
+    MissionStatus,
+    Slice,
+    SliceStatus,
 )
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.selectors import consecutive_errors
@@ -30,11 +37,14 @@ class NoMilestoneRevision(Exception):
 def milestone_revision(milestone: Milestone) -> str:
     """The commit a milestone is judged at: among its passed features' revisions, the
     newest that contains every other one (`git merge-base --is-ancestor`)."""
-    from validation.snapshots import is_ancestor, pin_revision
+    from fusion_site.base.snapshots import is_ancestor, pin_revision
 
     workspace = milestone.mission.workspace
-    passed = (Feature.objects.filter(slice__milestone=milestone, loop_state=LoopState.PASSED, last_run__isnull=False)
-              .exclude(last_run__revision="").order_by("-last_run__completed_at", "-last_run_id"))
+    passed = (
+        MissionFeature.objects.filter(slice__milestone=milestone, loop_state=LoopState.PASSED, last_run__isnull=False)
+        .exclude(last_run__revision="")
+        .order_by("-last_run__completed_at", "-last_run_id")
+    )
     revisions = list(dict.fromkeys(passed.values_list("last_run__revision", flat=True)))
     if not revisions:
         return pin_revision(workspace, "HEAD")
@@ -42,8 +52,10 @@ def milestone_revision(milestone: Milestone) -> str:
         if all(other == candidate or is_ancestor(workspace, other, candidate) for other in revisions):
             return candidate
     raise NoMilestoneRevision(
-        "the passed features' revisions are not on one line of history (" + ", ".join(r[:12] for r in revisions[:5])
-        + "): merge them and complete a task at the merged revision")
+        "the passed features' revisions are not on one line of history ("
+        + ", ".join(r[:12] for r in revisions[:5])
+        + "): merge them and complete a task at the merged revision"
+    )
 
 
 def _milestone_input(milestone: Milestone) -> dict:
@@ -57,19 +69,33 @@ def _milestone_input(milestone: Milestone) -> dict:
     revision = milestone_revision(milestone)
     assertions = [frozen_assertion(a) for a in milestone.assertions.order_by("order", "id")]
     protection = mission_protection(mission, assertions)
-    return {"profile": profile, "revision": revision, "assertions": assertions, "protection": protection,
-            "fingerprint": input_fingerprint(revision=revision, assertions=assertions, profile=profile,
-                                             protection=protection)}
+    return {
+        "profile": profile,
+        "revision": revision,
+        "assertions": assertions,
+        "protection": protection,
+        "fingerprint": input_fingerprint(
+            revision=revision, assertions=assertions, profile=profile, protection=protection
+        ),
+    }
 
 
 def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
     from validation import profiles
     from validation.services.admission import new_run, queue_run, run_started_event
 
-    run = new_run(feature=None, mission_id=milestone.mission_id, milestone_id=milestone.pk, trigger="milestone",
-                  validator=spec["profile"]["name"], validator_config=profiles.public_config(spec["profile"]),
-                  revision=spec["revision"], assertions=spec["assertions"], protection=spec["protection"],
-                  fingerprint=spec["fingerprint"])
+    run = new_run(
+        feature=None,
+        mission_id=milestone.mission_id,
+        milestone_id=milestone.pk,
+        trigger="milestone",
+        validator=spec["profile"]["name"],
+        validator_config=profiles.public_config(spec["profile"]),
+        revision=spec["revision"],
+        assertions=spec["assertions"],
+        protection=spec["protection"],
+        fingerprint=spec["fingerprint"],
+    )
     run_started_event(run)
     queue_run(run)
     return run
@@ -77,10 +103,10 @@ def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
 
 def milestone_ready(*, milestone: Milestone) -> str:
     """Called by the autopilot (under its mission lock) once every slice is complete."""
+    from fusion_site.base.snapshots import SnapshotError
     from validation import profiles
-    from validation.snapshots import SnapshotError
 
-    if Feature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE).exists():
+    if MissionFeature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE).exists():
         return "waiting"
     if not milestone.assertions.exists():
         return _complete(milestone)
@@ -112,16 +138,20 @@ def _why(run: ValidatorRun) -> str:
 
 def _complete(milestone: Milestone) -> str:
     Milestone.objects.filter(pk=milestone.pk).update(status=MilestoneStatus.COMPLETE, updated_at=timezone.now())
-    publish_on_commit(milestone.mission_id, "mission:updated", {"mission": milestone.mission_id, "change": "milestone_completed",
-                                                                "milestone": milestone.pk})
+    publish_on_commit(
+        milestone.mission_id,
+        "mission:updated",
+        {"mission": milestone.mission_id, "change": "milestone_completed", "milestone": milestone.pk},
+    )
     return "complete"
 
 
 # --- reopening ------------------------------------------------------------------------
 
+
 def reopen_for_feature(*, feature_id: int, cause: str) -> None:
     """A feature left `passed`: its slice, milestone and mission are not complete any more."""
-    slice_id = Feature.objects.filter(pk=feature_id).values_list("slice_id", flat=True).first()
+    slice_id = MissionFeature.objects.filter(pk=feature_id).values_list("slice_id", flat=True).first()
     if slice_id is not None:
         reopen_slice(slice_id=slice_id, cause=cause, feature_id=feature_id)
 
@@ -132,8 +162,11 @@ def reopen_slice(*, slice_id: int, cause: str, **payload) -> None:
         return
     if row["status"] == SliceStatus.COMPLETE:
         Slice.objects.filter(pk=slice_id).update(status=SliceStatus.ACTIVE, updated_at=timezone.now())
-        publish_on_commit(row["mission_id"], "mission:updated", {"mission": row["mission_id"], "change": "slice_reopened",
-                                                                 "slice": slice_id, "cause": cause, **payload})
+        publish_on_commit(
+            row["mission_id"],
+            "mission:updated",
+            {"mission": row["mission_id"], "change": "slice_reopened", "slice": slice_id, "cause": cause, **payload},
+        )
     reopen_milestone(milestone_id=row["milestone_id"], cause=cause, **payload)
 
 
@@ -156,12 +189,25 @@ def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> None:
     mission_id = row["mission_id"]
     if row["status"] == MilestoneStatus.COMPLETE:
         Milestone.objects.filter(pk=milestone_id).update(status=MilestoneStatus.ACTIVE, updated_at=timezone.now())
-        publish_on_commit(mission_id, "mission:updated", {"mission": mission_id, "change": "milestone_reopened",
-                                                          "milestone": milestone_id, "cause": cause, **payload})
+        publish_on_commit(
+            mission_id,
+            "mission:updated",
+            {
+                "mission": mission_id,
+                "change": "milestone_reopened",
+                "milestone": milestone_id,
+                "cause": cause,
+                **payload,
+            },
+        )
     if Mission.objects.filter(pk=mission_id, status=MissionStatus.COMPLETE).update(
-            status=MissionStatus.ACTIVE, updated_at=timezone.now()):
-        publish_on_commit(mission_id, "mission:updated", {"mission": mission_id, "status": MissionStatus.ACTIVE,
-                                                          "change": "reopened", "cause": cause, **payload})
+        status=MissionStatus.ACTIVE, updated_at=timezone.now()
+    ):
+        publish_on_commit(
+            mission_id,
+            "mission:updated",
+            {"mission": mission_id, "status": MissionStatus.ACTIVE, "change": "reopened", "cause": cause, **payload},
+        )
         _notify(mission_id)
 
 
@@ -172,6 +218,7 @@ def _notify(mission_id: int) -> None:
 
 
 # --- milestone run outcomes -------------------------------------------------------------
+
 
 def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
     """A failing milestone run sends each failure back to the feature that answers for it:
@@ -187,31 +234,41 @@ def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
     _notify(run.mission_id)
 
 
-def regression_sources(run: ValidatorRun) -> dict[Feature, list[str]]:
+def regression_sources(run: ValidatorRun) -> dict[MissionFeature, list[str]]:
     from missions.models import AssertionScope, Task, TaskStatus
 
-    roots = Feature.objects.filter(slice__milestone=run.milestone, generated_from__isnull=True)
-    sources: dict[Feature, list[str]] = {}
+    roots = MissionFeature.objects.filter(slice__milestone=run.milestone, generated_from__isnull=True)
+    sources: dict[MissionFeature, list[str]] = {}
     for failure in run.failures.select_related("assertion"):
         assertion = failure.assertion
         if assertion is not None and assertion.scope == AssertionScope.FEATURE:
-            linked = list(roots.filter(assertions=assertion).order_by("id")) or list(assertion.features.order_by("id")[:1])
+            linked = list(roots.filter(assertions=assertion).order_by("id")) or list(
+                assertion.features.order_by("id")[:1]
+            )
         else:
-            task = Task.objects.filter(feature__in=roots, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
+            task = (
+                Task.objects.filter(feature__in=roots, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
+            )
             linked = [task.feature] if task else list(roots.order_by("-id")[:1])
         for feature in linked:
             sources.setdefault(feature, []).append(failure.assertion_key)
     return sources
 
 
-def _send_back(run: ValidatorRun, source: Feature, keys: list[str]) -> None:
+def _send_back(run: ValidatorRun, source: MissionFeature, keys: list[str]) -> None:
     from validation.loop import feature_transition
     from validation.services.fixes import fix_create
 
     source.refresh_from_db()
     if source.loop_state == LoopState.PASSED:
-        feature_transition(feature=source.pk, old=LoopState.PASSED, new=LoopState.NEEDS_FIX, cause="milestone_regression",
-                           payload={"run": run.pk, "assertions": keys}, fields={"last_run": run})
+        feature_transition(
+            feature=source.pk,
+            old=LoopState.PASSED,
+            new=LoopState.NEEDS_FIX,
+            cause="milestone_regression",
+            payload={"run": run.pk, "assertions": keys},
+            fields={"last_run": run},
+        )
         source.refresh_from_db()
     if source.loop_state == LoopState.NEEDS_FIX and run.mission.auto_fix:
         fix_create(source_id=source.pk, run_id=run.pk, assertion_keys=keys)

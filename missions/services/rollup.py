@@ -6,7 +6,8 @@ feature-scoped assertion linked to no feature) > passed (all passed) > ready.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -54,5 +55,7 @@ def milestone_rollup_refresh(*, milestone_ids: Iterable[int]) -> None:
         if row is None:
             continue
         if row["validation_state"] != rollup["state"]:
-            Milestone.objects.filter(pk=milestone_id).update(validation_state=rollup["state"], updated_at=timezone.now())
+            Milestone.objects.filter(pk=milestone_id).update(
+                validation_state=rollup["state"], updated_at=timezone.now()
+            )
         publish_on_commit(row["mission_id"], "milestone:validation:updated", rollup)

@@ -11,18 +11,30 @@ from django.utils import timezone
 
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
-from missions.models import Executor, Feature, LoopState, Mission, MissionStatus, Task, TaskStatus
+from missions.models import Executor, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
 
 
 def _task_event(task: Task, actor_id: int | None, **extra) -> None:
-    publish_on_commit(task.mission_id, "task:updated", {
-        "task": task.pk, "feature": task.feature_id, "status": task.status, "revision": task.revision,
-        **({"revision_name": task.revision_name} if task.revision_name and task.revision_name != task.revision else {}),
-        **extra,
-    }, actor_id=actor_id)
+    publish_on_commit(
+        task.mission_id,
+        "task:updated",
+        {
+            "task": task.pk,
+            "feature": task.feature_id,
+            "status": task.status,
+            "revision": task.revision,
+            **(
+                {"revision_name": task.revision_name}
+                if task.revision_name and task.revision_name != task.revision
+                else {}
+            ),
+            **extra,
+        },
+        actor_id=actor_id,
+    )
 
 
-def task_prompt_for(feature: Feature) -> str:
+def task_prompt_for(feature: MissionFeature) -> str:
     lines = [f"# {feature.title}", "", feature.description.strip()]
     if feature.acceptance_criteria.strip():
         lines += ["", "## Acceptance criteria", feature.acceptance_criteria.strip()]
@@ -34,26 +46,37 @@ def task_prompt_for(feature: Feature) -> str:
 
 
 @transaction.atomic
-def task_create(*, user, title: str = "", prompt: str = "", feature: Feature | None = None,
-                mission: Mission | None = None) -> Task:
+def task_create(
+    *, user, title: str = "", prompt: str = "", feature: MissionFeature | None = None, mission: Mission | None = None
+) -> Task:
     from validation.loop import feature_transition
 
     mission = mission or feature.mission
     lock_mission(mission.pk)
     if feature is not None:
-        feature = Feature.objects.select_for_update().get(pk=feature.pk)
+        feature = MissionFeature.objects.select_for_update().get(pk=feature.pk)
         if feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists():
             raise Conflict("the feature already has an open task", code="task_open")
     task = Task.objects.create(
-        mission=mission, feature=feature, title=title or (feature.title if feature else "Task"),
-        prompt=prompt or (task_prompt_for(feature) if feature else ""), executor=mission.executor,
+        mission=mission,
+        feature=feature,
+        title=title or (feature.title if feature else "Task"),
+        prompt=prompt or (task_prompt_for(feature) if feature else ""),
+        executor=mission.executor,
     )
     actor_id = getattr(user, "pk", None)
     _task_event(task, actor_id, change="created")
     if feature is not None and feature.loop_state in (LoopState.IDLE, LoopState.NEEDS_FIX, LoopState.PASSED):
         fields = {"implementation_attempts": feature.implementation_attempts + 1}
-        feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.IMPLEMENTING,
-                           cause="task_linked", actor_id=actor_id, fields=fields, payload={"task": task.pk})
+        feature_transition(
+            feature=feature.pk,
+            old=feature.loop_state,
+            new=LoopState.IMPLEMENTING,
+            cause="task_linked",
+            actor_id=actor_id,
+            fields=fields,
+            payload={"task": task.pk},
+        )
     if mission.executor == Executor.COMMAND and mission.status == MissionStatus.ACTIVE:
         task_start(user=user, task=task)
     return task
@@ -69,7 +92,9 @@ def task_start(*, user, task: Task) -> Task:
         raise Conflict(f"a {task.status} task cannot be started", code="illegal_task_state")
     if task.mission.status != MissionStatus.ACTIVE:
         raise Conflict("the mission is not active; activate or resume it first", code="mission_not_active")
-    Task.objects.filter(pk=task.pk).update(status=TaskStatus.IN_PROGRESS, started_at=timezone.now(), updated_at=timezone.now())
+    Task.objects.filter(pk=task.pk).update(
+        status=TaskStatus.IN_PROGRESS, started_at=timezone.now(), updated_at=timezone.now()
+    )
     task.refresh_from_db()
     _task_event(task, getattr(user, "pk", None), change="started")
     if task.executor == Executor.COMMAND:
@@ -82,18 +107,24 @@ def task_start(*, user, task: Task) -> Task:
 def pin_task_revision(*, mission: Mission, name: str) -> str:
     """The full commit id a completed task is judged at, resolved now (docs/TRUTH.md):
     `main` or `HEAD` moving later never changes it. Unknown names are refused."""
-    from validation.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+    from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 
     if not mission.workspace:
         if FULL_COMMIT.match(name):
             return name
-        raise Invalid(f"revision {name!r} cannot be resolved: the mission has no workspace; give the full commit id",
-                      code="unknown_revision", fields={"revision": ["not a full commit id"]})
+        raise Invalid(
+            f"revision {name!r} cannot be resolved: the mission has no workspace; give the full commit id",
+            code="unknown_revision",
+            fields={"revision": ["not a full commit id"]},
+        )
     try:
         return pin_revision(mission.workspace, name)
     except SnapshotError as exc:
-        raise Invalid(f"revision {name!r} is not a commit of the mission's workspace ({exc})", code="unknown_revision",
-                      fields={"revision": ["unknown revision"]}) from exc
+        raise Invalid(
+            f"revision {name!r} is not a commit of the mission's workspace ({exc})",
+            code="unknown_revision",
+            fields={"revision": ["unknown revision"]},
+        ) from exc
 
 
 @transaction.atomic
@@ -111,11 +142,18 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     if task.status == TaskStatus.DONE:
         if task.revision == revision:
             return task  # the same completion delivered twice: nothing new to do
-        raise Conflict("the task is already done at another revision", code="task_already_done",
-                       extra={"revision": task.revision})
+        raise Conflict(
+            "the task is already done at another revision", code="task_already_done", extra={"revision": task.revision}
+        )
     now = timezone.now()
-    fields = {"status": TaskStatus.DONE, "revision": revision, "revision_name": name[:200], "summary": summary,
-              "finished_at": now, "updated_at": now}
+    fields = {
+        "status": TaskStatus.DONE,
+        "revision": revision,
+        "revision_name": name[:200],
+        "summary": summary,
+        "finished_at": now,
+        "updated_at": now,
+    }
     if task.started_at is None:
         fields["started_at"] = now
     if log is not None:
@@ -135,10 +173,16 @@ def _landed_on(task: Task, actor_id: int | None) -> None:
     — its pass was at older code — and waits for the judgement of this revision."""
     from validation.loop import feature_transition
 
-    feature = Feature.objects.filter(pk=task.feature_id).first() if task.feature_id else None
+    feature = MissionFeature.objects.filter(pk=task.feature_id).first() if task.feature_id else None
     if feature is not None and feature.loop_state in (LoopState.PASSED, LoopState.IDLE):
-        feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.IMPLEMENTING, cause="task_linked",
-                           actor_id=actor_id, payload={"task": task.pk, "revision": task.revision})
+        feature_transition(
+            feature=feature.pk,
+            old=feature.loop_state,
+            new=LoopState.IMPLEMENTING,
+            cause="task_linked",
+            actor_id=actor_id,
+            payload={"task": task.pk, "revision": task.revision},
+        )
 
 
 @transaction.atomic

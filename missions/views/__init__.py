@@ -3,7 +3,12 @@ stream. Every page is made of regions; each region is also served alone as a fra
 (`…/_/<part>/`) that the page's script re-fetches when an event concerns it."""
 
 from missions.views.pages import (  # noqa: F401
-    feature_detail, feature_part, mission_detail, mission_list, mission_list_part, mission_part,
+    feature_detail,
+    feature_part,
+    mission_detail,
+    mission_list,
+    mission_list_part,
+    mission_part,
 )
 from missions.views.runs import review_detail, review_part, run_detail, run_part  # noqa: F401
 from missions.views.static import static_file  # noqa: F401

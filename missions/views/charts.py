@@ -32,25 +32,47 @@ def _bar(r: dict, x: float, width: float, scale: float, baseline: float) -> str:
     parts, y = [], baseline
     total = r["pass"] + r["fail"] + r["blocked"]
     if total == 0:
-        parts.append(format_html('<rect class="seg-error" x="{}" y="{}" width="{}" height="6"></rect>',
-                                 _n(x), _n(baseline - 6), _n(width)))
+        parts.append(
+            format_html(
+                '<rect class="seg-error" x="{}" y="{}" width="{}" height="6"></rect>',
+                _n(x),
+                _n(baseline - 6),
+                _n(width),
+            )
+        )
     for key, _name in SEGMENTS:
         if r[key]:
             h = r[key] * scale
             y -= h
-            parts.append(format_html('<rect class="seg-{}" x="{}" y="{}" width="{}" height="{}"></rect>',
-                                     key, _n(x), _n(y), _n(width), _n(h)))
+            parts.append(
+                format_html(
+                    '<rect class="seg-{}" x="{}" y="{}" width="{}" height="{}"></rect>',
+                    key,
+                    _n(x),
+                    _n(y),
+                    _n(width),
+                    _n(h),
+                )
+            )
     what = f"{r['feature']}" if r.get("feature") else "milestone run"
-    title = (f"Run {r['run']} ({what}): {r['status']} — {r['pass']} passed, {r['fail']} failed, "
-             f"{r['blocked']} blocked{', ' + _when(r['at']) if r['at'] else ''}")
-    return format_html('<a href="/runs/{}/" class="round round--{}"><title>{}</title>{}</a>',
-                       r["run"], r["status"], title, mark_safe("".join(parts)))
+    title = (
+        f"Run {r['run']} ({what}): {r['status']} — {r['pass']} passed, {r['fail']} failed, "
+        f"{r['blocked']} blocked{', ' + _when(r['at']) if r['at'] else ''}"
+    )
+    return format_html(
+        '<a href="/runs/{}/" class="round round--{}"><title>{}</title>{}</a>',
+        r["run"],
+        r["status"],
+        title,
+        mark_safe("".join(parts)),
+    )
 
 
 def rounds_svg(rounds: list[dict], *, chart_id: str, name: str) -> SafeString:
     statuses = {s: sum(1 for r in rounds if r["status"] == s) for s in ("passed", "failed", "blocked", "error")}
-    summary = (f"Validation rounds of {name}: {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
-               + "".join(f", {n} {s}" for s, n in statuses.items() if n))
+    summary = f"Validation rounds of {name}: {len(rounds)} round{'s' if len(rounds) != 1 else ''}" + "".join(
+        f", {n} {s}" for s, n in statuses.items() if n
+    )
     if not rounds:
         return format_html('<p class="chart-empty" id="{}">No validation rounds yet.</p>', chart_id)
     inner_w = WIDTH - PAD_LEFT - PAD_RIGHT
@@ -59,28 +81,47 @@ def rounds_svg(rounds: list[dict], *, chart_id: str, name: str) -> SafeString:
     scale = (baseline - PAD_TOP) / top
     step = inner_w / max(len(rounds), 1)
     width = max(min(step * 0.7, 18), 2)
-    bars = mark_safe("".join(_bar(r, PAD_LEFT + i * step + (step - width) / 2, width, scale, baseline)
-                             for i, r in enumerate(rounds)))
+    bars = mark_safe(
+        "".join(_bar(r, PAD_LEFT + i * step + (step - width) / 2, width, scale, baseline) for i, r in enumerate(rounds))
+    )
     axis = format_html(
         '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"></line>'
         '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>'
         '<text class="tick" x="{}" y="{}" text-anchor="end">0</text>'
         '<text class="tick" x="{}" y="{}">{}</text>'
         '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>',
-        PAD_LEFT, baseline, WIDTH - PAD_RIGHT, baseline,
-        PAD_LEFT - 4, PAD_TOP + 8, top,
-        PAD_LEFT - 4, baseline,
-        PAD_LEFT, HEIGHT - 4, _when(rounds[0]["at"]),
-        WIDTH - PAD_RIGHT, HEIGHT - 4, _when(rounds[-1]["at"]) if len(rounds) > 1 else "",
+        PAD_LEFT,
+        baseline,
+        WIDTH - PAD_RIGHT,
+        baseline,
+        PAD_LEFT - 4,
+        PAD_TOP + 8,
+        top,
+        PAD_LEFT - 4,
+        baseline,
+        PAD_LEFT,
+        HEIGHT - 4,
+        _when(rounds[0]["at"]),
+        WIDTH - PAD_RIGHT,
+        HEIGHT - 4,
+        _when(rounds[-1]["at"]) if len(rounds) > 1 else "",
     )
     return format_html(
         '<svg class="rounds" id="{id}" viewBox="0 0 {w} {h}" role="img" aria-labelledby="{id}-title" '
         'preserveAspectRatio="xMinYMid meet"><title id="{id}-title">{summary}</title>{axis}{bars}</svg>',
-        id=chart_id, w=WIDTH, h=HEIGHT, summary=summary, axis=axis, bars=bars,
+        id=chart_id,
+        w=WIDTH,
+        h=HEIGHT,
+        summary=summary,
+        axis=axis,
+        bars=bars,
     )
 
 
 def legend() -> SafeString:
-    items = format_html_join("", '<li><span class="swatch seg-{}" aria-hidden="true"></span>{}</li>',
-                             [(k, n) for k, n in SEGMENTS] + [("error", "error (no verdict)")])
+    items = format_html_join(
+        "",
+        '<li><span class="swatch seg-{}" aria-hidden="true"></span>{}</li>',
+        [(k, n) for k, n in SEGMENTS] + [("error", "error (no verdict)")],
+    )
     return format_html('<ul class="legend" aria-label="Chart legend">{}</ul>', items)

@@ -74,8 +74,12 @@ def duration_text(seconds: float | None) -> str:
     return str(timedelta(seconds=round(seconds)))
 
 
-LABELS = {"needs_fix": "needs fix", "not_started": "not started", "needs_coverage": "needs coverage",
-          "in_progress": "in progress"}
+LABELS = {
+    "needs_fix": "needs fix",
+    "not_started": "not started",
+    "needs_coverage": "needs coverage",
+    "in_progress": "in progress",
+}
 
 
 def label(state: str | None) -> str:
@@ -107,13 +111,16 @@ def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int
     if kind == "validator-run:completed":
         target = feature() if p.get("feature") else milestone()
         counts = p.get("counts") or {}
-        tail = f" — {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('blocked', 0)} blocked" if counts else ""
+        tail = (
+            f" — {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('blocked', 0)} blocked"
+            if counts
+            else ""
+        )
         return f"run #{p.get('run')} {p.get('status')} for {target}{tail}"
     if kind == "validator-run:failures-recorded":
         return f"run #{p.get('run')}: {p.get('count')} failure(s) {', '.join(p.get('assertions', []))}"
     if kind == "fix-feature:created":
-        return (f"fix {feature()} created for {feature('source')} (round {p.get('round')}, "
-                f"{p.get('budget_left')} left)")
+        return f"fix {feature()} created for {feature('source')} (round {p.get('round')}, {p.get('budget_left')} left)"
     if kind == "task:updated":
         text = f"task #{p.get('task')} of {feature()} {p.get('change') or p.get('status')}"
         return text + (f": {p['warning']}" if p.get("warning") else "")

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_safe
 
 from missions import selectors
 from missions.events import GLOBAL_CHANNEL
-from missions.models import Feature, Mission
+from missions.models import Mission, MissionFeature
 from missions.streams import user_channels
 from missions.views import common
 from missions.views.charts import legend, rounds_svg
@@ -61,10 +61,12 @@ def _header_context(mission: Mission) -> dict:
 
     from missions.models import LoopState
 
-    counts = Feature.objects.filter(mission=mission).aggregate(
-        total=Count("id"), passed=Count("id", filter=Q(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED])),
+    counts = MissionFeature.objects.filter(mission=mission).aggregate(
+        total=Count("id"),
+        passed=Count("id", filter=Q(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED])),
         blocked=Count("id", filter=Q(loop_state=LoopState.BLOCKED)),
-        validating=Count("id", filter=Q(loop_state=LoopState.VALIDATING)))
+        validating=Count("id", filter=Q(loop_state=LoopState.VALIDATING)),
+    )
     return {"mission": mission, "counts": counts}
 
 
@@ -86,7 +88,7 @@ def _feed(mission: Mission) -> list:
     events = selectors.mission_feed(mission=mission)
     from missions.models import Milestone
 
-    keys = dict(Feature.objects.filter(mission=mission).values_list("id", "key"))
+    keys = dict(MissionFeature.objects.filter(mission=mission).values_list("id", "key"))
     milestones = dict(Milestone.objects.filter(mission=mission).values_list("id", "key"))
     for event in events:
         event.text = common.describe_event(event, keys, milestones)
@@ -114,8 +116,14 @@ def _one_milestone(mission: Mission, milestone_id: int | None) -> dict:
 def mission_detail(request, pk: int):
     live = common.mission_live(pk)  # before any read: later changes are replayed to the page
     mission = _mission(request, pk)
-    context = {**live, **_header_context(mission), "milestones": _milestones(mission),
-               "legend": legend(), "assertions": _assertions(mission), "events": _feed(mission)}
+    context = {
+        **live,
+        **_header_context(mission),
+        "milestones": _milestones(mission),
+        "legend": legend(),
+        "assertions": _assertions(mission),
+        "events": _feed(mission),
+    }
     return render(request, "missions/mission_detail.html", context)
 
 
@@ -132,29 +140,31 @@ def mission_part(request, pk: int, part: str, part_id: int | None = None):
 # --- feature page ------------------------------------------------------------------------
 
 
-def _feature(request, pk: int) -> Feature:
-    qs = Feature.objects.filter(mission__in=selectors.visible_mission_ids(user=request.user))
+def _feature(request, pk: int) -> MissionFeature:
+    qs = MissionFeature.objects.filter(mission__in=selectors.visible_mission_ids(user=request.user))
     return get_object_or_404(qs.select_related("mission", "slice__milestone", "generated_from", "last_run"), pk=pk)
 
 
-def _runs(feature: Feature) -> list:
+def _runs(feature: MissionFeature) -> list:
     runs = selectors.feature_runs(feature=feature)
     for run in runs:
         run.duration_text = common.duration_text(run.duration_seconds)
     return runs
 
 
-def _feature_assertions(feature: Feature) -> list:
+def _feature_assertions(feature: MissionFeature) -> list:
     rows = selectors.feature_assertions(feature=feature)
     for a in rows:
         a.check_text = common.describe_check(a.check_spec)
     return rows
 
 
-def _feature_header(feature: Feature) -> dict:
-    return {"lineage": selectors.feature_lineage(feature=feature),
-            "review_url": common.api_url("feature-review", feature.pk),
-            "running": feature.runs.filter(status="running").first()}
+def _feature_header(feature: MissionFeature) -> dict:
+    return {
+        "lineage": selectors.feature_lineage(feature=feature),
+        "review_url": common.api_url("feature-review", feature.pk),
+        "running": feature.runs.filter(status="running").first(),
+    }
 
 
 FEATURE_PARTS = {
@@ -170,7 +180,7 @@ FEATURE_PARTS = {
 @login_required
 @require_safe
 def feature_detail(request, pk: int):
-    mission_id = Feature.objects.filter(pk=pk).values_list("mission_id", flat=True).first()
+    mission_id = MissionFeature.objects.filter(pk=pk).values_list("mission_id", flat=True).first()
     live = common.mission_live(mission_id or 0)  # before the reads, as on the mission page
     feature = _feature(request, pk)
     context = {**live, "feature": feature, "mission": feature.mission}

@@ -19,7 +19,8 @@ from missions.views import common
 
 def _run(request, pk: int):
     qs = selectors.visible_runs(user=request.user).select_related(
-        "mission", "feature", "milestone", "requested_by", "reused_from")
+        "mission", "feature", "milestone", "requested_by", "reused_from"
+    )
     run = get_object_or_404(qs, pk=pk)
     run.duration_text = common.duration_text(run.duration_seconds)
     return run
@@ -35,8 +36,11 @@ def _journal(run) -> dict:
     from validation.journal import verify_chain
 
     entries = selectors.run_journal(run=run)
-    return {"journal": entries, "chain": verify_chain(run.pk) if entries else None,
-            "replay_url": common.api_url("validatorrun-replay", run.pk)}
+    return {
+        "journal": entries,
+        "chain": verify_chain(run.pk) if entries else None,
+        "replay_url": common.api_url("validatorrun-replay", run.pk),
+    }
 
 
 RUN_PARTS = {
@@ -111,9 +115,15 @@ def _review_context(review) -> dict:
 
     order = [s.value for s in ReviewState if s not in (ReviewState.FAILED, ReviewState.CANCELLED)]
     current = order.index(review.state) if review.state in order else None
-    steps = [{"state": s, "label": common.label(s),
-              "done": current is not None and (i < current or review.state == "completed"),
-              "current": s == review.state} for i, s in enumerate(order)]
+    steps = [
+        {
+            "state": s,
+            "label": common.label(s),
+            "done": current is not None and (i < current or review.state == "completed"),
+            "current": s == review.state,
+        }
+        for i, s in enumerate(order)
+    ]
     return {"steps": steps, **_artifacts(review)}
 
 

@@ -45,8 +45,9 @@ def asgi_server(django_db_setup):
     from fusion_site.asgi import application
 
     port = free_port()
-    server = Server(application=application, endpoints=[f"tcp:port={port}:interface=127.0.0.1"],
-                    signal_handlers=False, verbosity=0)
+    server = Server(
+        application=application, endpoints=[f"tcp:port={port}:interface=127.0.0.1"], signal_handlers=False, verbosity=0
+    )
     thread = threading.Thread(target=server.run, name="daphne-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -103,9 +104,12 @@ def staff(django_user_model):
 def api(server, method: str, path: str, *, token: str, body: dict | None = None) -> tuple[int, dict]:
     """The REST API over real HTTP, signed in with a token."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(server.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Token {token}", "Content-Type": "application/json",
-                                              "Accept": "application/json"})
+    request = urllib.request.Request(
+        server.url + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json", "Accept": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=20) as response:
             return response.status, json.loads(response.read() or b"{}")
@@ -268,16 +272,22 @@ def commit_change(workspace: str, feature_key: str) -> str:
     """Apply the demo implementer's prepared change for a feature and commit it."""
     from missions.demo.implementer import CHANGES
 
-    env = {**os.environ, "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "Test",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "Test",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
     for rel, text in CHANGES[feature_key].items():
         path = Path(workspace) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     for args in (["add", "-A"], ["commit", "-q", "-m", f"implement {feature_key}"]):
         subprocess.run(["git", "-C", workspace, *args], check=True, capture_output=True, env=env)
-    return subprocess.run(["git", "-C", workspace, "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", workspace, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -285,13 +295,13 @@ def held_demo(stepper, tmp_path, alice):
     """The demo mission with a manual executor, its first slice activated by the autopilot
     (tasks created, nothing implemented): a person completes tasks through the API."""
     from missions.management.commands.demo import create_demo
-    from missions.models import Feature, Mission, Task
+    from missions.models import Mission, MissionFeature, Task
 
     mission = off_thread(create_demo, directory=tmp_path / "demo-repo", user=alice)
     Mission.objects.filter(pk=mission.pk).update(executor="manual")
     stepper.until("autopilot_advance")
     mission.refresh_from_db()
-    features = {f.key: f for f in Feature.objects.filter(mission=mission)}
+    features = {f.key: f for f in MissionFeature.objects.filter(mission=mission)}
     tasks = {t.feature.key: t for t in Task.objects.filter(mission=mission).select_related("feature")}
     assert set(tasks) == {"cart-total", "cart-count"}, tasks
     return SimpleNamespace(mission=mission, features=features, tasks=tasks, stepper=stepper)
@@ -303,7 +313,7 @@ def small_mission(alice):
     failed once (with a failure, a journal and a fix that passed), and an idle feature."""
     from django.utils import timezone
 
-    from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice, Task
+    from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice, Task
     from missions.services.rollup import milestone_rollup_refresh
     from validation.journal import append
     from validation.models import FixLineage, ValidatorFailure, ValidatorRun
@@ -312,41 +322,122 @@ def small_mission(alice):
     milestone = Milestone.objects.create(mission=mission, key="cart", title="Cart", order=1)
     slice_ = Slice(milestone=milestone, key="totals", title="Totals")
     slice_.save()
-    total = Feature(slice=slice_, key="cart-total", title="Cart total", loop_state="needs_fix", status="in_progress")
+    total = MissionFeature(
+        slice=slice_, key="cart-total", title="Cart total", loop_state="needs_fix", status="in_progress"
+    )
     total.save()
-    idle = Feature(slice=slice_, key="cart-count", title="Item count", order=2)
+    idle = MissionFeature(slice=slice_, key="cart-count", title="Item count", order=2)
     idle.save()
-    a1 = ContractAssertion(milestone=milestone, key="VAL-CART-001", title="Total multiplies", statement="total == 8",
-                           check_spec={"run": "python -m unittest tests.test_cart"}, status="failed")
+    a1 = ContractAssertion(
+        milestone=milestone,
+        key="VAL-CART-001",
+        title="Total multiplies",
+        statement="total == 8",
+        check_spec={"run": "python -m unittest tests.test_cart"},
+        status="failed",
+    )
     a1.save()
     total.assertions.add(a1)
-    task = Task.objects.create(mission=mission, feature=total, title="Cart total", status="done", revision="a" * 40,
-                               summary="implemented", log="line 1\nline 2 <b>not html</b>")
+    task = Task.objects.create(
+        mission=mission,
+        feature=total,
+        title="Cart total",
+        status="done",
+        revision="a" * 40,
+        summary="implemented",
+        log="line 1\nline 2 <b>not html</b>",
+    )
     now = timezone.now()
-    verdict = {"status": "fail", "summary": "1 failed", "blocked_reason": "", "assertions": [
-        {"key": "VAL-CART-001", "verdict": "fail", "message": "wrong total", "expected": "8", "actual": "7",
-         "evidence": [{"kind": "test-output", "text": "AssertionError: 7 != 8"}]}]}
-    failed = ValidatorRun.objects.create(mission=mission, feature=total, milestone=milestone, status="failed",
-                                         revision="a" * 40, verdict=verdict, summary="1 failed", completed_at=now,
-                                         implementation_attempt=1, validator_attempt=1, tokens_in=120, tokens_out=30)
-    ValidatorFailure.objects.create(run=failed, feature=total, assertion=a1, assertion_key="VAL-CART-001",
-                                    message="wrong total", expected="8", actual="7",
-                                    evidence=[{"kind": "test-output", "text": "AssertionError: 7 != 8"}])
+    verdict = {
+        "status": "fail",
+        "summary": "1 failed",
+        "blocked_reason": "",
+        "assertions": [
+            {
+                "key": "VAL-CART-001",
+                "verdict": "fail",
+                "message": "wrong total",
+                "expected": "8",
+                "actual": "7",
+                "evidence": [{"kind": "test-output", "text": "AssertionError: 7 != 8"}],
+            }
+        ],
+    }
+    failed = ValidatorRun.objects.create(
+        mission=mission,
+        feature=total,
+        milestone=milestone,
+        status="failed",
+        revision="a" * 40,
+        verdict=verdict,
+        summary="1 failed",
+        completed_at=now,
+        implementation_attempt=1,
+        validator_attempt=1,
+        tokens_in=120,
+        tokens_out=30,
+    )
+    ValidatorFailure.objects.create(
+        run=failed,
+        feature=total,
+        assertion=a1,
+        assertion_key="VAL-CART-001",
+        message="wrong total",
+        expected="8",
+        actual="7",
+        evidence=[{"kind": "test-output", "text": "AssertionError: 7 != 8"}],
+    )
     append(run_id=failed.pk, kind="check", key="VAL-CART-001", payload={"exit": 1})
     append(run_id=failed.pk, kind="decision", key="final", payload={"verdict": "accepted"})
-    fix = Feature(slice=slice_, key="cart-total-fix-1", title="Fix: Cart total", generated_from=total,
-                  generated_from_run=failed, loop_state="passed", status="done")
+    fix = MissionFeature(
+        slice=slice_,
+        key="cart-total-fix-1",
+        title="Fix: Cart total",
+        generated_from=total,
+        generated_from_run=failed,
+        loop_state="passed",
+        status="done",
+    )
     fix.save()
     fix.assertions.add(a1)
     FixLineage.objects.create(root=total, source=total, fix=fix, run=failed)
-    Feature.objects.filter(pk=total.pk).update(fix_rounds=1, last_run=failed, validator_attempts=1, implementation_attempts=1)
-    passed = ValidatorRun.objects.create(mission=mission, feature=fix, milestone=milestone, status="passed",
-                                         revision="b" * 40, completed_at=now, verdict={
-                                             "status": "pass", "summary": "ok", "blocked_reason": "", "assertions": [
-                                                 {"key": "VAL-CART-001", "verdict": "pass", "message": "ok",
-                                                  "expected": "", "actual": "",
-                                                  "evidence": [{"kind": "command", "text": "OK"}]}]})
+    MissionFeature.objects.filter(pk=total.pk).update(
+        fix_rounds=1, last_run=failed, validator_attempts=1, implementation_attempts=1
+    )
+    passed = ValidatorRun.objects.create(
+        mission=mission,
+        feature=fix,
+        milestone=milestone,
+        status="passed",
+        revision="b" * 40,
+        completed_at=now,
+        verdict={
+            "status": "pass",
+            "summary": "ok",
+            "blocked_reason": "",
+            "assertions": [
+                {
+                    "key": "VAL-CART-001",
+                    "verdict": "pass",
+                    "message": "ok",
+                    "expected": "",
+                    "actual": "",
+                    "evidence": [{"kind": "command", "text": "OK"}],
+                }
+            ],
+        },
+    )
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
     total.refresh_from_db()
-    return SimpleNamespace(mission=mission, milestone=milestone, slice=slice_, total=total, idle=idle, fix=fix,
-                           assertion=a1, task=task, failed=failed, passed=passed)
+    return SimpleNamespace(
+        mission=mission,
+        milestone=milestone,
+        slice=slice_,
+        total=total,
+        idle=idle,
+        fix=fix,
+        assertion=a1,
+        task=task,
+        failed=failed,
+        passed=passed,
+    )

@@ -23,11 +23,20 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +112,9 @@ def badge(page, element_id: str):
     return page.locator(f"#{element_id}")
 
 
-def test_completing_a_task_through_the_api_turns_the_badge_validating_then_passed(held_demo, alice, session,
-                                                                                    asgi_server):
+def test_completing_a_task_through_the_api_turns_the_badge_validating_then_passed(
+    held_demo, alice, session, asgi_server
+):
     s = session(alice)
     s.open(f"/missions/{held_demo.mission.pk}/")
     s.live()
@@ -112,8 +122,13 @@ def test_completing_a_task_through_the_api_turns_the_badge_validating_then_passe
     expect(state).to_have_attribute("data-state", "implementing")
 
     revision = commit_change(held_demo.mission.workspace, "cart-count")
-    status, body = api(asgi_server, "POST", f"/api/tasks/{held_demo.tasks['cart-count'].pk}/complete/",
-                       token=alice.token, body={"revision": revision, "summary": "item_count written"})
+    status, body = api(
+        asgi_server,
+        "POST",
+        f"/api/tasks/{held_demo.tasks['cart-count'].pk}/complete/",
+        token=alice.token,
+        body={"revision": revision, "summary": "item_count written"},
+    )
     assert status == 200, body
 
     held_demo.stepper.until("process_task_outcome")  # admission: the run starts
@@ -136,8 +151,13 @@ def test_completing_a_task_through_the_api_turns_the_badge_validating_then_passe
 
 def test_validate_twice_shows_the_conflict_message(held_demo, alice, session, asgi_server):
     revision = commit_change(held_demo.mission.workspace, "cart-total")
-    status, body = api(asgi_server, "POST", f"/api/tasks/{held_demo.tasks['cart-total'].pk}/complete/",
-                       token=alice.token, body={"revision": revision})
+    status, body = api(
+        asgi_server,
+        "POST",
+        f"/api/tasks/{held_demo.tasks['cart-total'].pk}/complete/",
+        token=alice.token,
+        body={"revision": revision},
+    )
     assert status == 200, body  # its outcome stays queued: nobody steps the broker in this test
     s = session(alice)
     s.open(f"/features/{held_demo.features['cart-total'].pk}/")
@@ -172,8 +192,10 @@ def test_a_reconnected_page_replays_the_events_it_missed(held_demo, alice, sessi
     s.page.click("[data-live-toggle]")  # the visible "Pause live updates" button
     expect(s.page.locator("body")).to_have_attribute("data-live-state", "paused")
     before = len(received_seqs(s.page))
-    for path, body in ((f"/api/missions/{mission.pk}/autopilot/", {"enabled": False}),
-                       (f"/api/missions/{mission.pk}/pause/", None)):
+    for path, body in (
+        (f"/api/missions/{mission.pk}/autopilot/", {"enabled": False}),
+        (f"/api/missions/{mission.pk}/pause/", None),
+    ):
         status, answer = api(asgi_server, "POST", path, token=alice.token, body=body)
         assert status == 200, answer
     mission.refresh_from_db()
@@ -221,12 +243,15 @@ def test_a_non_member_gets_no_page_and_no_events(held_demo, bob, alice, session,
     assert "event: stream-error" in answer.text() and '"condition": "forbidden"' in answer.text()
 
     # An EventSource opened by hand on the mission's stream gets the refusal and nothing else.
-    s.page.evaluate("""url => {
+    s.page.evaluate(
+        """url => {
         window.seen = [];
         const source = new EventSource(url);
         source.addEventListener('stream-error', e => { window.seen.push('stream-error:' + JSON.parse(e.data).condition); source.close(); });
         source.addEventListener('mission:updated', e => window.seen.push('event'));
-    }""", f"/events/missions/{mission.pk}/")
+    }""",
+        f"/events/missions/{mission.pk}/",
+    )
     s.page.wait_for_function("window.seen.length > 0")
     status, answer = api(asgi_server, "POST", f"/api/missions/{mission.pk}/pause/", token=alice.token)
     assert status == 200, answer
@@ -240,7 +265,7 @@ def test_the_demo_runs_itself_live_in_the_browser(tmp_path, alice, session, asgi
     discount produces a fix feature, the rollups move — all without a reload. Screenshots
     of the main pages are kept (in docs/ when FUSION_SCREENSHOTS_DIR says so)."""
     from missions.management.commands.demo import create_demo
-    from missions.models import Feature
+    from missions.models import MissionFeature
     from validation.models import ValidatorRun
 
     broker = dramatiq.get_broker()
@@ -275,16 +300,22 @@ def test_the_demo_runs_itself_live_in_the_browser(tmp_path, alice, session, asgi
 
     shots = Path(os.environ.get("FUSION_SCREENSHOTS_DIR") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
-    discount = Feature.objects.get(mission=mission, key="discount")
+    discount = MissionFeature.objects.get(mission=mission, key="discount")
     failed_run = ValidatorRun.objects.filter(feature=discount, status="failed").first()
     s.page.set_viewport_size({"width": 1360, "height": 900})
-    for name, path in (("missions", "/"), ("mission", f"/missions/{mission.pk}/"),
-                       ("feature", f"/features/{discount.pk}/"), ("run", f"/runs/{failed_run.pk}/")):
+    for name, path in (
+        ("missions", "/"),
+        ("mission", f"/missions/{mission.pk}/"),
+        ("feature", f"/features/{discount.pk}/"),
+        ("run", f"/runs/{failed_run.pk}/"),
+    ):
         s.open(path)
         s.live()
         s.page.screenshot(path=str(shots / f"dashboard-{name}.png"), full_page=True)
     s.page.set_viewport_size({"width": 390, "height": 844})
     s.open(f"/missions/{mission.pk}/")
     s.page.screenshot(path=str(shots / "dashboard-mission-phone.png"))
-    assert all((shots / f"dashboard-{n}.png").stat().st_size > 10_000 for n in ("missions", "mission", "feature", "run"))
+    assert all(
+        (shots / f"dashboard-{n}.png").stat().st_size > 10_000 for n in ("missions", "mission", "feature", "run")
+    )
     shutil.rmtree(tmp_path / "demo-repo", ignore_errors=True)

@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from missions.events import publish_on_commit
-from missions.models import Feature
+from missions.models import MissionFeature
 from missions.views.common import FRAGMENT_HEADER
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,9 @@ def client_for(user) -> Client:
 
 def badge(html: str, element_id: str) -> tuple[str, str]:
     """(colour class, data-state) of the badge with this id."""
-    found = re.search(r'<span class="badge badge--([\w-]+)" data-state="([\w-]*)" id="%s">' % re.escape(element_id), html)
+    found = re.search(
+        r'<span class="badge badge--([\w-]+)" data-state="([\w-]*)" id="%s">' % re.escape(element_id), html
+    )
     assert found, f"no badge #{element_id}"
     return found.group(1), found.group(2)
 
@@ -37,10 +39,12 @@ def pages(m) -> list[str]:
 
 def parts(m) -> list[str]:
     mission, feature, run = m.mission.pk, m.total.pk, m.failed.pk
-    return ([f"/missions/{mission}/_/{p}/" for p in ("header", "tree", "assertions", "feed")]
-            + [f"/missions/{mission}/_/milestone/{m.milestone.pk}/"]
-            + [f"/features/{feature}/_/{p}/" for p in ("header", "assertions", "runs", "lineage", "tasks", "reviews")]
-            + [f"/runs/{run}/_/{p}/" for p in ("summary", "verdict", "journal")])
+    return (
+        [f"/missions/{mission}/_/{p}/" for p in ("header", "tree", "assertions", "feed")]
+        + [f"/missions/{mission}/_/milestone/{m.milestone.pk}/"]
+        + [f"/features/{feature}/_/{p}/" for p in ("header", "assertions", "runs", "lineage", "tasks", "reviews")]
+        + [f"/runs/{run}/_/{p}/" for p in ("summary", "verdict", "journal")]
+    )
 
 
 def test_signing_in_is_required_and_the_login_page_signs_in(alice):
@@ -83,8 +87,10 @@ def test_members_and_staff_see_every_page_and_fragment(small_mission, bob, staff
 
 
 def test_the_missions_list_shows_status_progress_blocked_and_last_activity(small_mission, alice):
-    Feature.objects.filter(pk=small_mission.idle.pk).update(loop_state="blocked")
-    publish_on_commit(small_mission.mission, "mission:updated", {"mission": small_mission.mission.pk, "change": "poked"})
+    MissionFeature.objects.filter(pk=small_mission.idle.pk).update(loop_state="blocked")
+    publish_on_commit(
+        small_mission.mission, "mission:updated", {"mission": small_mission.mission.pk, "change": "poked"}
+    )
     html = client_for(alice).get("/").content.decode()
     row = re.search(r'<tr data-mission="%d">(.*?)</tr>' % small_mission.mission.pk, html, re.S).group(1)
     assert "Shop" in row and 'data-state="active"' in row
@@ -114,7 +120,11 @@ def test_the_mission_page_shows_the_tree_rollups_assertions_and_feed(small_missi
 
 
 def test_the_rounds_chart_is_an_accessible_inline_svg(small_mission, alice):
-    html = client_for(alice).get(f"/missions/{small_mission.mission.pk}/_/milestone/{small_mission.milestone.pk}/").content.decode()
+    html = (
+        client_for(alice)
+        .get(f"/missions/{small_mission.mission.pk}/_/milestone/{small_mission.milestone.pk}/")
+        .content.decode()
+    )
     svg = re.search(r"<svg class=\"rounds\".*?</svg>", html, re.S).group(0)
     assert 'role="img"' in svg and "Validation rounds of Cart: 2 rounds, 1 passed, 1 failed" in svg
     assert svg.count('class="seg-pass"') == 1 and svg.count('class="seg-fail"') == 1
@@ -158,12 +168,19 @@ def test_a_broken_journal_chain_is_reported(small_mission, alice):
 def _review(mission, feature, alice, state: str, report: str | None, *, tamper: bool = False):
     from validation.models import Review, ReviewArtifact
 
-    review = Review.objects.create(mission=mission, feature=feature, state=state, created_by=alice,
-                                   request={"objective": "Check the cart"})
+    review = Review.objects.create(
+        mission=mission, feature=feature, state=state, created_by=alice, request={"objective": "Check the cart"}
+    )
     if report is not None:
         data = report.encode()
-        ReviewArtifact.objects.create(review=review, kind="report", name="report.md", content=report + (" " if tamper else ""),
-                                      byte_length=len(data), sha256=hashlib.sha256(data).hexdigest())
+        ReviewArtifact.objects.create(
+            review=review,
+            kind="report",
+            name="report.md",
+            content=report + (" " if tamper else ""),
+            byte_length=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
     return review
 
 
@@ -171,8 +188,13 @@ def test_the_review_page_shows_progress_then_the_verified_report(small_mission, 
     running = _review(small_mission.mission, small_mission.total, alice, "evaluating", None)
     html = client_for(alice).get(f"/reviews/{running.pk}/").content.decode()
     assert 'aria-current="step">evaluating' in html and "appears here once the review completes" in html
-    done = _review(small_mission.mission, small_mission.total, alice, "completed",
-                   "# Validation report\n\n## Findings\n\n- one <script>alert(1)</script>\n")
+    done = _review(
+        small_mission.mission,
+        small_mission.total,
+        alice,
+        "completed",
+        "# Validation report\n\n## Findings\n\n- one <script>alert(1)</script>\n",
+    )
     html = client_for(alice).get(f"/reviews/{done.pk}/").content.decode()
     assert "<h1>Validation report</h1>" in html and "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;" in html and "Verified:" in html
@@ -191,7 +213,7 @@ def test_the_tree_fragment_takes_the_same_number_of_queries_whatever_the_size(sm
     with CaptureQueriesContext(connection) as small:
         client.get(url)
     for i in range(15):
-        f = Feature(slice=small_mission.slice, key=f"extra-{i}", title=f"Extra {i}", order=10 + i)
+        f = MissionFeature(slice=small_mission.slice, key=f"extra-{i}", title=f"Extra {i}", order=10 + i)
         f.save()
         f.assertions.add(small_mission.assertion)
     with CaptureQueriesContext(connection) as large:

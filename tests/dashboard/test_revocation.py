@@ -76,8 +76,9 @@ def test_a_removed_member_s_list_stream_is_told_its_channels_changed(sse, small_
     assert again.next()["json"]["mission"] == other.pk
 
 
-def test_a_membership_removed_elsewhere_ends_the_stream_on_its_keep_alive(sse, small_mission, alice, bob, client,
-                                                                          monkeypatch):
+def test_a_membership_removed_elsewhere_ends_the_stream_on_its_keep_alive(
+    sse, small_mission, alice, bob, client, monkeypatch
+):
     m = small_mission.mission
     stream = removed_elsewhere(sse, m, bob, client, monkeypatch)
     error = stream.next(timeout=5)
@@ -113,9 +114,21 @@ def test_a_member_removed_in_the_admin_loses_the_websocket(small_mission, alice,
     url = reverse("admin:missions_mission_change", args=[m.pk])
     page = admin_client.get(url)
     form = page.context["adminform"].form
-    data = {name: form.initial.get(name) for name in ("key", "title", "description", "retry_budget", "validator",
-                                                     "workspace", "base_revision", "executor", "executor_command",
-                                                     "on_protected_change")}
+    data = {
+        name: form.initial.get(name)
+        for name in (
+            "key",
+            "title",
+            "description",
+            "retry_budget",
+            "validator",
+            "workspace",
+            "base_revision",
+            "executor",
+            "executor_command",
+            "on_protected_change",
+        )
+    }
     data["protected_paths"] = "[]"
     data.update(owner=alice.pk, members=[], auto_fix="on" if m.auto_fix else "")
     for inline in page.context["inline_admin_formsets"]:  # leave the inlines as they are

@@ -106,7 +106,8 @@ def test_programs_read_a_stream_with_a_token(sse, small_mission, alice):
 
 
 def test_the_missions_stream_is_every_mission_for_staff_and_ones_own_for_others(
-        sse, small_mission, alice, bob, staff, client, django_user_model):
+    sse, small_mission, alice, bob, staff, client, django_user_model
+):
     carol = django_user_model.objects.create_user("carol")
     theirs = Mission.objects.create(key="theirs", title="Theirs", owner=carol)
     ours = small_mission.mission
@@ -147,8 +148,11 @@ def test_events_published_while_a_client_connects_arrive_once_each_and_in_order(
     stream = sse(f"/events/missions/{m.pk}/?lastEventId={start}", headers={"Authorization": f"Token {alice.token}"})
     opened(stream)
     thread.join(30)
-    seen = [e["json"]["seq"] for e in stream.until(lambda e: e.get("json", {}).get("seq") == published[-1], timeout=15)
-            if e["event"] == "mission:updated"]
+    seen = [
+        e["json"]["seq"]
+        for e in stream.until(lambda e: e.get("json", {}).get("seq") == published[-1], timeout=15)
+        if e["event"] == "mission:updated"
+    ]
     assert seen == published
 
 
@@ -162,9 +166,13 @@ def test_a_live_event_that_was_also_read_from_the_store_is_sent_once():
 
     manager, listener, sent = get_listener_manager(), Listener(), _Sent()
     sent.add("mission-1", 7)  # read from the store and sent
-    listener.channel_items = {"mission-1": [Event("mission-1", "mission:updated", '{"seq": 7}', id=7),
-                                            Event("mission-1", "mission:updated", '{"seq": 9}', id=9),
-                                            Event("mission-1", "mission:updated", '{"seq": 8}', id=8)]}
+    listener.channel_items = {
+        "mission-1": [
+            Event("mission-1", "mission:updated", '{"seq": 7}', id=7),
+            Event("mission-1", "mission:updated", '{"seq": 9}', id=9),
+            Event("mission-1", "mission:updated", '{"seq": 8}', id=8),
+        ]
+    }
     last_ids = {"mission-1": "7"}
     body, overflow, refused = _take(listener, manager, last_ids, sent)
     assert body.count("event: mission:updated") == 2 and '{"seq": 7}' not in body

@@ -72,15 +72,24 @@ def test_json_output_is_the_websocket_message(asgi_server, small_mission, alice)
 
 def test_a_refused_watcher_says_so(asgi_server, small_mission, bob):
     with pytest.raises(CommandError, match="refused \\(4403\\)"):
-        call_command("watch_mission", str(small_mission.mission.pk), url=asgi_server.ws, token=bob.token, count=1,
-                     stdout=io.StringIO(), stderr=io.StringIO())
+        call_command(
+            "watch_mission",
+            str(small_mission.mission.pk),
+            url=asgi_server.ws,
+            token=bob.token,
+            count=1,
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
     with pytest.raises(CommandError, match="token is needed"):
         call_command("watch_mission", "1", url=asgi_server.ws, token="", stdout=io.StringIO(), stderr=io.StringIO())
 
 
 def test_the_server_closes_a_refused_websocket_with_code_4403(asgi_server, small_mission, bob):
     async def run():
-        client = await WebSocketClient.connect(f"{asgi_server.ws}/ws/missions/{small_mission.mission.pk}/?token={bob.token}")
+        client = await WebSocketClient.connect(
+            f"{asgi_server.ws}/ws/missions/{small_mission.mission.pk}/?token={bob.token}"
+        )
         with pytest.raises(WebSocketClosed) as closed:
             await asyncio.wait_for(client.recv(), 5)
         return closed.value.code

@@ -41,8 +41,9 @@ def publish_from_a_worker_thread(mission_id: int, change: str) -> threading.Thre
     return thread
 
 
-def communicator(mission_id: int, *, cookie: str | None = None, token: str | None = None,
-                 header_token: str | None = None) -> WebsocketCommunicator:
+def communicator(
+    mission_id: int, *, cookie: str | None = None, token: str | None = None, header_token: str | None = None
+) -> WebsocketCommunicator:
     headers = []
     if cookie:
         headers.append((b"cookie", cookie.encode()))
@@ -68,9 +69,14 @@ def refused(comm: WebsocketCommunicator) -> int:
 @pytest.mark.parametrize("how", ["session", "query token", "header token"])
 def test_a_member_is_accepted_and_receives_events_with_their_id(small_mission, alice, client, how):
     m = small_mission.mission
-    comm = communicator(m.pk, **{"session": {"cookie": session_cookie(client, alice)},
-                                 "query token": {"token": alice.token},
-                                 "header token": {"header_token": alice.token}}[how])
+    comm = communicator(
+        m.pk,
+        **{
+            "session": {"cookie": session_cookie(client, alice)},
+            "query token": {"token": alice.token},
+            "header token": {"header_token": alice.token},
+        }[how],
+    )
 
     async def run():
         connected, _ = await comm.connect()
@@ -81,8 +87,11 @@ def test_a_member_is_accepted_and_receives_events_with_their_id(small_mission, a
         return seq, message
 
     seq, message = async_to_sync(run)()
-    assert message == {"id": seq, "event": "mission:updated",
-                       "data": {"type": "mission:updated", "mission": m.pk, "seq": seq, "change": "hello"}}
+    assert message == {
+        "id": seq,
+        "event": "mission:updated",
+        "data": {"type": "mission:updated", "mission": m.pk, "seq": seq, "change": "hello"},
+    }
 
 
 @pytest.mark.parametrize("who", ["non-member", "anonymous", "bad token", "non-member token", "unknown mission"])

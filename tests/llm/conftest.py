@@ -39,13 +39,30 @@ class LlamaServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "LlamaServer":
-        argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(weights()),
-                "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(self.port),
-                "--n_ctx", "8192", "--seed", "7", "--verbose", "false"]
+    def start(self) -> LlamaServer:
+        argv = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(weights()),
+            "--chat_format",
+            "chatml-function-calling",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            "8192",
+            "--seed",
+            "7",
+            "--verbose",
+            "false",
+        ]
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -13,13 +13,13 @@ import json
 
 import pytest
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice
+from fusion_site.base.snapshots import snapshot
+from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from validation.journal import sha256_of, verify_chain
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
 from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
-from validation.snapshots import snapshot
 from validation.verdict import FrozenContext, Verdict, run_host_validators
 
 pytestmark = [pytest.mark.llm, pytest.mark.django_db(transaction=True)]
@@ -27,8 +27,10 @@ pytestmark = [pytest.mark.llm, pytest.mark.django_db(transaction=True)]
 HELLO = "def hello():\n    return 'hi'\n\n\ndef add(a, b):\n    return a + b\n"
 FEATURES = {
     "hello": [("VAL-HELLO-1", "hello() returns the string 'hi'", None)],
-    "add": [("VAL-ADD-1", "add(2, 3) returns 5", None),
-            ("VAL-ADD-2", "hello.py defines add", {"file": "hello.py", "contains": r"def add\("})],
+    "add": [
+        ("VAL-ADD-1", "add(2, 3) returns 5", None),
+        ("VAL-ADD-2", "hello.py defines add", {"file": "hello.py", "contains": r"def add\("}),
+    ],
     "goodbye": [("VAL-BYE-1", "hello.py defines a function goodbye() that returns 'bye'", None)],
 }
 # What this server accepts (issue 5): a named tool choice but not "required", and a JSON
@@ -43,24 +45,30 @@ ERROR_CODES = {"invalid_verdict", "limit_exceeded", "timeout", "budget_exceeded"
 
 
 def make_mission(owner, repo_path) -> Mission:
-    mission = Mission.objects.create(key="llm", title="LLM", status="active", owner=owner, workspace=str(repo_path),
-                                     validator="smollm2")
+    mission = Mission.objects.create(
+        key="llm", title="LLM", status="active", owner=owner, workspace=str(repo_path), validator="smollm2"
+    )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="M1")
     slice_ = Slice(milestone=milestone, key="s1", title="S1")
     slice_.save()
     for i, (fkey, assertions) in enumerate(FEATURES.items()):
-        feature = Feature(slice=slice_, key=fkey, title=f"Feature {fkey}", description=f"Implement {fkey}.", order=i)
+        feature = MissionFeature(
+            slice=slice_, key=fkey, title=f"Feature {fkey}", description=f"Implement {fkey}.", order=i
+        )
         feature.save()
         for akey, statement, check in assertions:
-            a = ContractAssertion(milestone=milestone, key=akey, title=statement[:200], statement=statement,
-                                  check_spec=check)
+            a = ContractAssertion(
+                milestone=milestone, key=akey, title=statement[:200], statement=statement, check_spec=check
+            )
             a.save()
             feature.assertions.add(a)
     return mission
 
 
 def decisions(run):
-    return [e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")]
+    return [
+        e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")
+    ]
 
 
 def check_run(run, repo_path) -> dict:
@@ -86,8 +94,13 @@ def check_run(run, repo_path) -> dict:
     report = replay_run(run.pk)
     assert report.ok, report.problems
     first_rejected = bool(made) and made[0]["verdict"] != "accepted"
-    return {"decisions": len(made), "first_rejected": first_rejected, "repaired": first_rejected and bool(accepted),
-            "status": run.status, "error": run.error[:160]}
+    return {
+        "decisions": len(made),
+        "first_rejected": first_rejected,
+        "repaired": first_rejected and bool(accepted),
+        "status": run.status,
+        "error": run.error[:160],
+    }
 
 
 # A run that times out while a model call is unanswered replays to that same unanswered
@@ -96,13 +109,23 @@ def check_run(run, repo_path) -> dict:
 # first call under load.
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_tiny_model_runs_end_legally_and_replay(mode, llama_server, settings, git_repo, alice, capsys):
-    settings.FUSION_VALIDATORS = {"smollm2": {"kind": "agent", "model": "smollm2", "base_url": llama_server.base_url,
-                                              "max_repairs": 2, "temperature": 0.4, "max_tokens": 400, "timeout": 600,
-                                              "max_requests": 12, **MODES[mode]}}
+    settings.FUSION_VALIDATORS = {
+        "smollm2": {
+            "kind": "agent",
+            "model": "smollm2",
+            "base_url": llama_server.base_url,
+            "max_repairs": 2,
+            "temperature": 0.4,
+            "max_tokens": 400,
+            "timeout": 600,
+            "max_requests": 12,
+            **MODES[mode],
+        }
+    }
     git_repo.commit({"hello.py": HELLO}, "hello and add")
     make_mission(alice, git_repo.path)
     figures = []
-    for feature in Feature.objects.order_by("order"):
+    for feature in MissionFeature.objects.order_by("order"):
         admission = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate")
         assert admission.outcome == "started"
         execute_run(admission.run.pk)
@@ -110,10 +133,14 @@ def test_tiny_model_runs_end_legally_and_replay(mode, llama_server, settings, gi
         figures.append({"feature": feature.key, **check_run(admission.run, git_repo.path)})
         assert llama_server.alive(), llama_server.tail()
     judged = [f for f in figures if f["decisions"]]
-    summary = {"mode": mode, "runs": len(figures), "runs_with_a_candidate": len(judged),
-               "first_verdict_rejected": sum(f["first_rejected"] for f in judged),
-               "repair_succeeded": sum(f["repaired"] for f in judged),
-               "outcomes": [f"{f['feature']}: {f['status']}" for f in figures]}
+    summary = {
+        "mode": mode,
+        "runs": len(figures),
+        "runs_with_a_candidate": len(judged),
+        "first_verdict_rejected": sum(f["first_rejected"] for f in judged),
+        "repair_succeeded": sum(f["repaired"] for f in judged),
+        "outcomes": [f"{f['feature']}: {f['status']}" for f in figures],
+    }
     with capsys.disabled():
         print(f"\nSmolLM2-135M [{mode}]: " + json.dumps(summary))
         for f in figures:

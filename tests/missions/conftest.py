@@ -10,7 +10,15 @@ from rest_framework.test import APIClient
 
 from missions.events import publish_on_commit
 from missions.models import (
-    AssertionScope, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, Slice, Task,
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    Slice,
+    Task,
 )
 from missions.services.rollup import milestone_rollup_refresh
 from validation.models import FixLineage, JournalEntry, ValidatorFailure, ValidatorRun
@@ -65,16 +73,24 @@ def make_tree():
         milestone2 = Milestone.objects.create(mission=mission, key="m2", title="Milestone two", order=2)
         slice_ = Slice(milestone=milestone, key="s1", title="Slice one")
         slice_.save()
-        f1 = Feature(slice=slice_, key="f1", title="Feature one", order=1)
+        f1 = MissionFeature(slice=slice_, key="f1", title="Feature one", order=1)
         f1.save()
-        f2 = Feature(slice=slice_, key="f2", title="Feature two", order=2)
+        f2 = MissionFeature(slice=slice_, key="f2", title="Feature two", order=2)
         f2.save()
         a_linked = ContractAssertion(milestone=milestone, key="VAL-001", title="Linked", statement="f1 works", order=1)
         a_linked.save()
-        a_unlinked = ContractAssertion(milestone=milestone, key="VAL-002", title="Unlinked", statement="f2 works", order=2)
+        a_unlinked = ContractAssertion(
+            milestone=milestone, key="VAL-002", title="Unlinked", statement="f2 works", order=2
+        )
         a_unlinked.save()
-        a_milestone = ContractAssertion(milestone=milestone, key="VAL-M01", title="Whole", statement="all works",
-                                        scope=AssertionScope.MILESTONE, order=3)
+        a_milestone = ContractAssertion(
+            milestone=milestone,
+            key="VAL-M01",
+            title="Whole",
+            statement="all works",
+            scope=AssertionScope.MILESTONE,
+            order=3,
+        )
         a_milestone.save()
         FeatureAssertion.objects.create(feature=f1, assertion=a_linked)
         task = Task.objects.create(mission=mission, feature=f1, title="Implement f1")
@@ -82,8 +98,17 @@ def make_tree():
         milestone_rollup_refresh(milestone_ids=[milestone.pk, milestone2.pk])
         milestone.refresh_from_db()
         return SimpleNamespace(
-            mission=mission, milestone=milestone, milestone2=milestone2, slice=slice_, f1=f1, f2=f2,
-            a_linked=a_linked, a_unlinked=a_unlinked, a_milestone=a_milestone, task=task, event=event,
+            mission=mission,
+            milestone=milestone,
+            milestone2=milestone2,
+            slice=slice_,
+            f1=f1,
+            f2=f2,
+            a_linked=a_linked,
+            a_unlinked=a_unlinked,
+            a_milestone=a_milestone,
+            task=task,
+            event=event,
         )
 
     return make
@@ -101,8 +126,20 @@ def other_tree(make_tree, stranger):
     return make_tree(stranger, "beta")
 
 
-COUNTED = (Mission, Milestone, Slice, Feature, ContractAssertion, FeatureAssertion, Task, MissionEvent,
-           ValidatorRun, ValidatorFailure, FixLineage, JournalEntry)
+COUNTED = (
+    Mission,
+    Milestone,
+    Slice,
+    MissionFeature,
+    ContractAssertion,
+    FeatureAssertion,
+    Task,
+    MissionEvent,
+    ValidatorRun,
+    ValidatorFailure,
+    FixLineage,
+    JournalEntry,
+)
 
 
 @pytest.fixture

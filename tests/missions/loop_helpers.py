@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, Slice, Task, TaskStatus
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task, TaskStatus
 
 
 def done_check(key: str) -> dict[str, Any]:
@@ -17,12 +18,22 @@ def done_check(key: str) -> dict[str, Any]:
 
 
 def make_mission(owner, workspace, *, key: str = "life", status: str = "planning", **fields: Any) -> Mission:
-    return Mission.objects.create(key=key, title=key.title(), owner=owner, workspace=str(workspace), status=status, **fields)
+    return Mission.objects.create(
+        key=key, title=key.title(), owner=owner, workspace=str(workspace), status=status, **fields
+    )
 
 
-def add_slice(mission: Mission, milestone_key: str, slice_key: str, feature_keys: Iterable[str], *,
-              milestone_order: int | None = None, slice_order: int = 0, check: bool = True,
-              extra_check: dict | None = None) -> Slice:
+def add_slice(
+    mission: Mission,
+    milestone_key: str,
+    slice_key: str,
+    feature_keys: Iterable[str],
+    *,
+    milestone_order: int | None = None,
+    slice_order: int = 0,
+    check: bool = True,
+    extra_check: dict | None = None,
+) -> Slice:
     """A slice (and its milestone if new) with one feature per key, each linked to its own
     assertion `VAL-<key>` judged by a file check (or with no check when `check` is false)."""
     defaults = {"title": milestone_key.upper()}
@@ -32,16 +43,28 @@ def add_slice(mission: Mission, milestone_key: str, slice_key: str, feature_keys
     slice_ = Slice(milestone=milestone, key=slice_key, title=slice_key.upper(), order=slice_order)
     slice_.save()
     for i, key in enumerate(feature_keys):
-        feature = Feature(slice=slice_, key=key, title=f"Feature {key}", description=f"Write {key}.txt.", order=i)
+        feature = MissionFeature(
+            slice=slice_, key=key, title=f"Feature {key}", description=f"Write {key}.txt.", order=i
+        )
         feature.save()
         spec = done_check(key) if check else None
-        assertion = ContractAssertion(milestone=milestone, key=f"VAL-{key}", title=f"{key} is done",
-                                      statement=f"{key}.txt says done {key}", check_spec=spec)
+        assertion = ContractAssertion(
+            milestone=milestone,
+            key=f"VAL-{key}",
+            title=f"{key} is done",
+            statement=f"{key}.txt says done {key}",
+            check_spec=spec,
+        )
         assertion.save()
         feature.assertions.add(assertion)
         if extra_check is not None:
-            slow = ContractAssertion(milestone=milestone, key=f"VAL-{key}-extra", title=f"{key} extra",
-                                     statement="the extra check holds", check_spec=extra_check)
+            slow = ContractAssertion(
+                milestone=milestone,
+                key=f"VAL-{key}-extra",
+                title=f"{key} extra",
+                statement="the extra check holds",
+                check_spec=extra_check,
+            )
             slow.save()
             feature.assertions.add(slow)
     return slice_
@@ -53,12 +76,12 @@ def implement(repo, *keys: str, good: bool = True) -> str:
     return repo.commit(files, f"implement {' '.join(keys)}")
 
 
-def open_task(feature: Feature) -> Task | None:
+def open_task(feature: MissionFeature) -> Task | None:
     return feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).order_by("-id").first()
 
 
-def feature(mission: Mission, key: str) -> Feature:
-    return Feature.objects.get(mission=mission, key=key)
+def feature(mission: Mission, key: str) -> MissionFeature:
+    return MissionFeature.objects.get(mission=mission, key=key)
 
 
 def events(mission: Mission, type: str | None = None) -> list[MissionEvent]:
@@ -75,7 +98,7 @@ def activated_slices(mission: Mission) -> list[str]:
 def assert_serial_history(mission: Mission) -> None:
     """Replay the audit log: when a slice is activated, every earlier activated slice has
     completed and every feature of it has passed — never two active slices at once."""
-    slice_of = dict(Feature.objects.filter(mission=mission).values_list("pk", "slice_id"))
+    slice_of = dict(MissionFeature.objects.filter(mission=mission).values_list("pk", "slice_id"))
     active: set[int] = set()
     loop: dict[int, str] = {}
     for event in events(mission):

@@ -11,7 +11,7 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from missions.models import Feature, Mission, MissionEvent, Task
+from missions.models import Mission, MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_create
 from tests.missions.loop_helpers import add_slice, feature, implement, make_mission
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
@@ -44,9 +44,10 @@ def mission(admin_user, git_repo):
     return mission
 
 
-def block(f: Feature, reason: str) -> Feature:
-    Feature.objects.filter(pk=f.pk).update(loop_state="blocked", status="blocked", stop_reason=reason,
-                                           stopped_at=timezone.now() - timedelta(minutes=3))
+def block(f: MissionFeature, reason: str) -> MissionFeature:
+    MissionFeature.objects.filter(pk=f.pk).update(
+        loop_state="blocked", status="blocked", stop_reason=reason, stopped_at=timezone.now() - timedelta(minutes=3)
+    )
     f.refresh_from_db()
     return f
 
@@ -55,9 +56,13 @@ def block(f: Feature, reason: str) -> Feature:
 
 
 def test_mission_lifecycle_actions(admin_client, admin_user, mission):
-    steps = [("activate_missions", "Activated", "active", False), ("autopilot_on", "Autopilot started", "active", True),
-             ("pause_missions", "Paused", "paused", True), ("resume_missions", "Resumed", "active", True),
-             ("autopilot_off", "Autopilot stopped", "active", False)]
+    steps = [
+        ("activate_missions", "Activated", "active", False),
+        ("autopilot_on", "Autopilot started", "active", True),
+        ("pause_missions", "Paused", "paused", True),
+        ("resume_missions", "Resumed", "active", True),
+        ("autopilot_off", "Autopilot stopped", "active", False),
+    ]
     for action, done, status, autopilot in steps:
         response = act(admin_client, "mission", action, [mission])
         assert response.status_code == 200
@@ -96,7 +101,7 @@ def test_resume_conflict_shows_the_blockers_and_changes_nothing(admin_client, mi
     assert mission.status == "paused" and b.loop_state == "blocked"
     # the change page says what blocks a resume, with a link to the feature
     body = admin_client.get(reverse("admin:missions_mission_change", args=[mission.pk])).content.decode()
-    assert "blocks a resume" in body.lower() and reverse("admin:missions_feature_change", args=[a.pk]) in body
+    assert "blocks a resume" in body.lower() and reverse("admin:missions_missionfeature_change", args=[a.pk]) in body
     assert "budget_exhausted" in body
 
 
@@ -135,7 +140,9 @@ def test_complete_task_asks_for_the_revision(admin_client, admin_user, mission, 
     assert Task.objects.get(pk=task.pk).status == "todo"
 
     revision = implement(git_repo, "a")
-    done = act(admin_client, "task", "complete_tasks", [task], apply="Complete", revision=revision, summary="wrote a.txt")
+    done = act(
+        admin_client, "task", "complete_tasks", [task], apply="Complete", revision=revision, summary="wrote a.txt"
+    )
     assert_message(done, "success", "Completed", revision[:12])
     task.refresh_from_db()
     assert (task.status, task.revision, task.summary) == ("done", revision, "wrote a.txt")
@@ -164,8 +171,14 @@ def test_fail_task(admin_client, mission):
 
 
 def test_task_log_is_shown_read_only_and_preformatted(admin_client, mission):
-    task = Task.objects.create(mission=mission, feature=feature(mission, "a"), title="t", status="done",
-                               log="step 1\n<b>bold?</b>\nstep 3", summary="ok")
+    task = Task.objects.create(
+        mission=mission,
+        feature=feature(mission, "a"),
+        title="t",
+        status="done",
+        log="step 1\n<b>bold?</b>\nstep 3",
+        summary="ok",
+    )
     response = admin_client.get(reverse("admin:missions_task_change", args=[task.pk]))
     body = response.content.decode()
     assert "<pre" in body and "step 1\n&lt;b&gt;bold?&lt;/b&gt;\nstep 3" in body and "<b>bold?</b>" not in body
@@ -176,14 +189,18 @@ def test_task_log_is_shown_read_only_and_preformatted(admin_client, mission):
 def test_task_added_in_the_admin_goes_through_the_service(admin_client, mission):
     Mission.objects.filter(pk=mission.pk).update(executor="command", executor_command="true")
     a = feature(mission, "a")
-    response = admin_client.post(reverse("admin:missions_task_add"), {
-        "mission": mission.pk, "feature": a.pk, "title": "Do a", "prompt": "write a.txt"})
+    response = admin_client.post(
+        reverse("admin:missions_task_add"),
+        {"mission": mission.pk, "feature": a.pk, "title": "Do a", "prompt": "write a.txt"},
+    )
     assert response.status_code == 302
     task = Task.objects.get(feature=a)
     a.refresh_from_db()
     assert (task.title, task.executor, task.status) == ("Do a", "command", "todo")  # planning: not started
     assert (a.loop_state, a.implementation_attempts) == ("implementing", 1)
-    again = admin_client.post(reverse("admin:missions_task_add"), {"mission": mission.pk, "feature": a.pk, "title": "x"})
+    again = admin_client.post(
+        reverse("admin:missions_task_add"), {"mission": mission.pk, "feature": a.pk, "title": "x"}
+    )
     assert again.status_code == 200 and "already has an open task" in again.content.decode()
 
 
@@ -192,7 +209,9 @@ def test_editing_a_task_does_not_overwrite_its_state(admin_client, mission):
     url = reverse("admin:missions_task_change", args=[task.pk])
     admin_client.get(url)
     Task.objects.filter(pk=task.pk).update(status="done", revision="abc123")  # the executor finished meanwhile
-    response = admin_client.post(url, {"mission": mission.pk, "feature": task.feature_id, "title": "renamed", "prompt": ""})
+    response = admin_client.post(
+        url, {"mission": mission.pk, "feature": task.feature_id, "title": "renamed", "prompt": ""}
+    )
     assert response.status_code == 302
     task.refresh_from_db()
     assert (task.title, task.status, task.revision) == ("renamed", "done", "abc123")
@@ -205,27 +224,27 @@ def test_validate_feature(admin_client, admin_user, mission, git_repo):
     Mission.objects.filter(pk=mission.pk).update(status="active")
     implement(git_repo, "a")
     a = feature(mission, "a")
-    response = act(admin_client, "feature", "validate_features", [a])
+    response = act(admin_client, "missionfeature", "validate_features", [a])
     run = ValidatorRun.objects.get(feature=a)
     assert_message(response, "success", "Validation requested", f"validation run {run.pk} started")
     assert run.status == RunStatus.RUNNING and run.requested_by_id == admin_user.pk
-    again = act(admin_client, "feature", "validate_features", [a])
+    again = act(admin_client, "missionfeature", "validate_features", [a])
     assert_message(again, "error", "already running")
 
 
 def test_validate_feature_of_a_paused_mission_is_refused(admin_client, mission):
     Mission.objects.filter(pk=mission.pk).update(status="paused")
-    response = act(admin_client, "feature", "validate_features", [feature(mission, "a")])
+    response = act(admin_client, "missionfeature", "validate_features", [feature(mission, "a")])
     assert_message(response, "error", "activate or resume it first")
     assert not ValidatorRun.objects.exists()
 
 
 def test_repair_clear_asks_why_and_records_it(admin_client, admin_user, mission):
     a = block(feature(mission, "a"), "budget_exhausted")
-    page = act(admin_client, "feature", "repair_clear", [a])
+    page = act(admin_client, "missionfeature", "repair_clear", [a])
     assert page.status_code == 200 and 'name="reason"' in page.content.decode()
-    assert Feature.objects.get(pk=a.pk).loop_state == "blocked"
-    response = act(admin_client, "feature", "repair_clear", [a], apply="Repair", reason="new approach")
+    assert MissionFeature.objects.get(pk=a.pk).loop_state == "blocked"
+    response = act(admin_client, "missionfeature", "repair_clear", [a], apply="Repair", reason="new approach")
     assert_message(response, "success", "Repaired (clear)", "counters reset")
     a.refresh_from_db()
     assert (a.loop_state, a.stop_reason, a.fix_rounds) == ("implementing", "", 0)
@@ -237,7 +256,7 @@ def test_repair_re_run_starts_a_run(admin_client, mission, git_repo):
     Mission.objects.filter(pk=mission.pk).update(status="active")
     implement(git_repo, "a")
     a = block(feature(mission, "a"), "fingerprint_failures")
-    response = act(admin_client, "feature", "repair_re_run", [a], apply="Repair", reason="the check was flaky")
+    response = act(admin_client, "missionfeature", "repair_re_run", [a], apply="Repair", reason="the check was flaky")
     run = ValidatorRun.objects.get(feature=a)
     assert_message(response, "success", "Repaired (re_run)", f"run {run.pk} started")
     a.refresh_from_db()
@@ -245,25 +264,33 @@ def test_repair_re_run_starts_a_run(admin_client, mission, git_repo):
 
 
 def test_repair_of_an_idle_feature_is_refused(admin_client, mission):
-    response = act(admin_client, "feature", "repair_clear", [feature(mission, "a")], apply="Repair", reason="")
+    response = act(admin_client, "missionfeature", "repair_clear", [feature(mission, "a")], apply="Repair", reason="")
     assert_message(response, "error", "needs no repair")
 
 
 def test_create_fix_for_a_report_only_failure(admin_client, mission):
     Mission.objects.filter(pk=mission.pk).update(status="active", auto_fix=False)
     a = feature(mission, "a")
-    run = ValidatorRun.objects.create(mission=mission, feature=a, milestone=a.slice.milestone, status="failed",
-                                      revision="abc", validator="checks")
-    ValidatorFailure.objects.create(run=run, feature=a, assertion=a.assertions.get(), assertion_key="VAL-a",
-                                    message="a.txt is missing", expected="done a", actual="nothing")
-    Feature.objects.filter(pk=a.pk).update(loop_state="needs_fix", last_run=run)
-    response = act(admin_client, "feature", "create_fix", [a])
-    fix = Feature.objects.get(generated_from=a)
+    run = ValidatorRun.objects.create(
+        mission=mission, feature=a, milestone=a.slice.milestone, status="failed", revision="abc", validator="checks"
+    )
+    ValidatorFailure.objects.create(
+        run=run,
+        feature=a,
+        assertion=a.assertions.get(),
+        assertion_key="VAL-a",
+        message="a.txt is missing",
+        expected="done a",
+        actual="nothing",
+    )
+    MissionFeature.objects.filter(pk=a.pk).update(loop_state="needs_fix", last_run=run)
+    response = act(admin_client, "missionfeature", "create_fix", [a])
+    fix = MissionFeature.objects.get(generated_from=a)
     assert_message(response, "success", "Fix created", fix.key)
     assert FixLineage.objects.filter(source=a, fix=fix, run=run).exists()
-    again = act(admin_client, "feature", "create_fix", [Feature.objects.get(pk=a.pk)])
+    again = act(admin_client, "missionfeature", "create_fix", [MissionFeature.objects.get(pk=a.pk)])
     assert [tag for tag, _ in messages_of(again)] == ["error"]
-    assert Feature.objects.filter(generated_from=a).count() == 1
+    assert MissionFeature.objects.filter(generated_from=a).count() == 1
 
 
 def test_actions_need_the_change_permission(client, mission, django_user_model):

@@ -3,8 +3,9 @@ events, the tree, the OpenAPI schema and the mission-file endpoints."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -15,8 +16,17 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from missions.models import (
-    AssertionScope, ContractAssertion, Feature, FeatureAssertion, LoopState, Milestone, Mission, MissionEvent,
-    RollupState, Slice, Task,
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    LoopState,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    RollupState,
+    Slice,
+    Task,
 )
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +39,9 @@ def user_for(request, role: str):
 
 
 def new_event_types(since_id: int) -> list[str]:
-    return list(MissionEvent.objects.filter(pk__gt=since_id).order_by("mission_id", "seq").values_list("type", flat=True))
+    return list(
+        MissionEvent.objects.filter(pk__gt=since_id).order_by("mission_id", "seq").values_list("type", flat=True)
+    )
 
 
 def last_event_id() -> int:
@@ -39,12 +51,19 @@ def last_event_id() -> int:
 def snapshot_tree(t) -> dict[str, Any]:
     """Every row of a tree with its title and updated_at, plus links and dependencies."""
     out: dict[str, Any] = {}
-    for model in (Mission, Milestone, Slice, Feature, ContractAssertion, Task):
+    for model in (Mission, Milestone, Slice, MissionFeature, ContractAssertion, Task):
         path = "pk" if model is Mission else "mission"
-        out[model.__name__] = sorted(model.objects.filter(**{path: t.mission.pk}).values_list("pk", "title", "updated_at"))
-    out["links"] = sorted(FeatureAssertion.objects.filter(feature__mission=t.mission).values_list("feature_id", "assertion_id"))
-    out["deps"] = sorted(Milestone.dependencies.through.objects.filter(from_milestone__mission=t.mission)
-                         .values_list("from_milestone_id", "to_milestone_id"))
+        out[model.__name__] = sorted(
+            model.objects.filter(**{path: t.mission.pk}).values_list("pk", "title", "updated_at")
+        )
+    out["links"] = sorted(
+        FeatureAssertion.objects.filter(feature__mission=t.mission).values_list("feature_id", "assertion_id")
+    )
+    out["deps"] = sorted(
+        Milestone.dependencies.through.objects.filter(from_milestone__mission=t.mission).values_list(
+            "from_milestone_id", "to_milestone_id"
+        )
+    )
     out["checks"] = sorted(ContractAssertion.objects.filter(mission=t.mission).values_list("pk", "check_spec"))
     out["executor_command"] = Mission.objects.get(pk=t.mission.pk).executor_command
     out["members"] = sorted(t.mission.members.values_list("pk", flat=True))
@@ -78,12 +97,14 @@ def _renamed(model):
     def check(t, obj, response):
         assert model.objects.get(pk=obj.pk).title == "Renamed"
         assert response.json()["title"] == "Renamed"
+
     return check
 
 
 def _gone(model):
     def check(t, obj, response):
         assert not model.objects.filter(pk=obj.pk).exists()
+
     return check
 
 
@@ -93,6 +114,7 @@ def _created(model, **lookup):
         for name, value in lookup.items():
             expected = value(t) if callable(value) else value
             assert getattr(row, name) == expected, name
+
     return check
 
 
@@ -120,70 +142,240 @@ OPS: list[Op] = [
     # missions
     Op("missions.list", "get", lambda t: "/api/missions/", "list", 200, obj=lambda t: t.mission),
     Op("missions.retrieve", "get", lambda t: f"/api/missions/{t.mission.pk}/", "read", 200, obj=lambda t: t.mission),
-    Op("missions.create", "post", lambda t: "/api/missions/", "create", 201,
-       body=lambda t: {"key": "new-mission", "title": "New"}, effect=_created(Mission, key="new-mission")),
-    Op("missions.update", "patch", lambda t: f"/api/missions/{t.mission.pk}/", "write", 200, obj=lambda t: t.mission,
-       body=lambda t: {"title": "Renamed"}, effect=_renamed(Mission)),
-    Op("missions.delete", "delete", lambda t: f"/api/missions/{t.mission.pk}/", "delete", 204, obj=lambda t: t.mission,
-       effect=_gone(Mission)),
+    Op(
+        "missions.create",
+        "post",
+        lambda t: "/api/missions/",
+        "create",
+        201,
+        body=lambda t: {"key": "new-mission", "title": "New"},
+        effect=_created(Mission, key="new-mission"),
+    ),
+    Op(
+        "missions.update",
+        "patch",
+        lambda t: f"/api/missions/{t.mission.pk}/",
+        "write",
+        200,
+        obj=lambda t: t.mission,
+        body=lambda t: {"title": "Renamed"},
+        effect=_renamed(Mission),
+    ),
+    Op(
+        "missions.delete",
+        "delete",
+        lambda t: f"/api/missions/{t.mission.pk}/",
+        "delete",
+        204,
+        obj=lambda t: t.mission,
+        effect=_gone(Mission),
+    ),
     Op("missions.tree", "get", lambda t: f"/api/missions/{t.mission.pk}/tree/", "read", 200, obj=lambda t: t.mission),
-    Op("missions.events", "get", lambda t: f"/api/missions/{t.mission.pk}/events/", "read", 200, obj=lambda t: t.mission),
+    Op(
+        "missions.events",
+        "get",
+        lambda t: f"/api/missions/{t.mission.pk}/events/",
+        "read",
+        200,
+        obj=lambda t: t.mission,
+    ),
     # milestones
     Op("milestones.list", "get", lambda t: "/api/milestones/", "list", 200, obj=lambda t: t.milestone),
-    Op("milestones.retrieve", "get", lambda t: f"/api/milestones/{t.milestone.pk}/", "read", 200, obj=lambda t: t.milestone),
-    Op("milestones.create", "post", lambda t: "/api/milestones/", "create", 201,
-       body=lambda t: {"mission": t.mission.pk, "key": "m-new", "title": "New"},
-       effect=_created(Milestone, key="m-new", mission_id=lambda t: t.mission.pk)),
-    Op("milestones.update", "patch", lambda t: f"/api/milestones/{t.milestone.pk}/", "write", 200,
-       obj=lambda t: t.milestone, body=lambda t: {"title": "Renamed"}, effect=_renamed(Milestone)),
-    Op("milestones.delete", "delete", lambda t: f"/api/milestones/{t.milestone2.pk}/", "delete", 204,
-       obj=lambda t: t.milestone2, effect=_gone(Milestone)),
-    Op("milestones.validation", "get", lambda t: f"/api/milestones/{t.milestone.pk}/validation/", "read", 200,
-       obj=lambda t: t.milestone),
+    Op(
+        "milestones.retrieve",
+        "get",
+        lambda t: f"/api/milestones/{t.milestone.pk}/",
+        "read",
+        200,
+        obj=lambda t: t.milestone,
+    ),
+    Op(
+        "milestones.create",
+        "post",
+        lambda t: "/api/milestones/",
+        "create",
+        201,
+        body=lambda t: {"mission": t.mission.pk, "key": "m-new", "title": "New"},
+        effect=_created(Milestone, key="m-new", mission_id=lambda t: t.mission.pk),
+    ),
+    Op(
+        "milestones.update",
+        "patch",
+        lambda t: f"/api/milestones/{t.milestone.pk}/",
+        "write",
+        200,
+        obj=lambda t: t.milestone,
+        body=lambda t: {"title": "Renamed"},
+        effect=_renamed(Milestone),
+    ),
+    Op(
+        "milestones.delete",
+        "delete",
+        lambda t: f"/api/milestones/{t.milestone2.pk}/",
+        "delete",
+        204,
+        obj=lambda t: t.milestone2,
+        effect=_gone(Milestone),
+    ),
+    Op(
+        "milestones.validation",
+        "get",
+        lambda t: f"/api/milestones/{t.milestone.pk}/validation/",
+        "read",
+        200,
+        obj=lambda t: t.milestone,
+    ),
     # slices
     Op("slices.list", "get", lambda t: "/api/slices/", "list", 200, obj=lambda t: t.slice),
     Op("slices.retrieve", "get", lambda t: f"/api/slices/{t.slice.pk}/", "read", 200, obj=lambda t: t.slice),
-    Op("slices.create", "post", lambda t: "/api/slices/", "create", 201,
-       body=lambda t: {"milestone": t.milestone.pk, "key": "s-new", "title": "New"},
-       effect=_created(Slice, key="s-new", mission_id=lambda t: t.mission.pk)),
-    Op("slices.update", "patch", lambda t: f"/api/slices/{t.slice.pk}/", "write", 200, obj=lambda t: t.slice,
-       body=lambda t: {"title": "Renamed"}, effect=_renamed(Slice)),
-    Op("slices.delete", "delete", lambda t: f"/api/slices/{t.slice.pk}/", "delete", 204, obj=lambda t: t.slice,
-       effect=_gone(Slice)),
+    Op(
+        "slices.create",
+        "post",
+        lambda t: "/api/slices/",
+        "create",
+        201,
+        body=lambda t: {"milestone": t.milestone.pk, "key": "s-new", "title": "New"},
+        effect=_created(Slice, key="s-new", mission_id=lambda t: t.mission.pk),
+    ),
+    Op(
+        "slices.update",
+        "patch",
+        lambda t: f"/api/slices/{t.slice.pk}/",
+        "write",
+        200,
+        obj=lambda t: t.slice,
+        body=lambda t: {"title": "Renamed"},
+        effect=_renamed(Slice),
+    ),
+    Op(
+        "slices.delete",
+        "delete",
+        lambda t: f"/api/slices/{t.slice.pk}/",
+        "delete",
+        204,
+        obj=lambda t: t.slice,
+        effect=_gone(Slice),
+    ),
     # features
     Op("features.list", "get", lambda t: "/api/features/", "list", 200, obj=lambda t: t.f1),
     Op("features.retrieve", "get", lambda t: f"/api/features/{t.f1.pk}/", "read", 200, obj=lambda t: t.f1),
-    Op("features.create", "post", lambda t: "/api/features/", "create", 201,
-       body=lambda t: {"slice": t.slice.pk, "key": "f-new", "title": "New"},
-       effect=_created(Feature, key="f-new", mission_id=lambda t: t.mission.pk)),
-    Op("features.update", "patch", lambda t: f"/api/features/{t.f1.pk}/", "write", 200, obj=lambda t: t.f1,
-       body=lambda t: {"title": "Renamed"}, effect=_renamed(Feature)),
-    Op("features.delete", "delete", lambda t: f"/api/features/{t.f2.pk}/", "delete", 204, obj=lambda t: t.f2,
-       effect=_gone(Feature)),
-    Op("features.link", "post", lambda t: f"/api/features/{t.f2.pk}/link/", "action", 201, obj=lambda t: t.f2,
-       body=lambda t: {"assertion": t.a_unlinked.key}, effect=_linked),
-    Op("features.unlink", "post", lambda t: f"/api/features/{t.f1.pk}/unlink/", "action", 200, obj=lambda t: t.f1,
-       body=lambda t: {"assertion": t.a_linked.key}, effect=_unlinked),
+    Op(
+        "features.create",
+        "post",
+        lambda t: "/api/features/",
+        "create",
+        201,
+        body=lambda t: {"slice": t.slice.pk, "key": "f-new", "title": "New"},
+        effect=_created(MissionFeature, key="f-new", mission_id=lambda t: t.mission.pk),
+    ),
+    Op(
+        "features.update",
+        "patch",
+        lambda t: f"/api/features/{t.f1.pk}/",
+        "write",
+        200,
+        obj=lambda t: t.f1,
+        body=lambda t: {"title": "Renamed"},
+        effect=_renamed(MissionFeature),
+    ),
+    Op(
+        "features.delete",
+        "delete",
+        lambda t: f"/api/features/{t.f2.pk}/",
+        "delete",
+        204,
+        obj=lambda t: t.f2,
+        effect=_gone(MissionFeature),
+    ),
+    Op(
+        "features.link",
+        "post",
+        lambda t: f"/api/features/{t.f2.pk}/link/",
+        "action",
+        201,
+        obj=lambda t: t.f2,
+        body=lambda t: {"assertion": t.a_unlinked.key},
+        effect=_linked,
+    ),
+    Op(
+        "features.unlink",
+        "post",
+        lambda t: f"/api/features/{t.f1.pk}/unlink/",
+        "action",
+        200,
+        obj=lambda t: t.f1,
+        body=lambda t: {"assertion": t.a_linked.key},
+        effect=_unlinked,
+    ),
     # assertions
     Op("assertions.list", "get", lambda t: "/api/assertions/", "list", 200, obj=lambda t: t.a_linked),
-    Op("assertions.retrieve", "get", lambda t: f"/api/assertions/{t.a_linked.pk}/", "read", 200, obj=lambda t: t.a_linked),
-    Op("assertions.create", "post", lambda t: "/api/assertions/", "create", 201,
-       body=lambda t: {"milestone": t.milestone.pk, "key": "VAL-NEW", "title": "New", "statement": "it works"},
-       effect=_created(ContractAssertion, key="VAL-NEW", mission_id=lambda t: t.mission.pk)),
-    Op("assertions.update", "patch", lambda t: f"/api/assertions/{t.a_linked.pk}/", "write", 200,
-       obj=lambda t: t.a_linked, body=lambda t: {"title": "Renamed"}, effect=_renamed(ContractAssertion)),
-    Op("assertions.delete", "delete", lambda t: f"/api/assertions/{t.a_unlinked.pk}/", "delete", 204,
-       obj=lambda t: t.a_unlinked, effect=_gone(ContractAssertion)),
+    Op(
+        "assertions.retrieve",
+        "get",
+        lambda t: f"/api/assertions/{t.a_linked.pk}/",
+        "read",
+        200,
+        obj=lambda t: t.a_linked,
+    ),
+    Op(
+        "assertions.create",
+        "post",
+        lambda t: "/api/assertions/",
+        "create",
+        201,
+        body=lambda t: {"milestone": t.milestone.pk, "key": "VAL-NEW", "title": "New", "statement": "it works"},
+        effect=_created(ContractAssertion, key="VAL-NEW", mission_id=lambda t: t.mission.pk),
+    ),
+    Op(
+        "assertions.update",
+        "patch",
+        lambda t: f"/api/assertions/{t.a_linked.pk}/",
+        "write",
+        200,
+        obj=lambda t: t.a_linked,
+        body=lambda t: {"title": "Renamed"},
+        effect=_renamed(ContractAssertion),
+    ),
+    Op(
+        "assertions.delete",
+        "delete",
+        lambda t: f"/api/assertions/{t.a_unlinked.pk}/",
+        "delete",
+        204,
+        obj=lambda t: t.a_unlinked,
+        effect=_gone(ContractAssertion),
+    ),
     # tasks
     Op("tasks.list", "get", lambda t: "/api/tasks/", "list", 200, obj=lambda t: t.task),
     Op("tasks.retrieve", "get", lambda t: f"/api/tasks/{t.task.pk}/", "read", 200, obj=lambda t: t.task),
-    Op("tasks.create", "post", lambda t: "/api/tasks/", "create", 201,
-       body=lambda t: {"feature": t.f2.pk, "title": "Implement f2"},
-       effect=_created(Task, feature_id=lambda t: t.f2.pk, mission_id=lambda t: t.mission.pk)),
-    Op("tasks.update", "patch", lambda t: f"/api/tasks/{t.task.pk}/", "write", 200, obj=lambda t: t.task,
-       body=lambda t: {"title": "Renamed"}, effect=_renamed(Task)),
-    Op("tasks.delete", "delete", lambda t: f"/api/tasks/{t.task.pk}/", "delete", 204, obj=lambda t: t.task,
-       effect=_gone(Task)),
+    Op(
+        "tasks.create",
+        "post",
+        lambda t: "/api/tasks/",
+        "create",
+        201,
+        body=lambda t: {"feature": t.f2.pk, "title": "Implement f2"},
+        effect=_created(Task, feature_id=lambda t: t.f2.pk, mission_id=lambda t: t.mission.pk),
+    ),
+    Op(
+        "tasks.update",
+        "patch",
+        lambda t: f"/api/tasks/{t.task.pk}/",
+        "write",
+        200,
+        obj=lambda t: t.task,
+        body=lambda t: {"title": "Renamed"},
+        effect=_renamed(Task),
+    ),
+    Op(
+        "tasks.delete",
+        "delete",
+        lambda t: f"/api/tasks/{t.task.pk}/",
+        "delete",
+        204,
+        obj=lambda t: t.task,
+        effect=_gone(Task),
+    ),
     # the audit log (read-only)
     Op("events.list", "get", lambda t: "/api/events/", "list", 200, obj=lambda t: t.event),
     Op("events.retrieve", "get", lambda t: f"/api/events/{t.event.pk}/", "read", 200, obj=lambda t: t.event),
@@ -259,7 +451,11 @@ def test_mission_events_action_lists_the_audit_log_newest_first(api, owner, tree
     response = api(owner).get(f"/api/missions/{tree.mission.pk}/events/")
     assert response.status_code == 200
     rows = _results(response)
-    assert [r["type"] for r in rows] == ["milestone:validation:updated", "milestone:validation:updated", "mission:updated"]
+    assert [r["type"] for r in rows] == [
+        "milestone:validation:updated",
+        "milestone:validation:updated",
+        "mission:updated",
+    ]
     assert [r["seq"] for r in rows] == [3, 2, 1] and rows[-1]["id"] == tree.event.pk
 
 
@@ -291,10 +487,14 @@ def test_session_authentication(client, member, tree):
 
 
 def test_only_owner_or_staff_change_members(api, owner, member, staff, stranger, tree):
-    response = api(member).patch(f"/api/missions/{tree.mission.pk}/", {"members": [member.pk, stranger.pk]}, format="json")
+    response = api(member).patch(
+        f"/api/missions/{tree.mission.pk}/", {"members": [member.pk, stranger.pk]}, format="json"
+    )
     assert response.status_code == 403 and response.json()["code"] == "owner_only"
     assert list(tree.mission.members.all()) == [member]
-    response = api(owner).patch(f"/api/missions/{tree.mission.pk}/", {"members": [member.pk, stranger.pk]}, format="json")
+    response = api(owner).patch(
+        f"/api/missions/{tree.mission.pk}/", {"members": [member.pk, stranger.pk]}, format="json"
+    )
     assert response.status_code == 200
     assert api(stranger).get(f"/api/missions/{tree.mission.pk}/tree/").status_code == 200  # now a member
     assert api(staff).patch(f"/api/missions/{tree.mission.pk}/", {"members": []}, format="json").status_code == 200
@@ -320,19 +520,30 @@ def test_member_cannot_set_a_check(api, member, owner, tree, counts):
         response = api(user).patch(f"/api/assertions/{tree.a_linked.pk}/", {"check": {"run": "true"}}, format="json")
         assert response.status_code == 403, response.json()
         assert response.json()["code"] == "staff_only" and "check" in response.json()["fields"]
-        response = api(user).post("/api/assertions/", {"milestone": tree.milestone.pk, "key": "VAL-X", "title": "x",
-                                                       "statement": "x", "check": {"file": "a.txt", "exists": True}},
-                                  format="json")
+        response = api(user).post(
+            "/api/assertions/",
+            {
+                "milestone": tree.milestone.pk,
+                "key": "VAL-X",
+                "title": "x",
+                "statement": "x",
+                "check": {"file": "a.txt", "exists": True},
+            },
+            format="json",
+        )
         assert response.status_code == 403 and response.json()["code"] == "staff_only"
     assert snapshot_tree(tree) == before and counts() == rows
 
 
 def test_member_cannot_set_an_executor_command(api, member, tree, counts):
     before, rows = snapshot_tree(tree), counts()
-    response = api(member).patch(f"/api/missions/{tree.mission.pk}/",
-                                 {"executor": "command", "executor_command": "agent --yolo"}, format="json")
+    response = api(member).patch(
+        f"/api/missions/{tree.mission.pk}/", {"executor": "command", "executor_command": "agent --yolo"}, format="json"
+    )
     assert response.status_code == 403 and response.json()["code"] == "staff_only"
-    response = api(member).post("/api/missions/", {"key": "mine", "title": "Mine", "executor_command": "agent"}, format="json")
+    response = api(member).post(
+        "/api/missions/", {"key": "mine", "title": "Mine", "executor_command": "agent"}, format="json"
+    )
     assert response.status_code == 403 and response.json()["code"] == "staff_only"
     assert snapshot_tree(tree) == before and counts() == rows
     mission = Mission.objects.get(pk=tree.mission.pk)
@@ -340,21 +551,34 @@ def test_member_cannot_set_an_executor_command(api, member, tree, counts):
 
 
 def test_staff_can_set_checks_and_executor_commands(api, staff, member, tree):
-    response = api(staff).patch(f"/api/assertions/{tree.a_linked.pk}/", {"check": {"run": "pytest -q", "timeout": 30}},
-                                format="json")
+    response = api(staff).patch(
+        f"/api/assertions/{tree.a_linked.pk}/", {"check": {"run": "pytest -q", "timeout": 30}}, format="json"
+    )
     assert response.status_code == 200, response.json()
     assert ContractAssertion.objects.get(pk=tree.a_linked.pk).check_spec == {"run": "pytest -q", "timeout": 30}
-    response = api(staff).post("/api/assertions/", {"milestone": tree.milestone.pk, "key": "VAL-F", "title": "f",
-                                                    "statement": "s", "check": {"file": "README.md", "exists": True}},
-                               format="json")
+    response = api(staff).post(
+        "/api/assertions/",
+        {
+            "milestone": tree.milestone.pk,
+            "key": "VAL-F",
+            "title": "f",
+            "statement": "s",
+            "check": {"file": "README.md", "exists": True},
+        },
+        format="json",
+    )
     assert response.status_code == 201 and response.json()["check"] == {"file": "README.md", "exists": True}
-    response = api(staff).patch(f"/api/missions/{tree.mission.pk}/", {"executor": "command", "executor_command": "agent -p"},
-                                format="json")
+    response = api(staff).patch(
+        f"/api/missions/{tree.mission.pk}/", {"executor": "command", "executor_command": "agent -p"}, format="json"
+    )
     assert response.status_code == 200
     assert Mission.objects.get(pk=tree.mission.pk).executor_command == "agent -p"
     # a member may still edit other fields, sending the check back unchanged or not at all
-    response = api(member).patch(f"/api/assertions/{tree.a_linked.pk}/", {"title": "Better", "check": {"run": "pytest -q", "timeout": 30}},
-                                 format="json")
+    response = api(member).patch(
+        f"/api/assertions/{tree.a_linked.pk}/",
+        {"title": "Better", "check": {"run": "pytest -q", "timeout": 30}},
+        format="json",
+    )
     assert response.status_code == 200, response.json()
     response = api(member).patch(f"/api/missions/{tree.mission.pk}/", {"title": "Still mine"}, format="json")
     assert response.status_code == 200
@@ -398,15 +622,23 @@ def test_bad_slug_key(api, member, tree, counts, url, body, key):
 
 
 def test_title_too_long(api, member, tree, counts):
-    _post_invalid(api(member), "/api/features/", {"slice": tree.slice.pk, "key": "long", "title": "x" * 201}, counts,
-                  field="title")
+    _post_invalid(
+        api(member),
+        "/api/features/",
+        {"slice": tree.slice.pk, "key": "long", "title": "x" * 201},
+        counts,
+        field="title",
+    )
 
 
 DUPLICATES = [
     ("/api/milestones/", lambda t: {"mission": t.mission.pk, "key": "m1", "title": "Again"}),
     ("/api/slices/", lambda t: {"milestone": t.milestone2.pk, "key": "s1", "title": "Again"}),
     ("/api/features/", lambda t: {"slice": t.slice.pk, "key": "f1", "title": "Again"}),
-    ("/api/assertions/", lambda t: {"milestone": t.milestone2.pk, "key": "VAL-001", "title": "Again", "statement": "s"}),
+    (
+        "/api/assertions/",
+        lambda t: {"milestone": t.milestone2.pk, "key": "VAL-001", "title": "Again", "statement": "s"},
+    ),
 ]
 
 
@@ -431,12 +663,15 @@ def test_same_key_in_another_mission_is_fine(api, stranger, tree, other_tree, ur
     assert response.status_code == 201, response.json()
 
 
-@pytest.mark.parametrize("url,obj,key", [
-    ("/api/milestones/{}/", "milestone2", "m1"),
-    ("/api/slices/{}/", "slice", "s-other"),
-    ("/api/features/{}/", "f2", "f1"),
-    ("/api/assertions/{}/", "a_unlinked", "VAL-001"),
-])
+@pytest.mark.parametrize(
+    "url,obj,key",
+    [
+        ("/api/milestones/{}/", "milestone2", "m1"),
+        ("/api/slices/{}/", "slice", "s-other"),
+        ("/api/features/{}/", "f2", "f1"),
+        ("/api/assertions/{}/", "a_unlinked", "VAL-001"),
+    ],
+)
 def test_duplicate_key_on_update(api, member, tree, url, obj, key):
     if key == "s-other":
         other = Slice(milestone=tree.milestone, key="s-other", title="Other")
@@ -452,55 +687,76 @@ def test_duplicate_mission_key(api, member, other_tree, counts):
     _post_invalid(api(member), "/api/missions/", {"key": "beta", "title": "Taken"}, counts, field="key")
 
 
-@pytest.mark.parametrize("check", [
-    {"run": ""},
-    {"run": "   "},
-    {"file": "../x", "exists": True},
-    {"file": "/etc/passwd", "exists": True},
-    {"file": "a/../../b", "contains": "x"},
-    {"file": "a.txt"},
-    {"file": "a.txt", "exists": True, "contains": "x"},
-    {"file": "a.txt", "contains": "("},
-    {"run": "pytest", "timeout": 0},
-    {"run": "pytest", "timeout": 10**9},
-    {"run": "pytest", "expect_exit": "zero"},
-    {"run": "pytest", "shell": "yes"},
-    {"run": "pytest", "rm": "-rf"},
-    {"run": "pytest", "file": "a.txt"},
-    {"nothing": True},
-    "pytest -q",
-    ["pytest"],
-])
+@pytest.mark.parametrize(
+    "check",
+    [
+        {"run": ""},
+        {"run": "   "},
+        {"file": "../x", "exists": True},
+        {"file": "/etc/passwd", "exists": True},
+        {"file": "a/../../b", "contains": "x"},
+        {"file": "a.txt"},
+        {"file": "a.txt", "exists": True, "contains": "x"},
+        {"file": "a.txt", "contains": "("},
+        {"run": "pytest", "timeout": 0},
+        {"run": "pytest", "timeout": 10**9},
+        {"run": "pytest", "expect_exit": "zero"},
+        {"run": "pytest", "shell": "yes"},
+        {"run": "pytest", "rm": "-rf"},
+        {"run": "pytest", "file": "a.txt"},
+        {"nothing": True},
+        "pytest -q",
+        ["pytest"],
+    ],
+)
 def test_bad_check_shape(api, staff, tree, counts, check):
     # staff, so that only the shape can be the reason for the refusal
-    _post_invalid(api(staff), "/api/assertions/", {"milestone": tree.milestone.pk, "key": "VAL-C", "title": "c",
-                                                   "statement": "s", "check": check}, counts, field="check")
+    _post_invalid(
+        api(staff),
+        "/api/assertions/",
+        {"milestone": tree.milestone.pk, "key": "VAL-C", "title": "c", "statement": "s", "check": check},
+        counts,
+        field="check",
+    )
     before = snapshot_tree(tree)
     response = api(staff).patch(f"/api/assertions/{tree.a_linked.pk}/", {"check": check}, format="json")
     assert response.status_code == 400 and "check" in response.json()["fields"]
     assert snapshot_tree(tree) == before
 
 
-@pytest.mark.parametrize("url,body,field", [
-    ("/api/milestones/", lambda t, o: {"mission": o.mission.pk, "key": "k", "title": "t"}, "mission"),
-    ("/api/slices/", lambda t, o: {"milestone": o.milestone.pk, "key": "k", "title": "t"}, "milestone"),
-    ("/api/features/", lambda t, o: {"slice": o.slice.pk, "key": "k", "title": "t"}, "slice"),
-    ("/api/assertions/", lambda t, o: {"milestone": o.milestone.pk, "key": "K", "title": "t", "statement": "s"}, "milestone"),
-    ("/api/tasks/", lambda t, o: {"feature": o.f2.pk, "title": "t"}, "feature"),
-    ("/api/tasks/", lambda t, o: {"mission": o.mission.pk, "title": "t"}, "mission"),
-    ("/api/milestones/", lambda t, o: {"mission": t.mission.pk, "key": "k", "title": "t",
-                                        "dependencies": [o.milestone.pk]}, "dependencies"),
-])
+@pytest.mark.parametrize(
+    "url,body,field",
+    [
+        ("/api/milestones/", lambda t, o: {"mission": o.mission.pk, "key": "k", "title": "t"}, "mission"),
+        ("/api/slices/", lambda t, o: {"milestone": o.milestone.pk, "key": "k", "title": "t"}, "milestone"),
+        ("/api/features/", lambda t, o: {"slice": o.slice.pk, "key": "k", "title": "t"}, "slice"),
+        (
+            "/api/assertions/",
+            lambda t, o: {"milestone": o.milestone.pk, "key": "K", "title": "t", "statement": "s"},
+            "milestone",
+        ),
+        ("/api/tasks/", lambda t, o: {"feature": o.f2.pk, "title": "t"}, "feature"),
+        ("/api/tasks/", lambda t, o: {"mission": o.mission.pk, "title": "t"}, "mission"),
+        (
+            "/api/milestones/",
+            lambda t, o: {"mission": t.mission.pk, "key": "k", "title": "t", "dependencies": [o.milestone.pk]},
+            "dependencies",
+        ),
+    ],
+)
 def test_parent_in_a_mission_you_cannot_see(api, member, tree, other_tree, counts, url, body, field):
     _post_invalid(api(member), url, body(tree, other_tree), counts, field=field)
 
 
-@pytest.mark.parametrize("url,obj,body,field", [
-    ("/api/slices/{}/", "slice", lambda o: {"milestone": o.milestone.pk}, "milestone"),
-    ("/api/features/{}/", "f1", lambda o: {"slice": o.slice.pk}, "slice"),
-    ("/api/assertions/{}/", "a_linked", lambda o: {"milestone": o.milestone.pk}, "milestone"),
-    ("/api/milestones/{}/", "milestone", lambda o: {"mission": o.mission.pk}, "mission"),
-])
+@pytest.mark.parametrize(
+    "url,obj,body,field",
+    [
+        ("/api/slices/{}/", "slice", lambda o: {"milestone": o.milestone.pk}, "milestone"),
+        ("/api/features/{}/", "f1", lambda o: {"slice": o.slice.pk}, "slice"),
+        ("/api/assertions/{}/", "a_linked", lambda o: {"milestone": o.milestone.pk}, "milestone"),
+        ("/api/milestones/{}/", "milestone", lambda o: {"mission": o.mission.pk}, "mission"),
+    ],
+)
 def test_cannot_move_into_a_mission_you_cannot_see(api, member, tree, other_tree, url, obj, body, field):
     before, other_before = snapshot_tree(tree), snapshot_tree(other_tree)
     response = api(member).patch(url.format(getattr(tree, obj).pk), body(other_tree), format="json")
@@ -508,12 +764,15 @@ def test_cannot_move_into_a_mission_you_cannot_see(api, member, tree, other_tree
     assert snapshot_tree(tree) == before and snapshot_tree(other_tree) == other_before
 
 
-@pytest.mark.parametrize("url,obj,body,field", [
-    ("/api/slices/{}/", "slice", lambda o: {"milestone": o.milestone.pk}, "milestone"),
-    ("/api/features/{}/", "f1", lambda o: {"slice": o.slice.pk}, "slice"),
-    ("/api/assertions/{}/", "a_linked", lambda o: {"milestone": o.milestone.pk}, "milestone"),
-    ("/api/milestones/{}/", "milestone", lambda o: {"mission": o.mission.pk}, "mission"),
-])
+@pytest.mark.parametrize(
+    "url,obj,body,field",
+    [
+        ("/api/slices/{}/", "slice", lambda o: {"milestone": o.milestone.pk}, "milestone"),
+        ("/api/features/{}/", "f1", lambda o: {"slice": o.slice.pk}, "slice"),
+        ("/api/assertions/{}/", "a_linked", lambda o: {"milestone": o.milestone.pk}, "milestone"),
+        ("/api/milestones/{}/", "milestone", lambda o: {"mission": o.mission.pk}, "mission"),
+    ],
+)
 def test_cannot_move_to_another_visible_mission(api, staff, tree, other_tree, url, obj, body, field):
     before, other_before = snapshot_tree(tree), snapshot_tree(other_tree)
     response = api(staff).patch(url.format(getattr(tree, obj).pk), body(other_tree), format="json")
@@ -523,31 +782,51 @@ def test_cannot_move_to_another_visible_mission(api, staff, tree, other_tree, ur
 
 def test_milestone_dependency_cycle(api, member, tree, counts):
     client = api(member)
-    m3 = client.post("/api/milestones/", {"mission": tree.mission.pk, "key": "m3", "title": "Three",
-                                          "dependencies": [tree.milestone2.pk]}, format="json")
+    m3 = client.post(
+        "/api/milestones/",
+        {"mission": tree.mission.pk, "key": "m3", "title": "Three", "dependencies": [tree.milestone2.pk]},
+        format="json",
+    )
     assert m3.status_code == 201 and m3.json()["dependencies"] == [tree.milestone2.pk]
     m3_id = m3.json()["id"]
-    assert client.patch(f"/api/milestones/{tree.milestone2.pk}/", {"dependencies": [tree.milestone.pk]},
-                        format="json").status_code == 200
+    assert (
+        client.patch(
+            f"/api/milestones/{tree.milestone2.pk}/", {"dependencies": [tree.milestone.pk]}, format="json"
+        ).status_code
+        == 200
+    )
     # m1 -> m3 would close m1 <- m2 <- m3 <- m1
     before, rows = snapshot_tree(tree), counts()
-    response = client.patch(f"/api/milestones/{tree.milestone.pk}/", {"title": "Renamed", "dependencies": [m3_id]}, format="json")
+    response = client.patch(
+        f"/api/milestones/{tree.milestone.pk}/", {"title": "Renamed", "dependencies": [m3_id]}, format="json"
+    )
     assert response.status_code == 400, response.json()
     assert response.json()["code"] == "dependency_cycle" and "dependencies" in response.json()["fields"]
     assert snapshot_tree(tree) == before and counts() == rows
     # depending on itself
-    response = client.patch(f"/api/milestones/{tree.milestone.pk}/", {"dependencies": [tree.milestone.pk]}, format="json")
+    response = client.patch(
+        f"/api/milestones/{tree.milestone.pk}/", {"dependencies": [tree.milestone.pk]}, format="json"
+    )
     assert response.status_code == 400 and "dependencies" in response.json()["fields"]
     assert snapshot_tree(tree) == before
     # an acyclic change is fine
-    response = client.patch(f"/api/milestones/{m3_id}/", {"dependencies": [tree.milestone.pk, tree.milestone2.pk]}, format="json")
-    assert response.status_code == 200 and sorted(response.json()["dependencies"]) == sorted([tree.milestone.pk, tree.milestone2.pk])
+    response = client.patch(
+        f"/api/milestones/{m3_id}/", {"dependencies": [tree.milestone.pk, tree.milestone2.pk]}, format="json"
+    )
+    assert response.status_code == 200 and sorted(response.json()["dependencies"]) == sorted(
+        [tree.milestone.pk, tree.milestone2.pk]
+    )
 
 
 def test_dependency_on_another_visible_mission(api, staff, tree, other_tree, counts):
-    _post_invalid(api(staff), "/api/milestones/", {"mission": tree.mission.pk, "key": "m3", "title": "x",
-                                                   "dependencies": [other_tree.milestone.pk]}, counts,
-                  expected_code="invalid", field="dependencies")
+    _post_invalid(
+        api(staff),
+        "/api/milestones/",
+        {"mission": tree.mission.pk, "key": "m3", "title": "x", "dependencies": [other_tree.milestone.pk]},
+        counts,
+        expected_code="invalid",
+        field="dependencies",
+    )
 
 
 def test_malformed_json_body(api, member, counts):
@@ -560,9 +839,17 @@ def test_malformed_json_body(api, member, counts):
 def test_task_validation(api, member, tree, counts):
     client = api(member)
     _post_invalid(client, "/api/tasks/", {"title": "nowhere"}, counts, field="mission")
-    _post_invalid(client, "/api/tasks/", {"title": "x", "feature": tree.f2.pk,
-                                          "mission": Mission.objects.create(key="m-two", title="t", owner=member).pk},
-                  counts, field="feature")
+    _post_invalid(
+        client,
+        "/api/tasks/",
+        {
+            "title": "x",
+            "feature": tree.f2.pk,
+            "mission": Mission.objects.create(key="m-two", title="t", owner=member).pk,
+        },
+        counts,
+        field="feature",
+    )
     rows = counts()
     response = client.post("/api/tasks/", {"feature": tree.f1.pk, "title": "second"}, format="json")
     assert response.status_code == 409 and response.json()["code"] == "task_open"
@@ -575,7 +862,7 @@ def test_task_validation(api, member, tree, counts):
 def test_creating_a_task_starts_the_feature_loop(api, member, tree):
     response = api(member).post("/api/tasks/", {"feature": tree.f2.pk}, format="json")
     assert response.status_code == 201, response.json()
-    f2 = Feature.objects.get(pk=tree.f2.pk)
+    f2 = MissionFeature.objects.get(pk=tree.f2.pk)
     assert f2.loop_state == LoopState.IMPLEMENTING and f2.implementation_attempts == 1
     assert response.json()["title"] == "Feature two" and response.json()["mission"] == tree.mission.pk
 
@@ -609,7 +896,9 @@ def test_link_and_unlink(api, member, tree, counts):
     response = client.post(url + "unlink/", {"assertion": str(tree.a_milestone.pk)}, format="json")
     assert response.status_code == 400 and response.json()["code"] == "not_linked"
     assert counts() == rows
-    assert list(FeatureAssertion.objects.filter(feature=tree.f2).values_list("assertion__key", flat=True)) == ["VAL-002"]
+    assert list(FeatureAssertion.objects.filter(feature=tree.f2).values_list("assertion__key", flat=True)) == [
+        "VAL-002"
+    ]
 
 
 @pytest.mark.parametrize("ref", ["VAL-M01", "id"])
@@ -642,8 +931,9 @@ def test_link_without_an_assertion(api, member, tree, counts, body):
 def test_cross_mission_assertion_is_refused(api, staff, tree, other_tree, counts):
     rows = counts()
     # staff sees both missions: the other mission's assertion is still not linkable
-    response = api(staff).post(f"/api/features/{tree.f2.pk}/link/", {"assertion": str(other_tree.a_unlinked.pk)},
-                               format="json")
+    response = api(staff).post(
+        f"/api/features/{tree.f2.pk}/link/", {"assertion": str(other_tree.a_unlinked.pk)}, format="json"
+    )
     assert response.status_code == 400 and response.json()["code"] == "unknown_assertion"
     assert counts() == rows
 
@@ -674,8 +964,11 @@ def test_feature_assertion_model_validation(tree, other_tree):
 
 def test_creating_an_assertion_writes_its_events(api, member, tree):
     since = last_event_id()
-    response = api(member).post("/api/assertions/", {"milestone": tree.milestone.pk, "key": "VAL-NEW", "title": "New",
-                                                     "statement": "s"}, format="json")
+    response = api(member).post(
+        "/api/assertions/",
+        {"milestone": tree.milestone.pk, "key": "VAL-NEW", "title": "New", "statement": "s"},
+        format="json",
+    )
     assert response.status_code == 201
     assert new_event_types(since) == ["assertion:created", "milestone:validation:updated"]
     created, rollup = MissionEvent.objects.filter(pk__gt=since).order_by("seq")
@@ -692,17 +985,23 @@ def test_link_and_unlink_write_their_events(api, member, tree):
     linked = MissionEvent.objects.get(pk__gt=since, type="assertion:linked")
     assert linked.payload["feature"] == tree.f2.pk and linked.payload["key"] == "VAL-002"
     since = last_event_id()
-    assert client.post(f"/api/features/{tree.f2.pk}/unlink/", {"assertion": "VAL-002"}, format="json").status_code == 200
+    assert (
+        client.post(f"/api/features/{tree.f2.pk}/unlink/", {"assertion": "VAL-002"}, format="json").status_code == 200
+    )
     assert new_event_types(since) == ["assertion:unlinked", "milestone:validation:updated"]
 
 
 def test_updating_and_deleting_an_assertion_write_their_events(api, member, tree):
     client = api(member)
     since = last_event_id()
-    assert client.patch(f"/api/assertions/{tree.a_unlinked.pk}/", {"title": "Changed"}, format="json").status_code == 200
+    assert (
+        client.patch(f"/api/assertions/{tree.a_unlinked.pk}/", {"title": "Changed"}, format="json").status_code == 200
+    )
     assert new_event_types(since) == ["assertion:updated", "milestone:validation:updated"]
     since = last_event_id()
-    assert client.patch(f"/api/assertions/{tree.a_unlinked.pk}/", {"title": "Changed"}, format="json").status_code == 200
+    assert (
+        client.patch(f"/api/assertions/{tree.a_unlinked.pk}/", {"title": "Changed"}, format="json").status_code == 200
+    )
     assert new_event_types(since) == []  # nothing changed, nothing announced
     since = last_event_id()
     assert client.delete(f"/api/assertions/{tree.a_unlinked.pk}/").status_code == 204
@@ -714,8 +1013,11 @@ def test_refused_writes_write_no_events(api, member, tree):
     since = last_event_id()
     client.post(f"/api/features/{tree.f1.pk}/link/", {"assertion": "VAL-001"}, format="json")  # already linked
     client.post(f"/api/features/{tree.f2.pk}/link/", {"assertion": "VAL-M01"}, format="json")  # milestone-scoped
-    client.post("/api/assertions/", {"milestone": tree.milestone.pk, "key": "VAL-001", "title": "d", "statement": "s"},
-                format="json")  # duplicate
+    client.post(
+        "/api/assertions/",
+        {"milestone": tree.milestone.pk, "key": "VAL-001", "title": "d", "statement": "s"},
+        format="json",
+    )  # duplicate
     client.patch(f"/api/assertions/{tree.a_linked.pk}/", {"check": {"run": "id"}}, format="json")  # staff only
     assert new_event_types(since) == []
 
@@ -726,7 +1028,7 @@ def test_refused_writes_write_no_events(api, member, tree):
 def test_tree_content(api, member, tree):
     tree.a_linked.status = "passed"
     tree.a_linked.save()
-    Feature.objects.filter(pk=tree.f1.pk).update(loop_state=LoopState.PASSED)
+    MissionFeature.objects.filter(pk=tree.f1.pk).update(loop_state=LoopState.PASSED)
     response = api(member).get(f"/api/missions/{tree.mission.pk}/tree/")
     assert response.status_code == 200
     body = response.json()
@@ -734,8 +1036,15 @@ def test_tree_content(api, member, tree):
     assert [m["key"] for m in body["milestones"]] == ["m1", "m2"]
     m1, m2 = body["milestones"]
     assert m1["assertions"] == ["VAL-001", "VAL-002", "VAL-M01"]
-    assert m1["rollup"] == {"state": "needs_coverage", "total": 3, "passed": 1, "failed": 0, "blocked": 0,
-                            "pending": 2, "unlinked": 1}
+    assert m1["rollup"] == {
+        "state": "needs_coverage",
+        "total": 3,
+        "passed": 1,
+        "failed": 0,
+        "blocked": 0,
+        "pending": 2,
+        "unlinked": 1,
+    }
     assert m2["rollup"]["state"] == "not_started" and m2["slices"] == [] and m2["assertions"] == []
     [s1] = m1["slices"]
     assert s1["key"] == "s1"
@@ -746,29 +1055,43 @@ def test_tree_content(api, member, tree):
     assert features["f1"]["budget_left"] == 3
 
 
-def _bulk_mission(owner, member, key: str, n_features: int, per_slice: int = 10, slices_per_milestone: int = 5) -> Mission:
+def _bulk_mission(
+    owner, member, key: str, n_features: int, per_slice: int = 10, slices_per_milestone: int = 5
+) -> Mission:
     mission = Mission.objects.create(key=key, title=key, owner=owner)
     mission.members.set([member])
     n_slices = -(-n_features // per_slice)
     n_milestones = -(-n_slices // slices_per_milestone)
     milestones = Milestone.objects.bulk_create(
-        Milestone(mission=mission, key=f"m{i}", title=f"M{i}", order=i) for i in range(n_milestones))
+        Milestone(mission=mission, key=f"m{i}", title=f"M{i}", order=i) for i in range(n_milestones)
+    )
     slices = Slice.objects.bulk_create(
         Slice(mission=mission, milestone=milestones[i // slices_per_milestone], key=f"s{i}", title=f"S{i}", order=i)
-        for i in range(n_slices))
-    features = Feature.objects.bulk_create(
-        Feature(mission=mission, slice=slices[i // per_slice], key=f"f{i}", title=f"F{i}", order=i)
-        for i in range(n_features))
+        for i in range(n_slices)
+    )
+    features = MissionFeature.objects.bulk_create(
+        MissionFeature(mission=mission, slice=slices[i // per_slice], key=f"f{i}", title=f"F{i}", order=i)
+        for i in range(n_features)
+    )
     assertions = ContractAssertion.objects.bulk_create(
-        ContractAssertion(mission=mission, milestone=slices[i // per_slice].milestone, key=f"VAL-{i}", title="a",
-                          statement="s", order=i) for i in range(n_features))
-    FeatureAssertion.objects.bulk_create(
-        FeatureAssertion(feature=f, assertion=a) for f, a in zip(features, assertions))
+        ContractAssertion(
+            mission=mission,
+            milestone=slices[i // per_slice].milestone,
+            key=f"VAL-{i}",
+            title="a",
+            statement="s",
+            order=i,
+        )
+        for i in range(n_features)
+    )
+    FeatureAssertion.objects.bulk_create(FeatureAssertion(feature=f, assertion=a) for f, a in zip(features, assertions))
     return mission
 
 
 @pytest.mark.parametrize("role", ["member", "staff"])
-def test_tree_query_count_does_not_grow_with_the_mission(request, api, owner, member, django_assert_max_num_queries, role):
+def test_tree_query_count_does_not_grow_with_the_mission(
+    request, api, owner, member, django_assert_max_num_queries, role
+):
     small = _bulk_mission(owner, member, "small", 3)
     large = _bulk_mission(owner, member, "large", 300)
     client = api(request.getfixturevalue(role))
@@ -802,8 +1125,13 @@ def test_schema_and_docs(api, member, client):
     response = api(member).get("/api/schema/")
     assert response.status_code == 200
     text = response.content.decode()
-    for path in ("/api/missions/{id}/tree/", "/api/features/{id}/link/", "/api/milestones/{id}/validation/",
-                 "/api/missions/import/", "/api/missions/{id}/export/"):
+    for path in (
+        "/api/missions/{id}/tree/",
+        "/api/features/{id}/link/",
+        "/api/milestones/{id}/validation/",
+        "/api/missions/import/",
+        "/api/missions/{id}/export/",
+    ):
         assert path in text, path
     assert api(None).get("/api/schema/").status_code == 401
     client.force_login(member)
@@ -845,8 +1173,11 @@ def test_import_and_export_through_the_api(api, member, stranger, counts):
     assert body["key"] == "shop" and body["owner"] == member.pk and body["changed"] is True
     mission = Mission.objects.get(key="shop")
     assert mission.retry_budget == 2
-    assert list(FeatureAssertion.objects.filter(feature__mission=mission).order_by("assertion__key")
-                .values_list("assertion__key", flat=True)) == ["VAL-CART-001", "VAL-CART-002"]
+    assert list(
+        FeatureAssertion.objects.filter(feature__mission=mission)
+        .order_by("assertion__key")
+        .values_list("assertion__key", flat=True)
+    ) == ["VAL-CART-001", "VAL-CART-002"]
     assert Milestone.objects.get(mission=mission, key="m1").validation_state == RollupState.READY
 
     response = client.get(f"/api/missions/{mission.pk}/export/")
@@ -883,8 +1214,9 @@ def test_import_refuses_bad_files_and_writes_nothing(api, member, counts):
     assert response.status_code == 400 and response.json()["code"] == "invalid_mission_file"
     assert response.json()["fields"]
     # a check executes code on the host: staff only, through files as through the API
-    with_check = MISSION_FILE.replace('statement: "cart_total([]) == 0"}',
-                                      'statement: "cart_total([]) == 0", check: {run: "pytest -q"}}')
+    with_check = MISSION_FILE.replace(
+        'statement: "cart_total([]) == 0"}', 'statement: "cart_total([]) == 0", check: {run: "pytest -q"}}'
+    )
     response = client.post("/api/missions/import/", with_check, content_type="application/yaml")
     assert response.status_code == 403 and response.json()["code"] == "staff_only"
     assert counts() == rows
@@ -903,8 +1235,8 @@ def test_import_as_json(api, staff):
 
 
 def test_updated_at_moves_on_api_writes(api, member, tree):
-    Feature.objects.filter(pk=tree.f1.pk).update(updated_at=timezone.now() - timezone.timedelta(days=1))
-    old = Feature.objects.get(pk=tree.f1.pk).updated_at
+    MissionFeature.objects.filter(pk=tree.f1.pk).update(updated_at=timezone.now() - timezone.timedelta(days=1))
+    old = MissionFeature.objects.get(pk=tree.f1.pk).updated_at
     response = api(member).patch(f"/api/features/{tree.f1.pk}/", {"description": "more"}, format="json")
     assert response.status_code == 200
-    assert Feature.objects.get(pk=tree.f1.pk).updated_at > old
+    assert MissionFeature.objects.get(pk=tree.f1.pk).updated_at > old

@@ -12,7 +12,14 @@ from django.db import close_old_connections
 from missions.models import Milestone, Mission, Slice, Task
 from missions.services.tasks import task_complete
 from tests.missions.loop_helpers import (
-    activated_slices, add_slice, assert_serial_history, events, feature, implement, make_mission, open_task,
+    activated_slices,
+    add_slice,
+    assert_serial_history,
+    events,
+    feature,
+    implement,
+    make_mission,
+    open_task,
     python_command,
 )
 from validation.models import RunScope, ValidatorRun
@@ -74,8 +81,11 @@ def test_slices_advance_strictly_in_order(worker, api, owner, git_repo):
     assert activated_slices(mission) == ["s1", "s2", "s3"]
     assert_serial_history(mission)
     # m2 started only after m1 completed
-    seqs = {e.payload.get("milestone"): e.seq for e in events(mission, "mission:updated")
-            if e.payload.get("change") == "milestone_completed"}
+    seqs = {
+        e.payload.get("milestone"): e.seq
+        for e in events(mission, "mission:updated")
+        if e.payload.get("change") == "milestone_completed"
+    }
     s3_activated = next(e.seq for e in events(mission, "slice:activated") if e.payload["key"] == "s3")
     assert seqs[Milestone.objects.get(mission=mission, key="m1").pk] < s3_activated
 
@@ -90,7 +100,9 @@ pathlib.Path(key + ".txt").write_text("done " + key + "\\n")
 def test_a_self_running_mission_never_has_two_active_slices(worker, owner, git_repo, tmp_path):
     script = tmp_path / "impl.py"
     script.write_text(IMPLEMENTER)
-    mission = make_mission(owner, git_repo.path, autopilot=True, executor="command", executor_command=python_command(script))
+    mission = make_mission(
+        owner, git_repo.path, autopilot=True, executor="command", executor_command=python_command(script)
+    )
     add_slice(mission, "m1", "s1", ["a", "b", "c"], milestone_order=1)
     add_slice(mission, "m1", "s2", ["d", "e"], slice_order=1)
     add_slice(mission, "m2", "s3", ["f"], milestone_order=2)
@@ -127,7 +139,9 @@ def test_a_milestone_waits_for_its_dependencies(worker, owner, git_repo):
     worker.drain()
     mission.refresh_from_db()
     assert mission.status == "complete", mission.status_reason
-    m1_done = next(e.seq for e in events(mission, "mission:updated") if e.payload.get("change") == "milestone_completed")
+    m1_done = next(
+        e.seq for e in events(mission, "mission:updated") if e.payload.get("change") == "milestone_completed"
+    )
     s2_activated = next(e.seq for e in events(mission, "slice:activated") if e.payload["key"] == "s2")
     assert m1_done < s2_activated
 
@@ -143,7 +157,9 @@ def test_a_milestone_ordered_first_waits_for_a_later_dependency(worker, owner, g
 
     mission_activate(mission=mission, user=owner)
     worker.drain()
-    assert slice_statuses(mission) == {"s1": "pending", "s2": "active"}, Mission.objects.get(pk=mission.pk).status_reason
+    assert slice_statuses(mission) == {"s1": "pending", "s2": "active"}, Mission.objects.get(
+        pk=mission.pk
+    ).status_reason
     complete(owner, git_repo, mission, "b")
     worker.drain()
     assert Milestone.objects.get(pk=m2.pk).status == "complete"
@@ -263,7 +279,9 @@ def test_the_autopilot_stops_at_a_blocked_feature_and_continues_after_a_repair(w
 
     autopilot_advance.send(mission.pk)
     worker.drain()
-    assert len([e for e in events(mission, "mission:updated") if e.payload.get("change") == "autopilot_stopped"]) == stops
+    assert (
+        len([e for e in events(mission, "mission:updated") if e.payload.get("change") == "autopilot_stopped"]) == stops
+    )
 
     client = api(owner)
     a = feature(mission, "a")
@@ -323,8 +341,9 @@ def test_after_a_repair_the_autopilot_makes_the_new_task_itself(worker, api, own
     mission = _blocked_by_budget(worker, api, owner, git_repo, executor="command", executor_command=command)
     _assert_stopped_at(mission, "a")
     a = feature(mission, "a")
-    response = api(owner).post(f"/api/features/{a.pk}/repair/", {"mode": "clear", "reason": "fixed the script"},
-                               format="json")
+    response = api(owner).post(
+        f"/api/features/{a.pk}/repair/", {"mode": "clear", "reason": "fixed the script"}, format="json"
+    )
     assert response.status_code == 200
     worker.drain(timeout=120)
     assert a.tasks.count() == 2, "no new task was made for the repaired feature"

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from missions.models import Feature, Milestone, Mission, Slice, Task
-from missions.services.lifecycle import mission_activate, mission_pause, mission_resume
 from missions.errors import Conflict
+from missions.models import Milestone, Mission, MissionFeature, Slice, Task
+from missions.services.lifecycle import mission_activate, mission_pause, mission_resume
 from validation.models import RunScope, ValidatorRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,14 +26,21 @@ print("implemented", key)
 def _add(mission, milestone_key, slice_key, feature_keys):
     from missions.models import ContractAssertion
 
-    milestone, _ = Milestone.objects.get_or_create(mission=mission, key=milestone_key, defaults={"title": milestone_key})
+    milestone, _ = Milestone.objects.get_or_create(
+        mission=mission, key=milestone_key, defaults={"title": milestone_key}
+    )
     slice_ = Slice(milestone=milestone, key=slice_key, title=slice_key)
     slice_.save()
     for key in feature_keys:
-        feature = Feature(slice=slice_, key=key, title=key)
+        feature = MissionFeature(slice=slice_, key=key, title=key)
         feature.save()
-        assertion = ContractAssertion(milestone=milestone, key=f"VAL-{key}", title=key, statement=f"{key}.txt exists",
-                                      check_spec={"file": f"{key}.txt", "contains": f"done {key}"})
+        assertion = ContractAssertion(
+            milestone=milestone,
+            key=f"VAL-{key}",
+            title=key,
+            statement=f"{key}.txt exists",
+            check_spec={"file": f"{key}.txt", "contains": f"done {key}"},
+        )
         assertion.save()
         feature.assertions.add(assertion)
 
@@ -41,8 +48,15 @@ def _add(mission, milestone_key, slice_key, feature_keys):
 def test_autopilot_runs_mission_to_complete_with_command_executor(worker, git_repo, alice, tmp_path):
     script = tmp_path / "implementer.py"
     script.write_text(IMPLEMENTER)
-    mission = Mission.objects.create(key="auto", title="Auto", owner=alice, workspace=str(git_repo.path), autopilot=True,
-                                     executor="command", executor_command=f"{sys.executable} {script}")
+    mission = Mission.objects.create(
+        key="auto",
+        title="Auto",
+        owner=alice,
+        workspace=str(git_repo.path),
+        autopilot=True,
+        executor="command",
+        executor_command=f"{sys.executable} {script}",
+    )
     _add(mission, "m1", "s1", ["a", "b"])
     _add(mission, "m1", "s2", ["c"])
     _add(mission, "m2", "s3", ["d"])
@@ -50,7 +64,7 @@ def test_autopilot_runs_mission_to_complete_with_command_executor(worker, git_re
     worker.drain(timeout=120)
     mission.refresh_from_db()
     assert mission.status == "complete", (mission.status, mission.status_reason)
-    assert set(Feature.objects.filter(mission=mission).values_list("loop_state", flat=True)) == {"passed"}
+    assert set(MissionFeature.objects.filter(mission=mission).values_list("loop_state", flat=True)) == {"passed"}
     assert set(Task.objects.filter(mission=mission).values_list("status", flat=True)) == {"done"}
     assert set(Milestone.objects.filter(mission=mission).values_list("status", flat=True)) == {"complete"}
     assert ValidatorRun.objects.filter(mission=mission, scope=RunScope.MILESTONE, status="passed").count() == 2
@@ -61,8 +75,15 @@ def test_autopilot_runs_mission_to_complete_with_command_executor(worker, git_re
 
 
 def test_failing_executor_fails_task_with_log(worker, git_repo, alice):
-    mission = Mission.objects.create(key="failing", title="F", owner=alice, workspace=str(git_repo.path), autopilot=True,
-                                     executor="command", executor_command=f"{sys.executable} -c \"import sys; print('boom'); sys.exit(3)\"")
+    mission = Mission.objects.create(
+        key="failing",
+        title="F",
+        owner=alice,
+        workspace=str(git_repo.path),
+        autopilot=True,
+        executor="command",
+        executor_command=f"{sys.executable} -c \"import sys; print('boom'); sys.exit(3)\"",
+    )
     _add(mission, "m1", "s1", ["a"])
     mission_activate(mission=mission, user=alice)
     worker.drain(timeout=60)
@@ -75,7 +96,7 @@ def test_pause_and_resume_conflict(git_repo, alice):
     _add(mission, "m1", "s1", ["a"])
     mission_activate(mission=mission, user=alice)
     mission_pause(mission=mission, user=alice)
-    Feature.objects.filter(key="a").update(loop_state="blocked", stop_reason="budget_exhausted")
+    MissionFeature.objects.filter(key="a").update(loop_state="blocked", stop_reason="budget_exhausted")
     with pytest.raises(Conflict) as err:
         mission_resume(mission=mission, user=alice)
     assert err.value.code == "resume_conflict"

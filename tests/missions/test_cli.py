@@ -11,7 +11,7 @@ from django.core.management import ManagementUtility, call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from missions.models import Feature, Mission, MissionEvent, Task
+from missions.models import Mission, MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_create
 from tests.missions.loop_helpers import add_slice, feature, implement, make_mission
 from validation.models import ValidatorRun
@@ -39,9 +39,10 @@ def mission(owner, git_repo):
     return mission
 
 
-def block(f: Feature, reason: str) -> Feature:
-    Feature.objects.filter(pk=f.pk).update(loop_state="blocked", status="blocked", stop_reason=reason,
-                                           stopped_at=timezone.now() - timedelta(minutes=7))
+def block(f: MissionFeature, reason: str) -> MissionFeature:
+    MissionFeature.objects.filter(pk=f.pk).update(
+        loop_state="blocked", status="blocked", stop_reason=reason, stopped_at=timezone.now() - timedelta(minutes=7)
+    )
     f.refresh_from_db()
     return f
 
@@ -62,14 +63,23 @@ def test_mission_lifecycle_by_key_and_by_id(mission, owner):
     assert "active, autopilot off" in out
     mission.refresh_from_db()
     assert (mission.status, mission.autopilot) == ("active", False)
-    changes = [(e.payload.get("change"), e.actor_id) for e in MissionEvent.objects.filter(
-        mission=mission, type="mission:updated").order_by("seq")]
-    assert changes == [("activated", owner.pk), ("autopilot_started", None), ("paused", None), ("resumed", None),
-                       ("autopilot_stopped", None)]
+    changes = [
+        (e.payload.get("change"), e.actor_id)
+        for e in MissionEvent.objects.filter(mission=mission, type="mission:updated").order_by("seq")
+    ]
+    assert changes == [
+        ("activated", owner.pk),
+        ("autopilot_started", None),
+        ("paused", None),
+        ("resumed", None),
+        ("autopilot_stopped", None),
+    ]
 
 
-@pytest.mark.parametrize(("status", "action"), [("active", "activate"), ("planning", "pause"), ("active", "resume"),
-                                                ("complete", "activate")])
+@pytest.mark.parametrize(
+    ("status", "action"),
+    [("active", "activate"), ("planning", "pause"), ("active", "resume"), ("complete", "activate")],
+)
 def test_illegal_lifecycle_change_exits_1(mission, status, action):
     Mission.objects.filter(pk=mission.pk).update(status=status)
     error, _ = refused("mission", action, "life")
@@ -112,8 +122,11 @@ def test_exit_codes_from_the_command_line(mission, capsys, monkeypatch):
     monkeypatch.setattr("django.core.management.base.connections.close_all", lambda: None)
     Mission.objects.filter(pk=mission.pk).update(status="paused")
     block(feature(mission, "a"), "budget_exhausted")
-    for argv, code in ((["mission", "resume", "life"], 1), (["mission", "pause", "missing"], 2),
-                       (["mission", "explode", "life"], 2)):
+    for argv, code in (
+        (["mission", "resume", "life"], 1),
+        (["mission", "pause", "missing"], 2),
+        (["mission", "explode", "life"], 2),
+    ):
         with pytest.raises(SystemExit) as info:
             ManagementUtility(["manage.py", *argv]).execute()
         assert info.value.code == code, argv
@@ -166,8 +179,9 @@ def test_task_refusals_and_unknowns(mission):
 
 
 def test_task_fail_and_log(mission):
-    task = Task.objects.create(mission=mission, feature=feature(mission, "a"), title="t", status="in_progress",
-                               log="line 1\nline 2\n")
+    task = Task.objects.create(
+        mission=mission, feature=feature(mission, "a"), title="t", status="in_progress", log="line 1\nline 2\n"
+    )
     out, _ = run("task", "log", str(task.pk))
     assert out == "line 1\nline 2\n"
     out, _ = run("task", "fail", str(task.pk), "--reason", "gave up")
@@ -183,7 +197,9 @@ def test_task_fail_and_log(mission):
 
 def test_repair_clear(mission, owner):
     a = block(feature(mission, "a"), "budget_exhausted")
-    out, _ = run("repair_feature", "life/a", "--mode", "clear", "--reason", "rewrote the spec", "--user", owner.username)
+    out, _ = run(
+        "repair_feature", "life/a", "--mode", "clear", "--reason", "rewrote the spec", "--user", owner.username
+    )
     assert out.strip() == "feature life/a: implementing; attempts and fix rounds reset"
     a.refresh_from_db()
     assert (a.loop_state, a.stop_reason) == ("implementing", "")
@@ -206,8 +222,9 @@ def test_repair_re_run_records_the_reason(mission, git_repo, owner):
     implement(git_repo, "a")
     block(feature(mission, "a"), "fingerprint_failures")
     run("repair_feature", "life/a", "--mode", "re_run", "--reason", "the check was flaky", "--user", owner.username)
-    recorded = [e for e in MissionEvent.objects.filter(mission=mission, actor=owner)
-                if "the check was flaky" in str(e.payload)]
+    recorded = [
+        e for e in MissionEvent.objects.filter(mission=mission, actor=owner) if "the check was flaky" in str(e.payload)
+    ]
     assert recorded, [(e.type, e.payload) for e in MissionEvent.objects.filter(mission=mission).order_by("seq")]
 
 

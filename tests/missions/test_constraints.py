@@ -9,15 +9,25 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from missions.models import ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, Slice, Task
+from missions.models import (
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    Slice,
+    Task,
+)
 from validation.models import FixLineage, JournalEntry, RunStatus, ValidatorFailure, ValidatorRun
 
 pytestmark = pytest.mark.django_db
 
 
-def run_for(feature: Feature, status: str = RunStatus.RUNNING) -> ValidatorRun:
-    return ValidatorRun.objects.create(mission_id=feature.mission_id, feature=feature, milestone=feature.slice.milestone,
-                                       status=status)
+def run_for(feature: MissionFeature, status: str = RunStatus.RUNNING) -> ValidatorRun:
+    return ValidatorRun.objects.create(
+        mission_id=feature.mission_id, feature=feature, milestone=feature.slice.milestone, status=status
+    )
 
 
 def raises_integrity(fn) -> None:
@@ -33,8 +43,10 @@ def test_keys_are_unique_per_mission(tree):
     m = tree.milestone
     raises_integrity(lambda: Milestone.objects.create(mission=tree.mission, key="m1", title="again"))
     raises_integrity(lambda: Slice(milestone=tree.milestone2, key="s1", title="again").save())
-    raises_integrity(lambda: Feature(slice=tree.slice, key="f1", title="again").save())
-    raises_integrity(lambda: ContractAssertion(milestone=tree.milestone2, key="VAL-001", title="again", statement="s").save())
+    raises_integrity(lambda: MissionFeature(slice=tree.slice, key="f1", title="again").save())
+    raises_integrity(
+        lambda: ContractAssertion(milestone=tree.milestone2, key="VAL-001", title="again", statement="s").save()
+    )
     raises_integrity(lambda: Mission.objects.create(key="alpha", title="again"))
     raises_integrity(lambda: FeatureAssertion.objects.create(feature=tree.f1, assertion=tree.a_linked))
     raises_integrity(lambda: MissionEvent.objects.create(mission=tree.mission, seq=tree.event.seq, type="x"))
@@ -46,13 +58,14 @@ def test_the_same_keys_in_two_missions_are_fine(tree, stranger):
     m = Milestone.objects.create(mission=other, key="m1", title="same key")
     s = Slice(milestone=m, key="s1", title="same key")
     s.save()
-    Feature(slice=s, key="f1", title="same key").save()
+    MissionFeature(slice=s, key="f1", title="same key").save()
     ContractAssertion(milestone=m, key="VAL-001", title="same key", statement="s").save()
-    for model in (Milestone, Slice, Feature, ContractAssertion):
-        assert set(model.objects.filter(mission=other).values_list("key", flat=True)) <= \
-            set(model.objects.filter(mission=tree.mission).values_list("key", flat=True))
+    for model in (Milestone, Slice, MissionFeature, ContractAssertion):
+        assert set(model.objects.filter(mission=other).values_list("key", flat=True)) <= set(
+            model.objects.filter(mission=tree.mission).values_list("key", flat=True)
+        )
         assert model.objects.filter(mission=other).count() == 1
-    assert Feature.objects.filter(key="f1").count() == 2
+    assert MissionFeature.objects.filter(key="f1").count() == 2
 
 
 def test_mission_is_derived_from_the_parent_on_save(tree, other_tree):
@@ -60,7 +73,7 @@ def test_mission_is_derived_from_the_parent_on_save(tree, other_tree):
     s.mission_id = tree.mission.pk  # a wrong value is corrected, not trusted
     s.save()
     assert s.mission_id == other_tree.mission.pk
-    f = Feature(slice=s, key="fx", title="x")
+    f = MissionFeature(slice=s, key="fx", title="x")
     f.save()
     a = ContractAssertion(milestone=other_tree.milestone2, key="A-X", title="x", statement="s")
     a.save()
@@ -95,10 +108,12 @@ def test_one_running_milestone_run(tree):
 
 def test_fix_lineage_is_unique_per_source_and_run(tree):
     run = run_for(tree.f1, RunStatus.FAILED)
-    fix = Feature(slice=tree.slice, key="fix-f1", title="Fix: f1", generated_from=tree.f1, generated_from_run=run)
+    fix = MissionFeature(
+        slice=tree.slice, key="fix-f1", title="Fix: f1", generated_from=tree.f1, generated_from_run=run
+    )
     fix.save()
     FixLineage.objects.create(root=tree.f1, source=tree.f1, fix=fix, run=run)
-    other_fix = Feature(slice=tree.slice, key="fix-f1-b", title="Fix again")
+    other_fix = MissionFeature(slice=tree.slice, key="fix-f1-b", title="Fix again")
     other_fix.save()
     raises_integrity(lambda: FixLineage.objects.create(root=tree.f1, source=tree.f1, fix=other_fix, run=run))
     second_run = run_for(tree.f1, RunStatus.FAILED)
@@ -120,10 +135,11 @@ def test_journal_positions_are_unique_per_run(tree):
 
 def _populate_loop_rows(t) -> None:
     run = run_for(t.f1, RunStatus.FAILED)
-    Feature.objects.filter(pk=t.f1.pk).update(last_run=run)
-    ValidatorFailure.objects.create(run=run, feature=t.f1, assertion=t.a_linked, assertion_key=t.a_linked.key,
-                                    message="m", expected="e", actual="a")
-    fix = Feature(slice=t.slice, key="fix-f1", title="Fix: f1", generated_from=t.f1, generated_from_run=run)
+    MissionFeature.objects.filter(pk=t.f1.pk).update(last_run=run)
+    ValidatorFailure.objects.create(
+        run=run, feature=t.f1, assertion=t.a_linked, assertion_key=t.a_linked.key, message="m", expected="e", actual="a"
+    )
+    fix = MissionFeature(slice=t.slice, key="fix-f1", title="Fix: f1", generated_from=t.f1, generated_from_run=run)
     fix.save()
     lineage = FixLineage.objects.create(root=t.f1, source=t.f1, fix=fix, run=run)
     lineage.failed_assertions.set([t.a_linked])
@@ -135,7 +151,7 @@ def _rows_of(mission_id: int) -> dict[str, int]:
     return {
         "milestones": Milestone.objects.filter(mission_id=mission_id).count(),
         "slices": Slice.objects.filter(mission_id=mission_id).count(),
-        "features": Feature.objects.filter(mission_id=mission_id).count(),
+        "features": MissionFeature.objects.filter(mission_id=mission_id).count(),
         "assertions": ContractAssertion.objects.filter(mission_id=mission_id).count(),
         "links": FeatureAssertion.objects.filter(feature__mission_id=mission_id).count(),
         "tasks": Task.objects.filter(mission_id=mission_id).count(),
@@ -186,9 +202,11 @@ def test_deleting_a_feature_with_a_running_task_needs_force(api, member, tree):
     Task.objects.filter(pk=tree.task.pk).update(status="in_progress")
     response = api(member).delete(f"/api/features/{tree.f1.pk}/")
     assert response.status_code == 409 and response.json()["code"] == "task_running"
-    assert Feature.objects.filter(pk=tree.f1.pk).exists() and Task.objects.filter(pk=tree.task.pk).exists()
+    assert MissionFeature.objects.filter(pk=tree.f1.pk).exists() and Task.objects.filter(pk=tree.task.pk).exists()
     assert api(member).delete(f"/api/features/{tree.f1.pk}/?force=1").status_code == 204
-    assert not Feature.objects.filter(pk=tree.f1.pk).exists() and not Task.objects.filter(pk=tree.task.pk).exists()
+    assert (
+        not MissionFeature.objects.filter(pk=tree.f1.pk).exists() and not Task.objects.filter(pk=tree.task.pk).exists()
+    )
 
 
 # --------------------------------------------------------------------------- updated_at

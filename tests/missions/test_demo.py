@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from missions.management.commands.demo import create_demo
-from missions.models import Feature
+from missions.models import MissionFeature
 from validation.models import FixLineage, ValidatorRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -17,7 +17,7 @@ def test_demo_mission_runs_to_complete(worker, tmp_path, alice):
     worker.drain(timeout=240)
     mission.refresh_from_db()
     assert mission.status == "complete", mission.status_reason
-    discount = Feature.objects.get(mission=mission, key="discount")
+    discount = MissionFeature.objects.get(mission=mission, key="discount")
     assert discount.loop_state == "passed"
     lineage = FixLineage.objects.get(source=discount)
     assert lineage.fix.loop_state == "passed" and lineage.fix.title == "Fix: Percentage discount"

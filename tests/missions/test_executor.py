@@ -20,7 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def command_mission(owner, repo, tmp_path, script_text: str, *args: str, features=("a",), **fields):
     script = tmp_path / "executor.py"
     script.write_text(script_text)
-    mission = make_mission(owner, repo.path, executor="command", executor_command=python_command(script, *args), **fields)
+    mission = make_mission(
+        owner, repo.path, executor="command", executor_command=python_command(script, *args), **fields
+    )
     add_slice(mission, "m1", "s1", list(features))
     mission_activate(mission=mission, user=owner)
     return mission
@@ -180,7 +182,9 @@ def test_tasks_of_one_mission_run_one_at_a_time(worker, owner, git_repo, tmp_pat
     tasks = [task_create(user=owner, feature=feature(mission, key)) for key in ("a", "b", "c")]  # all start together
     assert {Task.objects.get(pk=t.pk).status for t in tasks} == {"in_progress"}
     worker.drain(timeout=120)
-    intervals = sorted((float(s), float(e), k) for k, s, e in (line.split() for line in stamps.read_text().splitlines()))
+    intervals = sorted(
+        (float(s), float(e), k) for k, s, e in (line.split() for line in stamps.read_text().splitlines())
+    )
     assert [k for _, _, k in intervals] and len(intervals) == 3
     for (s1, e1, k1), (s2, e2, k2) in zip(intervals, intervals[1:]):
         assert e1 <= s2, f"{k1} ran {s1}..{e1} and {k2} ran {s2}..{e2}: they overlap"

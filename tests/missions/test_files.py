@@ -7,15 +7,23 @@ import threading
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from missions.errors import Invalid, StaffOnly
 from missions.models import (
-    ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, MissionStatus, RollupState, Slice,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    MissionStatus,
+    RollupState,
+    Slice,
 )
 from missions.services import files
 from missions.services.files import mission_export, mission_file_import, mission_import
@@ -63,10 +71,17 @@ def snapshot(mission_key: str = "shop") -> dict:
     """Every row's updated_at, plus the link and dependency rows, for "nothing changed" checks."""
     mission = Mission.objects.get(key=mission_key)
     rows = {("mission", mission.pk): mission.updated_at}
-    for model in (Milestone, Slice, Feature, ContractAssertion):
-        rows.update({(model.__name__, pk): at for pk, at in model.objects.filter(mission=mission).values_list("pk", "updated_at")})
+    for model in (Milestone, Slice, MissionFeature, ContractAssertion):
+        rows.update(
+            {
+                (model.__name__, pk): at
+                for pk, at in model.objects.filter(mission=mission).values_list("pk", "updated_at")
+            }
+        )
     rows["links"] = sorted(FeatureAssertion.objects.filter(feature__mission=mission).values_list("pk", "updated_at"))
-    rows["deps"] = sorted(Milestone.dependencies.through.objects.filter(from_milestone__mission=mission).values_list("pk", flat=True))
+    rows["deps"] = sorted(
+        Milestone.dependencies.through.objects.filter(from_milestone__mission=mission).values_list("pk", flat=True)
+    )
     rows["events"] = MissionEvent.objects.filter(mission=mission).count()
     return rows
 
@@ -100,17 +115,25 @@ def test_import_creates_the_whole_tree(tmp_path):
     assert first.check_spec == {"run": "pytest -q tests/test_cart.py::test_empty"}
     assert first.scope == "feature" and first.milestone == m1
     assert ContractAssertion.objects.get(key="VAL-CART-M").scope == "milestone"
-    assert list(Feature.objects.filter(slice__key="s1").order_by("order").values_list("key", flat=True)) == ["cart-total", "cart-sum"]
+    assert list(MissionFeature.objects.filter(slice__key="s1").order_by("order").values_list("key", flat=True)) == [
+        "cart-total",
+        "cart-sum",
+    ]
     assert links("cart-sum") == ["VAL-CART-001", "VAL-CART-002"]
     # an assertion of another milestone can be linked
     assert links("charge") == ["VAL-CART-002", "VAL-PAY-001"]
-    assert Feature.objects.get(key="cart-sum").acceptance_criteria == "adds up"
+    assert MissionFeature.objects.get(key="cart-sum").acceptance_criteria == "adds up"
     assert MissionEvent.objects.filter(mission=mission, type="mission:updated", payload__change="imported").count() == 1
 
 
 def test_omitted_fields_take_model_defaults():
     mission, _ = mission_import(document={"mission": {"key": "bare", "title": "Bare"}})
-    assert (mission.status, mission.validator, mission.executor, mission.retry_budget) == ("planning", "composite", "manual", 3)
+    assert (mission.status, mission.validator, mission.executor, mission.retry_budget) == (
+        "planning",
+        "composite",
+        "manual",
+        3,
+    )
     assert (mission.autopilot, mission.auto_fix, mission.workspace, mission.executor_command) == (False, True, "", "")
     assert not mission.milestones.exists()
 
@@ -119,7 +142,7 @@ def test_json_text_is_accepted():
     import json
 
     mission, changed = mission_import(document=json.dumps(sample()))
-    assert changed and Feature.objects.filter(mission=mission).count() == 3
+    assert changed and MissionFeature.objects.filter(mission=mission).count() == 3
 
 
 # ------------------------------------------------------------------ errors
@@ -134,6 +157,7 @@ def _set(path: list, value):
             target.append(value)
         else:
             target[path[-1]] = value
+
     return mutate
 
 
@@ -143,6 +167,7 @@ def _delete(path: list):
         for step in path[:-1]:
             target = target[step]
         del target[path[-1]]
+
     return mutate
 
 
@@ -150,6 +175,7 @@ def _both(*mutations):
     def mutate(doc: dict) -> None:
         for m in mutations:
             m(doc)
+
     return mutate
 
 
@@ -158,50 +184,93 @@ F0 = ["milestones", 0, "slices", 0, "features", 0]
 MISTAKES = [
     (_delete(["mission", "key"]), "mission.key: required"),
     (_set(["mission", "colour"], "red"), "mission.colour: unknown field"),
-    (_both(_set(["milestones", 1, "key"], "m1"), _delete(["milestones", 1, "dependencies"])),
-     "milestones[1].key: duplicate key m1"),
-    (_set(["milestones", 0, "assertions", 0, "scope"], "global"), "milestones[0].assertions[0].scope: must be one of feature, milestone"),
-    (_set(F0 + ["assertions"], ["VAL-X"]), "milestones[0].slices[0].features[0].assertions: unknown assertion key VAL-X"),
-    (_set(F0 + ["assertions"], ["VAL-CART-M"]),
-     "milestones[0].slices[0].features[0].assertions: milestone-scoped assertion VAL-CART-M cannot be linked to a feature"),
+    (
+        _both(_set(["milestones", 1, "key"], "m1"), _delete(["milestones", 1, "dependencies"])),
+        "milestones[1].key: duplicate key m1",
+    ),
+    (
+        _set(["milestones", 0, "assertions", 0, "scope"], "global"),
+        "milestones[0].assertions[0].scope: must be one of feature, milestone",
+    ),
+    (
+        _set(F0 + ["assertions"], ["VAL-X"]),
+        "milestones[0].slices[0].features[0].assertions: unknown assertion key VAL-X",
+    ),
+    (
+        _set(F0 + ["assertions"], ["VAL-CART-M"]),
+        "milestones[0].slices[0].features[0].assertions: milestone-scoped assertion VAL-CART-M cannot be linked to a feature",
+    ),
     (_set(["mission", "retry_budget"], "three"), "mission.retry_budget: must be an integer"),
     (_set(["mission", "retry_budget"], 101), "mission.retry_budget: must be between 0 and 100"),
     (_set(["mission", "autopilot"], "maybe"), "mission.autopilot: must be true or false"),
-    (_set(["mission", "status"], "done"), "mission.status: must be one of planning, active, paused, blocked, complete, archived"),
+    (
+        _set(["mission", "status"], "done"),
+        "mission.status: must be one of planning, active, paused, blocked, complete, archived",
+    ),
     (_set(["milestones", 1, "dependencies"], ["m9"]), "milestones[1].dependencies: unknown milestone m9"),
     (_set(["milestones", 0, "dependencies"], ["m2"]), "milestones[0].dependencies: dependency cycle m1 -> m2 -> m1"),
-    (_set(["milestones", 1, "dependencies"], ["m2"]), "milestones[1].dependencies: a milestone cannot depend on itself"),
-    (_set(["milestones", 0, "slices", 0, "key"], "not a slug"),
-     "milestones[0].slices[0].key: must be a slug (letters, digits, hyphens and underscores)"),
+    (
+        _set(["milestones", 1, "dependencies"], ["m2"]),
+        "milestones[1].dependencies: a milestone cannot depend on itself",
+    ),
+    (
+        _set(["milestones", 0, "slices", 0, "key"], "not a slug"),
+        "milestones[0].slices[0].key: must be a slug (letters, digits, hyphens and underscores)",
+    ),
     (_set(["milestones", 1, "slices", 0, "key"], "s1"), "milestones[1].slices[0].key: duplicate key s1"),
-    (_set(["milestones", 1, "slices", 0, "features", 0, "key"], "cart-total"),
-     "milestones[1].slices[0].features[0].key: duplicate key cart-total"),
-    (_set(["milestones", 1, "assertions", 1], {"key": "VAL-CART-001", "title": "Again", "statement": "s"}),
-     "milestones[1].assertions[1].key: duplicate key VAL-CART-001"),
+    (
+        _set(["milestones", 1, "slices", 0, "features", 0, "key"], "cart-total"),
+        "milestones[1].slices[0].features[0].key: duplicate key cart-total",
+    ),
+    (
+        _set(["milestones", 1, "assertions", 1], {"key": "VAL-CART-001", "title": "Again", "statement": "s"}),
+        "milestones[1].assertions[1].key: duplicate key VAL-CART-001",
+    ),
     (_set(F0 + ["title"], "x" * 201), "milestones[0].slices[0].features[0].title: must be at most 200 characters"),
     (_set(F0 + ["title"], "  "), "milestones[0].slices[0].features[0].title: must not be blank"),
     (_delete(["milestones", 0, "assertions", 1, "statement"]), "milestones[0].assertions[1].statement: required"),
     (_set(["milestones", 0, "slices"], {"key": "s1"}), "milestones[0].slices: must be a list"),
-    (_set(["milestones", 0, "slices", 0, "features", 1], "cart-sum"), "milestones[0].slices[0].features[1]: must be a mapping"),
-    (_set(F0 + ["assertions"], [1]), "milestones[0].slices[0].features[0].assertions[0]: must be a key (a non-empty string)"),
+    (
+        _set(["milestones", 0, "slices", 0, "features", 1], "cart-sum"),
+        "milestones[0].slices[0].features[1]: must be a mapping",
+    ),
+    (
+        _set(F0 + ["assertions"], [1]),
+        "milestones[0].slices[0].features[0].assertions[0]: must be a key (a non-empty string)",
+    ),
     (_set(F0 + ["title"], 42), "milestones[0].slices[0].features[0].title: must be a string"),
     (_set(F0 + ["status"], "done"), "milestones[0].slices[0].features[0].status: unknown field"),
-    (_set(["milestones", 0, "assertions", 0, "check"], {"run": "x", "expect_exit": "0"}),
-     "milestones[0].assertions[0].check: expect_exit must be an integer"),
-    (_set(["milestones", 0, "assertions", 0, "check"], {"file": "../etc/passwd", "exists": True}),
-     "milestones[0].assertions[0].check: file must be a relative path inside the checkout"),
-    (_set(["milestones", 0, "assertions", 0, "check"], {"file": "a.py", "contains": "("}),
-     "milestones[0].assertions[0].check: contains is not a valid regular expression: missing ), unterminated subpattern at position 0"),
-    (_set(["milestones", 0, "assertions", 0, "check"], {"timeout": 3}),
-     "milestones[0].assertions[0].check: a check needs 'run' or 'file'"),
-    (_set(["milestones", 0, "assertions", 0, "check"], "pytest"),
-     "milestones[0].assertions[0].check: must be a mapping (a check, DESIGN §5.1) or null"),
+    (
+        _set(["milestones", 0, "assertions", 0, "check"], {"run": "x", "expect_exit": "0"}),
+        "milestones[0].assertions[0].check: expect_exit must be an integer",
+    ),
+    (
+        _set(["milestones", 0, "assertions", 0, "check"], {"file": "../etc/passwd", "exists": True}),
+        "milestones[0].assertions[0].check: file must be a relative path inside the checkout",
+    ),
+    (
+        _set(["milestones", 0, "assertions", 0, "check"], {"file": "a.py", "contains": "("}),
+        "milestones[0].assertions[0].check: contains is not a valid regular expression: missing ), unterminated subpattern at position 0",
+    ),
+    (
+        _set(["milestones", 0, "assertions", 0, "check"], {"timeout": 3}),
+        "milestones[0].assertions[0].check: a check needs 'run' or 'file'",
+    ),
+    (
+        _set(["milestones", 0, "assertions", 0, "check"], "pytest"),
+        "milestones[0].assertions[0].check: must be a mapping (a check, DESIGN §5.1) or null",
+    ),
     (_set(["extra"], 1), "extra: unknown field"),
-    (_set(F0 + ["description"], "a\x00b"), "milestones[0].slices[0].features[0].description: must not contain NUL characters"),
+    (
+        _set(F0 + ["description"], "a\x00b"),
+        "milestones[0].slices[0].features[0].description: must not contain NUL characters",
+    ),
 ]
 
 
-@pytest.mark.parametrize("mutate, expected", MISTAKES, ids=[m[1].split(":")[0] + f"#{i}" for i, m in enumerate(MISTAKES)])
+@pytest.mark.parametrize(
+    "mutate, expected", MISTAKES, ids=[m[1].split(":")[0] + f"#{i}" for i, m in enumerate(MISTAKES)]
+)
 def test_each_mistake_is_reported_with_its_path_and_nothing_is_written(mutate, expected):
     doc = sample()
     mutate(doc)
@@ -230,12 +299,21 @@ def test_milestone_errors_are_reported_even_without_a_mission():
     assert invalid_errors(doc) == ["mission: required", "milestones[0].title: required"]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("mission: [unclosed", "document: invalid YAML: expected ',' or ']', but got '<stream end>' at line 1 column 19"),
-    ("- just\n- a list\n", "document: must be a mapping with `mission` and `milestones`"),
-    ("mission: {key: a, title: A}\nmission: {key: b, title: B}\n", "document: invalid YAML: duplicate key 'mission' at line 2 column 1"),
-    ("", "document: must be a mapping with `mission` and `milestones`"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "mission: [unclosed",
+            "document: invalid YAML: expected ',' or ']', but got '<stream end>' at line 1 column 19",
+        ),
+        ("- just\n- a list\n", "document: must be a mapping with `mission` and `milestones`"),
+        (
+            "mission: {key: a, title: A}\nmission: {key: b, title: B}\n",
+            "document: invalid YAML: duplicate key 'mission' at line 2 column 1",
+        ),
+        ("", "document: must be a mapping with `mission` and `milestones`"),
+    ],
+)
 def test_unreadable_documents(text, expected):
     assert invalid_errors(text) == [expected]
     assert not Mission.objects.exists()
@@ -251,7 +329,7 @@ def test_invalid_file_leaves_an_existing_mission_untouched():
     invalid_errors(doc)
     assert snapshot() == before
     assert Mission.objects.get(key="shop").title == "Shop checkout"
-    assert not Feature.objects.filter(key="new-one").exists()
+    assert not MissionFeature.objects.filter(key="new-one").exists()
 
 
 def test_scope_change_refused_while_a_feature_outside_the_file_links_the_assertion():
@@ -284,7 +362,7 @@ def test_importing_the_same_file_twice_changes_nothing(tmp_path):
 def test_update_by_key():
     mission_import(document=SAMPLE)
     before = snapshot()
-    ids = {f.key: f.pk for f in Feature.objects.all()}
+    ids = {f.key: f.pk for f in MissionFeature.objects.all()}
     doc = sample()
     doc["milestones"][0]["title"] = "Shopping cart"
     features = doc["milestones"][0]["slices"][0]["features"]
@@ -296,14 +374,17 @@ def test_update_by_key():
     assert changed
     m1 = Milestone.objects.get(key="m1")
     assert m1.title == "Shopping cart" and m1.updated_at > before[("Milestone", m1.pk)]
-    assert {f.key: f.pk for f in Feature.objects.all() if f.key != "cart-empty"} == ids  # matched, not recreated
-    assert list(Feature.objects.filter(slice__key="s1").order_by("order").values_list("key", flat=True)) == [
-        "cart-empty", "cart-total", "cart-sum"]
+    assert {f.key: f.pk for f in MissionFeature.objects.all() if f.key != "cart-empty"} == ids  # matched, not recreated
+    assert list(MissionFeature.objects.filter(slice__key="s1").order_by("order").values_list("key", flat=True)) == [
+        "cart-empty",
+        "cart-total",
+        "cart-sum",
+    ]
     assert links("cart-sum") == ["VAL-CART-002"] and links("cart-empty") == ["VAL-CART-001"]
-    assert Feature.objects.get(key="cart-sum").updated_at > before[("Feature", ids["cart-sum"])]
+    assert MissionFeature.objects.get(key="cart-sum").updated_at > before[("MissionFeature", ids["cart-sum"])]
     # untouched rows keep their updated_at
     assert Milestone.objects.get(key="m2").updated_at == before[("Milestone", Milestone.objects.get(key="m2").pk)]
-    assert Feature.objects.get(key="charge").updated_at == before[("Feature", ids["charge"])]
+    assert MissionFeature.objects.get(key="charge").updated_at == before[("MissionFeature", ids["charge"])]
     assert mission.status == MissionStatus.ACTIVE
     assert mission_import(document=doc)[1] is False
 
@@ -317,7 +398,7 @@ def test_omitted_field_resets_to_default_and_entities_can_move():
     doc["milestones"][1]["dependencies"] = []
     mission_import(document=doc)
     assert Milestone.objects.get(key="m1").description == ""
-    assert Feature.objects.get(key="cart-total").slice.key == "s2"
+    assert MissionFeature.objects.get(key="cart-total").slice.key == "s2"
     assert not Milestone.objects.get(key="m2").dependencies.exists()
 
 
@@ -329,7 +410,10 @@ def test_entities_missing_from_the_file_are_left_alone():
     mission, changed = mission_import(document=doc)
     assert changed is False  # nothing in the file differs; nothing is deleted
     assert Milestone.objects.filter(mission=mission).count() == 2
-    assert Feature.objects.filter(key="cart-sum").exists() and links("cart-sum") == ["VAL-CART-001", "VAL-CART-002"]
+    assert MissionFeature.objects.filter(key="cart-sum").exists() and links("cart-sum") == [
+        "VAL-CART-001",
+        "VAL-CART-002",
+    ]
 
 
 # ------------------------------------------------------------------ export
@@ -348,8 +432,12 @@ def test_export_format_and_round_trip_through_a_fresh_database(tmp_path):
     assert m1["assertions"][1]["check"] is None
     assert list(m1["slices"][0]) == ["key", "title", "description", "features"]
     assert m1["slices"][0]["features"][1] == {
-        "key": "cart-sum", "title": "Cart sum", "description": "", "acceptance_criteria": "adds up",
-        "assertions": ["VAL-CART-001", "VAL-CART-002"]}
+        "key": "cart-sum",
+        "title": "Cart sum",
+        "description": "",
+        "acceptance_criteria": "adds up",
+        "assertions": ["VAL-CART-001", "VAL-CART-002"],
+    }
     assert data["milestones"][1]["dependencies"] == ["m1"]
     assert "      assertions: [VAL-CART-001, VAL-CART-002]\n" in exported
     assert "description: |\n" in exported and "Second line — with unicode." in exported
@@ -368,16 +456,26 @@ def test_export_format_and_round_trip_through_a_fresh_database(tmp_path):
 
 
 def test_round_trip_with_tied_orders_and_awkward_text():
-    mission = Mission.objects.create(key="odd", title="yes", description="trailing spaces   \nline\n\n",
-                                     base_revision="x\x85y\n",
-                                     executor="command", executor_command="run --it")
+    mission = Mission.objects.create(
+        key="odd",
+        title="yes",
+        description="trailing spaces   \nline\n\n",
+        base_revision="x\x85y\n",
+        executor="command",
+        executor_command="run --it",
+    )
     m = Milestone.objects.create(mission=mission, key="m", title="null")
     s = Slice.objects.create(milestone=m, key="s", title="123")
     for key in ("b", "a", "c"):  # all order 0: export sorts by (order, id)
-        Feature.objects.create(slice=s, key=key, title=f"#{key}: value")
-    a = ContractAssertion.objects.create(milestone=m, key="VAL-1", title="t", statement="x: y\n\ttab",
-                                         check_spec={"timeout": 5, "run": "true", "expect_exit": 0})
-    FeatureAssertion.objects.create(feature=Feature.objects.get(key="a"), assertion=a)
+        MissionFeature.objects.create(slice=s, key=key, title=f"#{key}: value")
+    a = ContractAssertion.objects.create(
+        milestone=m,
+        key="VAL-1",
+        title="t",
+        statement="x: y\n\ttab",
+        check_spec={"timeout": 5, "run": "true", "expect_exit": 0},
+    )
+    FeatureAssertion.objects.create(feature=MissionFeature.objects.get(key="a"), assertion=a)
     exported = mission_export(mission=mission)
     assert "check:\n      run: 'true'\n      expect_exit: 0\n      timeout: 5\n" in exported
     before = snapshot("odd")
@@ -387,7 +485,11 @@ def test_round_trip_with_tied_orders_and_awkward_text():
     again, _ = mission_import(document=exported)
     assert mission_export(mission=again) == exported
     assert (again.description, again.base_revision) == ("trailing spaces   \nline\n\n", "x\x85y\n")
-    assert list(Feature.objects.filter(mission=again).order_by("order").values_list("key", flat=True)) == ["b", "a", "c"]
+    assert list(MissionFeature.objects.filter(mission=again).order_by("order").values_list("key", flat=True)) == [
+        "b",
+        "a",
+        "c",
+    ]
 
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
@@ -396,10 +498,17 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(title=TEXT.filter(lambda t: t.strip()), description=TEXT, statement=TEXT.filter(lambda t: t.strip()))
 def test_any_text_survives_the_round_trip(title, description, statement):
-    doc = {"mission": {"key": "txt", "title": title[:200], "description": description},
-           "milestones": [{"key": "m", "title": "M", "description": description,
-                           "assertions": [{"key": "VAL-1", "title": "t", "statement": statement,
-                                           "check": {"run": statement}}]}]}
+    doc = {
+        "mission": {"key": "txt", "title": title[:200], "description": description},
+        "milestones": [
+            {
+                "key": "m",
+                "title": "M",
+                "description": description,
+                "assertions": [{"key": "VAL-1", "title": "t", "statement": statement, "check": {"run": statement}}],
+            }
+        ],
+    }
     mission, _ = mission_import(document=doc)
     exported = mission_export(mission=mission)
     assert mission_import(document=exported)[1] is False
@@ -457,7 +566,9 @@ def test_only_staff_may_set_checks_and_executor_commands():
     with pytest.raises(StaffOnly) as info:
         mission_import(document=doc, user=member)
     assert info.value.fields == {"errors": ["milestones[0].assertions[0].check"]}
-    assert ContractAssertion.objects.get(key="VAL-CART-001").check_spec == {"run": "pytest -q tests/test_cart.py::test_empty"}
+    assert ContractAssertion.objects.get(key="VAL-CART-001").check_spec == {
+        "run": "pytest -q tests/test_cart.py::test_empty"
+    }
     doc["milestones"][0]["assertions"][0]["check"] = {"run": "pytest -q tests/test_cart.py::test_empty"}
     doc["milestones"][0]["assertions"][1]["check"] = {"file": "cart.py", "exists": True}  # a new check
     with pytest.raises(StaffOnly):
@@ -535,7 +646,7 @@ def test_two_simultaneous_imports_end_with_one_mission():
     for t in threads:
         t.join(timeout=60)
     assert failures == []
-    assert Mission.objects.count() == 1 and Feature.objects.count() == 3
+    assert Mission.objects.count() == 1 and MissionFeature.objects.count() == 3
     assert sorted((r.created, r.changed) for r in results) == [(False, False), (True, True)]
 
 

@@ -9,10 +9,13 @@ from missions.models import Mission
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("endpoint", ["/api/milestones/", "/api/features/", "/api/assertions/", "/api/tasks/",
-                                      "/api/validation-runs/", "/api/events/"])
-def test_filtering_by_someone_elses_mission_looks_like_filtering_by_a_missing_one(endpoint, api_for, alice,
-                                                                                  django_user_model):
+@pytest.mark.parametrize(
+    "endpoint",
+    ["/api/milestones/", "/api/features/", "/api/assertions/", "/api/tasks/", "/api/validation-runs/", "/api/events/"],
+)
+def test_filtering_by_someone_elses_mission_looks_like_filtering_by_a_missing_one(
+    endpoint, api_for, alice, django_user_model
+):
     bob = django_user_model.objects.create_user("bob")
     hidden = Mission.objects.create(key="hidden", title="Hidden", owner=bob)
     client = api_for(alice)
@@ -36,8 +39,13 @@ def test_api_import_refuses_a_relative_workspace_and_writes_nothing(api_for, ali
     assert not Mission.objects.filter(key="rel").exists()
 
 
-@pytest.mark.parametrize("path", ["/api/validation-runs/?feature=18159483890220734636206691788521472",
-                                  "/api/features/?mission=99999999999999999999999"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/validation-runs/?feature=18159483890220734636206691788521472",
+        "/api/features/?mission=99999999999999999999999",
+    ],
+)
 def test_an_id_the_database_cannot_hold_is_a_bad_request_not_a_server_error(api_for, alice, path):
     response = api_for(alice).get(path)
     assert response.status_code == 400 and response.json()["code"], response.content

@@ -10,11 +10,17 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from missions.models import Feature, Mission, MissionEvent, Slice, Task
+from missions.models import Mission, MissionEvent, MissionFeature, Slice, Task
 from missions.services.lifecycle import mission_pause
 from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import (
-    add_slice, events, feature, implement, make_mission, open_task, wait_for,
+    add_slice,
+    events,
+    feature,
+    implement,
+    make_mission,
+    open_task,
+    wait_for,
 )
 from validation.models import RunStatus, ValidatorRun
 
@@ -39,10 +45,14 @@ def post(client, mission, action, body=None):
     return client.post(f"/api/missions/{mission.pk}/{action}/", body or {}, format="json")
 
 
-def block(f: Feature, reason: str, *, minutes_ago: int = 5) -> Feature:
-    Feature.objects.filter(pk=f.pk).update(loop_state="blocked", status="blocked", stop_reason=reason,
-                                           stop_detail=f"blocked by {reason}",
-                                           stopped_at=timezone.now() - timedelta(minutes=minutes_ago))
+def block(f: MissionFeature, reason: str, *, minutes_ago: int = 5) -> MissionFeature:
+    MissionFeature.objects.filter(pk=f.pk).update(
+        loop_state="blocked",
+        status="blocked",
+        stop_reason=reason,
+        stop_detail=f"blocked by {reason}",
+        stopped_at=timezone.now() - timedelta(minutes=minutes_ago),
+    )
     f.refresh_from_db()
     return f
 
@@ -108,7 +118,7 @@ def test_resume_conflict_lists_every_blocker_and_changes_nothing(api, owner, mis
     operator_stopped = block(feature(mission, "d"), "operator")
     mission.refresh_from_db()
     before = counts()
-    rows = {f.pk: (f.loop_state, f.stop_reason, f.stopped_at, f.updated_at) for f in Feature.objects.all()}
+    rows = {f.pk: (f.loop_state, f.stop_reason, f.stopped_at, f.updated_at) for f in MissionFeature.objects.all()}
 
     response = post(api(owner), mission, "resume")
 
@@ -117,17 +127,22 @@ def test_resume_conflict_lists_every_blocker_and_changes_nothing(api, owner, mis
     assert body["code"] == "resume_conflict"
     blockers = sorted(body["blockers"], key=lambda b: b["feature"])
     assert [(b["feature"], b["reason"]) for b in blockers] == [
-        (hard["a"].pk, "budget_exhausted"), (hard["b"].pk, "validator_unavailable"), (hard["c"].pk, "fingerprint_failures")]
+        (hard["a"].pk, "budget_exhausted"),
+        (hard["b"].pk, "validator_unavailable"),
+        (hard["c"].pk, "fingerprint_failures"),
+    ]
     for b in blockers:
-        f = Feature.objects.get(pk=b["feature"])
+        f = MissionFeature.objects.get(pk=b["feature"])
         assert set(b) >= {"feature", "reason", "since"}
         assert b["since"] == f.stopped_at.isoformat()
     # nothing changed: not the mission, not the operator-stopped feature, no audit row
     assert counts() == before
     fresh = Mission.objects.get(pk=mission.pk)
     assert (fresh.status, fresh.updated_at, fresh.event_seq) == ("paused", mission.updated_at, mission.event_seq)
-    assert {f.pk: (f.loop_state, f.stop_reason, f.stopped_at, f.updated_at) for f in Feature.objects.all()} == rows
-    assert Feature.objects.get(pk=operator_stopped.pk).loop_state == "blocked"
+    assert {
+        f.pk: (f.loop_state, f.stop_reason, f.stopped_at, f.updated_at) for f in MissionFeature.objects.all()
+    } == rows
+    assert MissionFeature.objects.get(pk=operator_stopped.pk).loop_state == "blocked"
 
 
 @pytest.mark.django_db
@@ -144,7 +159,8 @@ def test_blocks_a_resume_can_clear_do_not_conflict(api, owner, mission):
     assert (judged.loop_state, judged.stop_reason) == ("blocked", "validator_blocked")
     rearm = [e for e in events(mission, "feature:updated") if e.payload.get("cause") == "resume"]
     assert [(e.payload["feature"], e.payload["from"], e.payload["loop_state"], e.actor_id) for e in rearm] == [
-        (stopped.pk, "blocked", "implementing", owner.pk)]
+        (stopped.pk, "blocked", "implementing", owner.pk)
+    ]
     resumed = events(mission, "mission:updated")[-1]
     assert resumed.payload["change"] == "resumed" and resumed.actor_id == owner.pk
     assert rearm[0].seq < resumed.seq
@@ -156,7 +172,9 @@ def test_resume_after_the_blocker_is_repaired(api, owner, mission):
     blocked = block(feature(mission, "a"), "budget_exhausted")
     client = api(owner)
     assert post(client, mission, "resume").status_code == 409
-    repaired = client.post(f"/api/features/{blocked.pk}/repair/", {"mode": "clear", "reason": "new approach"}, format="json")
+    repaired = client.post(
+        f"/api/features/{blocked.pk}/repair/", {"mode": "clear", "reason": "new approach"}, format="json"
+    )
     assert repaired.status_code == 200, repaired.json()
     assert post(client, mission, "resume").status_code == 200
     mission.refresh_from_db()
@@ -229,7 +247,7 @@ def test_run_in_flight_when_pausing_finishes_and_is_recorded(worker, api, owner,
     """The autopilot's first slice is validating (a slow check) when the mission is
     paused: the run finishes and is recorded; the next slice is not started until resume."""
     mission = make_mission(owner, git_repo.path, autopilot=True)
-    slow = {"run": "python -c \"import time; time.sleep(1.5)\"", "timeout": 30}
+    slow = {"run": 'python -c "import time; time.sleep(1.5)"', "timeout": 30}
     add_slice(mission, "m1", "s1", ["a"], extra_check=slow)
     add_slice(mission, "m1", "s2", ["b"], slice_order=1)
     client = api(owner)
@@ -240,7 +258,9 @@ def test_run_in_flight_when_pausing_finishes_and_is_recorded(worker, api, owner,
     assert task is not None and open_task(b) is None
 
     task_complete(user=owner, task=task, revision=implement(git_repo, "a"))
-    wait_for(lambda: ValidatorRun.objects.filter(feature=a, lease_until__isnull=False).exists(), message="the run to start")
+    wait_for(
+        lambda: ValidatorRun.objects.filter(feature=a, lease_until__isnull=False).exists(), message="the run to start"
+    )
     assert post(client, mission, "pause").status_code == 200
     paused_at = events(mission, "mission:updated")[-1].seq
     worker.drain()

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from missions.models import (
-    AssertionScope, AssertionStatus, ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, RollupState, Slice,
+    AssertionScope,
+    AssertionStatus,
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionFeature,
+    RollupState,
+    Slice,
 )
 from missions.services.rollup import milestone_rollup, milestone_rollup_refresh, rollup_state
 
@@ -33,16 +41,19 @@ def counts(**kw) -> dict:
     return base
 
 
-@pytest.mark.parametrize("c,expected", [
-    (counts(), "not_started"),
-    (counts(total=3, failed=1, blocked=1, unlinked=1, pending=1), "failed"),
-    (counts(total=3, blocked=1, unlinked=1, pending=2), "blocked"),
-    (counts(total=2, unlinked=1, pending=2), "needs_coverage"),
-    (counts(total=2, passed=2, unlinked=1), "needs_coverage"),
-    (counts(total=2, passed=2), "passed"),
-    (counts(total=2, passed=1, pending=1), "ready"),
-    (counts(total=1, pending=1), "ready"),
-])
+@pytest.mark.parametrize(
+    "c,expected",
+    [
+        (counts(), "not_started"),
+        (counts(total=3, failed=1, blocked=1, unlinked=1, pending=1), "failed"),
+        (counts(total=3, blocked=1, unlinked=1, pending=2), "blocked"),
+        (counts(total=2, unlinked=1, pending=2), "needs_coverage"),
+        (counts(total=2, passed=2, unlinked=1), "needs_coverage"),
+        (counts(total=2, passed=2), "passed"),
+        (counts(total=2, passed=1, pending=1), "ready"),
+        (counts(total=1, pending=1), "ready"),
+    ],
+)
 def test_precedence(c, expected):
     assert rollup_state(c) == expected
 
@@ -55,12 +66,12 @@ def milestone(owner, member):
     slice_ = Slice(milestone=milestone, key="s1", title="S1")
     slice_.save()
     for key in ("f1", "f2"):
-        Feature(slice=slice_, key=key, title=key).save()
+        MissionFeature(slice=slice_, key=key, title=key).save()
     return milestone
 
 
-def feature(key: str) -> Feature:
-    return Feature.objects.get(key=key, mission__key="roll")
+def feature(key: str) -> MissionFeature:
+    return MissionFeature.objects.get(key=key, mission__key="roll")
 
 
 def test_states_through_the_api(api, member, milestone):
@@ -70,21 +81,30 @@ def test_states_through_the_api(api, member, milestone):
     assert stored(milestone) == RollupState.NOT_STARTED
 
     # a feature-scoped assertion linked to nothing: needs coverage, stored by the create request itself
-    response = client.post("/api/assertions/", {"milestone": milestone.pk, "key": "VAL-1", "title": "one",
-                                                "statement": "s"}, format="json")
+    response = client.post(
+        "/api/assertions/", {"milestone": milestone.pk, "key": "VAL-1", "title": "one", "statement": "s"}, format="json"
+    )
     assert response.status_code == 201
     assert stored(milestone) == RollupState.NEEDS_COVERAGE
-    assert endpoint(client, milestone) == {"milestone": milestone.pk, "state": "needs_coverage",
-                                           **counts(total=1, pending=1, unlinked=1)}
+    assert endpoint(client, milestone) == {
+        "milestone": milestone.pk,
+        "state": "needs_coverage",
+        **counts(total=1, pending=1, unlinked=1),
+    }
 
     # all linked, pending: ready
-    assert client.post(f"/api/features/{feature('f1').pk}/link/", {"assertion": "VAL-1"}, format="json").status_code == 201
+    assert (
+        client.post(f"/api/features/{feature('f1').pk}/link/", {"assertion": "VAL-1"}, format="json").status_code == 201
+    )
     assert stored(milestone) == RollupState.READY
     assert endpoint(client, milestone)["state"] == "ready"
 
     # a milestone-scoped assertion needs no feature to be covered
-    response = client.post("/api/assertions/", {"milestone": milestone.pk, "key": "VAL-M", "title": "m",
-                                                "statement": "s", "scope": "milestone"}, format="json")
+    response = client.post(
+        "/api/assertions/",
+        {"milestone": milestone.pk, "key": "VAL-M", "title": "m", "statement": "s", "scope": "milestone"},
+        format="json",
+    )
     assert response.status_code == 201
     assert stored(milestone) == RollupState.READY
 
@@ -96,7 +116,10 @@ def test_states_through_the_api(api, member, milestone):
     assert endpoint(client, milestone) == {"milestone": milestone.pk, "state": "passed", **counts(total=2, passed=2)}
 
     # unlinking uncovers it again, in the same request
-    assert client.post(f"/api/features/{feature('f1').pk}/unlink/", {"assertion": "VAL-1"}, format="json").status_code == 200
+    assert (
+        client.post(f"/api/features/{feature('f1').pk}/unlink/", {"assertion": "VAL-1"}, format="json").status_code
+        == 200
+    )
     assert stored(milestone) == RollupState.NEEDS_COVERAGE
 
     # deleting the uncovered assertion leaves the milestone-scoped one, passed
@@ -121,7 +144,10 @@ def test_failed_beats_blocked_beats_needs_coverage(api, member, milestone):
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
     assert stored(milestone) == RollupState.FAILED
     assert milestone_rollup(milestone_id=milestone.pk) == {
-        "milestone": milestone.pk, "state": "failed", **counts(total=4, failed=1, blocked=1, passed=1, pending=1, unlinked=1)}
+        "milestone": milestone.pk,
+        "state": "failed",
+        **counts(total=4, failed=1, blocked=1, passed=1, pending=1, unlinked=1),
+    }
 
     set_status(AssertionStatus.PASSED, failing)
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
@@ -144,8 +170,11 @@ def test_an_assertion_linked_twice_counts_once(milestone):
     a = ContractAssertion.objects.create(milestone=milestone, key="A-1", title="a", statement="s")
     FeatureAssertion.objects.create(feature=feature("f1"), assertion=a)
     FeatureAssertion.objects.create(feature=feature("f2"), assertion=a)
-    assert milestone_rollup(milestone_id=milestone.pk) == {"milestone": milestone.pk, "state": "ready",
-                                                           **counts(total=1, pending=1)}
+    assert milestone_rollup(milestone_id=milestone.pk) == {
+        "milestone": milestone.pk,
+        "state": "ready",
+        **counts(total=1, pending=1),
+    }
 
 
 def test_moving_an_assertion_recomputes_both_milestones(api, member, milestone):
@@ -162,7 +191,10 @@ def test_changing_scope_recomputes(api, member, milestone):
     a = ContractAssertion.objects.create(milestone=milestone, key="A-1", title="a", statement="s")
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
     assert stored(milestone) == "needs_coverage"
-    assert api(member).patch(f"/api/assertions/{a.pk}/", {"scope": AssertionScope.MILESTONE}, format="json").status_code == 200
+    assert (
+        api(member).patch(f"/api/assertions/{a.pk}/", {"scope": AssertionScope.MILESTONE}, format="json").status_code
+        == 200
+    )
     assert stored(milestone) == "ready"
 
 
@@ -174,8 +206,11 @@ def test_deleting_what_covers_an_assertion_recomputes(api, member, milestone, wh
     FeatureAssertion.objects.create(feature=feature("f1"), assertion=a)
     milestone_rollup_refresh(milestone_ids=[milestone.pk, m2.pk])
     assert stored(m2) == "ready"
-    url = {"feature": f"/api/features/{feature('f1').pk}/", "slice": f"/api/slices/{feature('f1').slice_id}/",
-           "milestone": f"/api/milestones/{milestone.pk}/"}[what]
+    url = {
+        "feature": f"/api/features/{feature('f1').pk}/",
+        "slice": f"/api/slices/{feature('f1').slice_id}/",
+        "milestone": f"/api/milestones/{milestone.pk}/",
+    }[what]
     assert api(member).delete(url).status_code == 204
     assert stored(m2) == "needs_coverage"
     assert milestone_rollup(milestone_id=m2.pk)["state"] == "needs_coverage"

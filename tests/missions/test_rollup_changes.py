@@ -9,7 +9,14 @@ import pytest
 from django.db import transaction
 
 from missions.models import (
-    AssertionScope, AssertionStatus, ContractAssertion, Feature, Milestone, Mission, MissionEvent, Slice,
+    AssertionScope,
+    AssertionStatus,
+    ContractAssertion,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    Slice,
 )
 from missions.services import hierarchy
 from missions.services.files import mission_import
@@ -24,10 +31,15 @@ pytestmark = pytest.mark.django_db
 def assert_rollup(milestone: Milestone, expected: str) -> None:
     stored = Milestone.objects.get(pk=milestone.pk).validation_state
     computed = milestone_rollup(milestone_id=milestone.pk)["state"]
-    last = (MissionEvent.objects.filter(type="milestone:validation:updated", payload__milestone=milestone.pk)
-            .order_by("-seq").first())
+    last = (
+        MissionEvent.objects.filter(type="milestone:validation:updated", payload__milestone=milestone.pk)
+        .order_by("-seq")
+        .first()
+    )
     assert (stored, computed) == (expected, expected), f"{milestone.key}: stored {stored}, computed {computed}"
-    assert last is not None and last.payload["state"] == expected, f"{milestone.key}: last event {last and last.payload}"
+    assert last is not None and last.payload["state"] == expected, (
+        f"{milestone.key}: last event {last and last.payload}"
+    )
 
 
 @pytest.fixture
@@ -45,8 +57,9 @@ def plan(owner):
 
 
 def create(owner, milestone, key, scope=AssertionScope.FEATURE) -> ContractAssertion:
-    return hierarchy.assertion_create(user=owner, milestone=milestone, key=key, title=key, statement=f"{key} holds",
-                                      scope=scope)
+    return hierarchy.assertion_create(
+        user=owner, milestone=milestone, key=key, title=key, statement=f"{key} holds", scope=scope
+    )
 
 
 def set_status(status: str, *assertions: ContractAssertion) -> None:
@@ -142,30 +155,44 @@ def test_link_and_unlink(owner, plan):
 # --- a run outcome -----------------------------------------------------------------------------
 
 
-def _run(feature: Feature) -> ValidatorRun:
+def _run(feature: MissionFeature) -> ValidatorRun:
     from validation.services.admission import feature_assertion_specs
 
-    run = ValidatorRun.objects.create(mission=feature.mission, feature=feature, milestone=feature.slice.milestone,
-                                      scope=RunScope.FEATURE, trigger="manual", revision="r1", validator="checks",
-                                      assertions=feature_assertion_specs(feature))  # frozen, as admission does
-    Feature.objects.filter(pk=feature.pk).update(loop_state="validating", last_run=run)
+    run = ValidatorRun.objects.create(
+        mission=feature.mission,
+        feature=feature,
+        milestone=feature.slice.milestone,
+        scope=RunScope.FEATURE,
+        trigger="manual",
+        revision="r1",
+        validator="checks",
+        assertions=feature_assertion_specs(feature),
+    )  # frozen, as admission does
+    MissionFeature.objects.filter(pk=feature.pk).update(loop_state="validating", last_run=run)
     return run
 
 
 def _verdict(**by_key: str) -> Verdict:
-    items = [AssertionVerdict(key=k, verdict=v, message=v, expected="x" if v == "fail" else "",
-                              actual="y" if v == "fail" else "") for k, v in by_key.items()]
+    items = [
+        AssertionVerdict(
+            key=k, verdict=v, message=v, expected="x" if v == "fail" else "", actual="y" if v == "fail" else ""
+        )
+        for k, v in by_key.items()
+    ]
     status = "blocked" if "blocked" in by_key.values() else "fail" if "fail" in by_key.values() else "pass"
     return Verdict(status=status, assertions=items, blocked_reason="no way to tell" if status == "blocked" else "")
 
 
-@pytest.mark.parametrize(("verdicts", "expected"), [
-    ({"VAL-1": "pass", "VAL-2": "pass"}, "passed"),
-    ({"VAL-1": "pass", "VAL-2": "fail"}, "failed"),
-    ({"VAL-1": "blocked", "VAL-2": "pass"}, "blocked"),
-    ({"VAL-1": "blocked", "VAL-2": "fail"}, "failed"),
-    ({"VAL-1": "pass"}, "ready"),  # VAL-2 not judged yet
-])
+@pytest.mark.parametrize(
+    ("verdicts", "expected"),
+    [
+        ({"VAL-1": "pass", "VAL-2": "pass"}, "passed"),
+        ({"VAL-1": "pass", "VAL-2": "fail"}, "failed"),
+        ({"VAL-1": "blocked", "VAL-2": "pass"}, "blocked"),
+        ({"VAL-1": "blocked", "VAL-2": "fail"}, "failed"),
+        ({"VAL-1": "pass"}, "ready"),  # VAL-2 not judged yet
+    ],
+)
 def test_run_outcome(owner, plan, verdicts, expected):
     mission, m1, m2, f1, f2, g1 = plan
     for key in ("VAL-1", "VAL-2"):
@@ -197,8 +224,9 @@ def test_milestone_run_outcome(owner, plan):
     set_status(AssertionStatus.PASSED, *ContractAssertion.objects.filter(milestone=m1))
     hierarchy.assertion_update(user=owner, assertion=ContractAssertion.objects.get(key="VAL-M"), title="touch")
     assert_rollup(m1, "passed")
-    run = ValidatorRun.objects.create(mission=mission, milestone=m1, scope=RunScope.MILESTONE, trigger="milestone",
-                                      revision="r2", validator="checks")
+    run = ValidatorRun.objects.create(
+        mission=mission, milestone=m1, scope=RunScope.MILESTONE, trigger="milestone", revision="r2", validator="checks"
+    )
     assert run_complete(run_id=run.pk, verdict=_verdict(**{"VAL-1": "pass", "VAL-M": "fail"}))
     assert_rollup(m1, "failed")
 
@@ -218,7 +246,7 @@ def test_feature_delete(owner, plan, api):
     assert api(owner).delete(f"/api/features/{g1.pk}/").status_code == 204
     assert_rollup(m1, "ready")  # f1 covers VAL-O
     assert_rollup(m2, "needs_coverage")  # g1 was VAL-G's only feature
-    hierarchy.feature_delete(user=owner, feature=Feature.objects.get(pk=f1.pk))
+    hierarchy.feature_delete(user=owner, feature=MissionFeature.objects.get(pk=f1.pk))
     assert_rollup(m1, "needs_coverage")
 
 
@@ -242,16 +270,31 @@ def _document(links: dict[str, list[str]]) -> dict:
     return {
         "mission": {"key": "imported", "title": "Imported"},
         "milestones": [
-            {"key": "m1", "title": "M1", "assertions": [
-                {"key": "VAL-1", "title": "one", "statement": "one holds"},
-                {"key": "VAL-2", "title": "two", "statement": "two holds"},
-            ], "slices": [{"key": "s1", "title": "S1", "features": [
-                {"key": "f1", "title": "F1", "assertions": links.get("f1", [])},
-                {"key": "f2", "title": "F2", "assertions": links.get("f2", [])},
-            ]}]},
-            {"key": "m2", "title": "M2", "assertions": [
-                {"key": "VAL-M", "title": "whole", "statement": "all holds", "scope": "milestone"},
-            ]},
+            {
+                "key": "m1",
+                "title": "M1",
+                "assertions": [
+                    {"key": "VAL-1", "title": "one", "statement": "one holds"},
+                    {"key": "VAL-2", "title": "two", "statement": "two holds"},
+                ],
+                "slices": [
+                    {
+                        "key": "s1",
+                        "title": "S1",
+                        "features": [
+                            {"key": "f1", "title": "F1", "assertions": links.get("f1", [])},
+                            {"key": "f2", "title": "F2", "assertions": links.get("f2", [])},
+                        ],
+                    }
+                ],
+            },
+            {
+                "key": "m2",
+                "title": "M2",
+                "assertions": [
+                    {"key": "VAL-M", "title": "whole", "statement": "all holds", "scope": "milestone"},
+                ],
+            },
             {"key": "m3", "title": "M3"},
         ],
     }
@@ -292,13 +335,17 @@ def test_an_edit_does_not_overwrite_a_status_a_run_wrote_meanwhile(owner, plan):
 def test_a_feature_edit_does_not_overwrite_a_loop_state_written_meanwhile(owner, plan):
     mission, m1, m2, f1, f2, g1 = plan
     hierarchy.assertion_link(user=owner, feature=f1, assertion=create(owner, m1, "VAL-1"))
-    loaded = Feature.objects.get(pk=f1.pk)  # the PATCH request loads the feature...
+    loaded = MissionFeature.objects.get(pk=f1.pk)  # the PATCH request loads the feature...
     run_complete(run_id=_run(f1).pk, verdict=_verdict(**{"VAL-1": "pass"}))  # ...its validation passes...
-    assert Feature.objects.get(pk=f1.pk).loop_state == "passed"
+    assert MissionFeature.objects.get(pk=f1.pk).loop_state == "passed"
     hierarchy.feature_update(user=owner, feature=loaded, title="clearer title")  # ...the PATCH saves
-    fresh = Feature.objects.get(pk=f1.pk)
+    fresh = MissionFeature.objects.get(pk=f1.pk)
     assert (fresh.title, fresh.loop_state, fresh.status, fresh.last_run_id) == (
-        "clearer title", "passed", "done", ValidatorRun.objects.get(feature=f1).pk)
+        "clearer title",
+        "passed",
+        "done",
+        ValidatorRun.objects.get(feature=f1).pk,
+    )
 
 
 # --- the same transaction ----------------------------------------------------------------------
@@ -312,8 +359,14 @@ def test_the_rollup_commits_and_rolls_back_with_its_change(owner, plan, change):
         hierarchy.assertion_link(user=owner, feature=f1, assertion=a1)
     before = Milestone.objects.get(pk=m1.pk).validation_state
     events = MissionEvent.objects.filter(type="milestone:validation:updated").count()
-    expected = {"create": "needs_coverage", "link": "ready", "unlink": "needs_coverage", "delete_assertion": "not_started",
-                "delete_feature": "needs_coverage", "run": "passed"}[change]
+    expected = {
+        "create": "needs_coverage",
+        "link": "ready",
+        "unlink": "needs_coverage",
+        "delete_assertion": "not_started",
+        "delete_feature": "needs_coverage",
+        "run": "passed",
+    }[change]
 
     class Rollback(Exception):
         pass

@@ -15,8 +15,17 @@ from rest_framework.authtoken.models import Token
 
 from missions.events import publish_on_commit
 from missions.models import (
-    AssertionScope, ContractAssertion, Feature, FeatureAssertion, LoopState, Milestone, Mission, MissionEvent, Slice,
-    Task, TaskStatus,
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    LoopState,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    Slice,
+    Task,
+    TaskStatus,
 )
 from missions.services.rollup import milestone_rollup_refresh
 from validation import journal
@@ -57,15 +66,36 @@ def token_of(user) -> str:
     return Token.objects.get_or_create(user=user)[0].key
 
 
-def _run(feature: Feature, status: str, *, revision: str, attempt: int) -> ValidatorRun:
+def _run(feature: MissionFeature, status: str, *, revision: str, attempt: int) -> ValidatorRun:
     now = timezone.now()
     return ValidatorRun.objects.create(
-        mission_id=feature.mission_id, feature=feature, milestone_id=feature.slice.milestone_id, status=status,
-        trigger="task", implementation_attempt=1, validator_attempt=attempt, validator="composite", revision=revision,
-        input_fingerprint=f"{attempt:064d}", summary=f"run {attempt}", completed_at=now,
-        verdict={"status": "fail", "summary": "1 failed", "blocked_reason": "", "assertions": [
-            {"key": "VAL-1", "verdict": "fail", "message": "m", "expected": "e", "actual": "a",
-             "evidence": [{"kind": "other", "text": "t"}]}]},
+        mission_id=feature.mission_id,
+        feature=feature,
+        milestone_id=feature.slice.milestone_id,
+        status=status,
+        trigger="task",
+        implementation_attempt=1,
+        validator_attempt=attempt,
+        validator="composite",
+        revision=revision,
+        input_fingerprint=f"{attempt:064d}",
+        summary=f"run {attempt}",
+        completed_at=now,
+        verdict={
+            "status": "fail",
+            "summary": "1 failed",
+            "blocked_reason": "",
+            "assertions": [
+                {
+                    "key": "VAL-1",
+                    "verdict": "fail",
+                    "message": "m",
+                    "expected": "e",
+                    "actual": "a",
+                    "evidence": [{"kind": "other", "text": "t"}],
+                }
+            ],
+        },
     )
 
 
@@ -75,8 +105,15 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
     with a check), tasks, failed runs with failures and a journal, a fix lineage, a
     review with artifacts and audit events. Also the stranger's own small mission."""
     revision = repo.git("rev-parse", "HEAD").strip()
-    mission = Mission.objects.create(key=key, title="Alpha", owner=users.owner, status="active", auto_fix=False,
-                                     workspace=str(repo.path), executor_command="")
+    mission = Mission.objects.create(
+        key=key,
+        title="Alpha",
+        owner=users.owner,
+        status="active",
+        auto_fix=False,
+        workspace=str(repo.path),
+        executor_command="",
+    )
     mission.members.set([users.member])
     m1 = Milestone.objects.create(mission=mission, key="m1", title="Milestone one", order=1)
     m2 = Milestone.objects.create(mission=mission, key="m2", title="Milestone two", order=2)
@@ -84,38 +121,67 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
     s1.save()
     s2 = Slice(milestone=m1, key="s2", title="Slice two (empty)")
     s2.save()
-    f1 = Feature(slice=s1, key="f1", title="Feature one", order=1, description="Say hello.")
+    f1 = MissionFeature(slice=s1, key="f1", title="Feature one", order=1, description="Say hello.")
     f1.save()
-    f2 = Feature(slice=s1, key="f2", title="Feature two", order=2)
+    f2 = MissionFeature(slice=s1, key="f2", title="Feature two", order=2)
     f2.save()
-    f3 = Feature(slice=s1, key="f3", title="Feature three", order=3)
+    f3 = MissionFeature(slice=s1, key="f3", title="Feature three", order=3)
     f3.save()
-    a1 = ContractAssertion(milestone=m1, key="VAL-1", title="hello exists", statement="hello() exists",
-                           check_spec=dict(HELLO_CHECK), order=1)
+    a1 = ContractAssertion(
+        milestone=m1,
+        key="VAL-1",
+        title="hello exists",
+        statement="hello() exists",
+        check_spec=dict(HELLO_CHECK),
+        order=1,
+    )
     a1.save()
     a2 = ContractAssertion(milestone=m1, key="VAL-2", title="Unlinked", statement="f2 works", order=2)
     a2.save()
-    a3 = ContractAssertion(milestone=m1, key="VAL-M", title="Whole", statement="all works",
-                           scope=AssertionScope.MILESTONE, order=3)
+    a3 = ContractAssertion(
+        milestone=m1, key="VAL-M", title="Whole", statement="all works", scope=AssertionScope.MILESTONE, order=3
+    )
     a3.save()
     FeatureAssertion.objects.create(feature=f1, assertion=a1)
-    t1 = Task.objects.create(mission=mission, feature=f1, title="Implement f1", status=TaskStatus.DONE,
-                             revision=revision, finished_at=timezone.now())
+    t1 = Task.objects.create(
+        mission=mission,
+        feature=f1,
+        title="Implement f1",
+        status=TaskStatus.DONE,
+        revision=revision,
+        finished_at=timezone.now(),
+    )
     t2 = Task.objects.create(mission=mission, feature=f2, title="Implement f2")
     r0 = _run(f1, "failed", revision=revision, attempt=1)
     r1 = _run(f1, "failed", revision=revision, attempt=2)
     for run in (r0, r1):
-        ValidatorFailure.objects.create(run=run, feature=f1, assertion=a1, assertion_key="VAL-1", message="m",
-                                        expected="e", actual="a", evidence=[{"kind": "other", "text": "t"}])
+        ValidatorFailure.objects.create(
+            run=run,
+            feature=f1,
+            assertion=a1,
+            assertion_key="VAL-1",
+            message="m",
+            expected="e",
+            actual="a",
+            evidence=[{"kind": "other", "text": "t"}],
+        )
         journal.append(run_id=run.pk, kind="check", key="VAL-1", payload={"check": HELLO_CHECK, "result": "fail"})
         journal.append(run_id=run.pk, kind="decision", key="final", payload={"verdict": "accepted"})
-    fx = Feature(slice=s1, key="f1-fix-1", title="Fix: Feature one", order=4, generated_from=f1, generated_from_run=r0)
+    fx = MissionFeature(
+        slice=s1, key="f1-fix-1", title="Fix: Feature one", order=4, generated_from=f1, generated_from_run=r0
+    )
     fx.save()
     FeatureAssertion.objects.create(feature=fx, assertion=a1)
     lineage = FixLineage.objects.create(root=f1, source=f1, fix=fx, run=r0)
     lineage.failed_assertions.set([a1])
-    Feature.objects.filter(pk=f1.pk).update(loop_state=LoopState.NEEDS_FIX, status="in_progress", last_run=r1,
-                                            implementation_attempts=1, validator_attempts=2, fix_rounds=1)
+    MissionFeature.objects.filter(pk=f1.pk).update(
+        loop_state=LoopState.NEEDS_FIX,
+        status="in_progress",
+        last_run=r1,
+        implementation_attempts=1,
+        validator_attempts=2,
+        fix_rounds=1,
+    )
     f1.refresh_from_db()
     event = publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "created"})
     from tests.review.support import request_body
@@ -128,17 +194,52 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
     tm = Milestone.objects.create(mission=theirs, key="tm", title="Their milestone")
     ts = Slice(milestone=tm, key="ts", title="Their slice")
     ts.save()
-    tf = Feature(slice=ts, key="tf", title="Their feature")
+    tf = MissionFeature(slice=ts, key="tf", title="Their feature")
     tf.save()
     return SimpleNamespace(
-        mission=mission, m1=m1, m2=m2, s1=s1, s2=s2, f1=f1, f2=f2, f3=f3, fx=fx, a1=a1, a2=a2, a3=a3, t1=t1, t2=t2,
-        r0=r0, r1=r1, lineage=lineage, event=event, review=review, revision=revision, repo=repo,
-        failure=ValidatorFailure.objects.filter(run=r1).first(), theirs=theirs, their_feature=tf,
+        mission=mission,
+        m1=m1,
+        m2=m2,
+        s1=s1,
+        s2=s2,
+        f1=f1,
+        f2=f2,
+        f3=f3,
+        fx=fx,
+        a1=a1,
+        a2=a2,
+        a3=a3,
+        t1=t1,
+        t2=t2,
+        r0=r0,
+        r1=r1,
+        lineage=lineage,
+        event=event,
+        review=review,
+        revision=revision,
+        repo=repo,
+        failure=ValidatorFailure.objects.filter(run=r1).first(),
+        theirs=theirs,
+        their_feature=tf,
     )
 
 
-WORLD_MODELS = (Mission, Milestone, Slice, Feature, ContractAssertion, FeatureAssertion, Task, MissionEvent,
-                ValidatorRun, ValidatorFailure, FixLineage, JournalEntry, Review, ReviewArtifact)
+WORLD_MODELS = (
+    Mission,
+    Milestone,
+    Slice,
+    MissionFeature,
+    ContractAssertion,
+    FeatureAssertion,
+    Task,
+    MissionEvent,
+    ValidatorRun,
+    ValidatorFailure,
+    FixLineage,
+    JournalEntry,
+    Review,
+    ReviewArtifact,
+)
 
 
 def mission_rows(mission_id: int) -> dict[str, list]:
@@ -199,20 +300,39 @@ def build_mission(git_repo, alice):
     """A mission over `git_repo` with one feature per entry of `features`:
     {feature_key: [(assertion_key, check_or_None), ...]} (as in tests/validation)."""
 
-    def build(features: dict, *, status="active", auto_fix=True, autopilot=False, retry_budget=3,
-              validator="composite", key="m"):
-        mission = Mission.objects.create(key=key, title="Mission", status=status, auto_fix=auto_fix,
-                                         autopilot=autopilot, retry_budget=retry_budget, validator=validator,
-                                         owner=alice, workspace=str(git_repo.path))
+    def build(
+        features: dict,
+        *,
+        status="active",
+        auto_fix=True,
+        autopilot=False,
+        retry_budget=3,
+        validator="composite",
+        key="m",
+    ):
+        mission = Mission.objects.create(
+            key=key,
+            title="Mission",
+            status=status,
+            auto_fix=auto_fix,
+            autopilot=autopilot,
+            retry_budget=retry_budget,
+            validator=validator,
+            owner=alice,
+            workspace=str(git_repo.path),
+        )
         milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone 1")
         slice_ = Slice(milestone=milestone, key="s1", title="Slice 1")
         slice_.save()
         for i, (fkey, assertions) in enumerate(features.items()):
-            feature = Feature(slice=slice_, key=fkey, title=f"Feature {fkey}", description=f"Build {fkey}.", order=i)
+            feature = MissionFeature(
+                slice=slice_, key=fkey, title=f"Feature {fkey}", description=f"Build {fkey}.", order=i
+            )
             feature.save()
             for akey, check in assertions:
-                assertion = ContractAssertion(milestone=milestone, key=akey, title=f"{akey} holds", statement=akey,
-                                              check_spec=check)
+                assertion = ContractAssertion(
+                    milestone=milestone, key=akey, title=f"{akey} holds", statement=akey, check_spec=check
+                )
                 assertion.save()
                 feature.assertions.add(assertion)
         return mission

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from rest_framework.test import APIClient
 
-from missions.models import Feature, Milestone, Mission, MissionEvent, Slice
+from missions.models import Milestone, Mission, MissionEvent, MissionFeature, Slice
 from missions.services.tasks import task_create
 from tests.reliability.conftest import race
 from validation.models import RunStatus, ValidatorRun
@@ -26,12 +26,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 
 
-
 @pytest.fixture
-def hello(build_mission, git_repo) -> Feature:
+def hello(build_mission, git_repo) -> MissionFeature:
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     build_mission({"hello": [("VAL-1", GREETING)]})
-    return Feature.objects.get(key="hello")
+    return MissionFeature.objects.get(key="hello")
 
 
 def _client(user) -> APIClient:
@@ -64,8 +63,9 @@ def test_twenty_simultaneous_completions_of_one_task_make_one_run(worker, hello,
     revision = git_repo.git("rev-parse", "HEAD").strip()
 
     def complete():
-        response = _client(alice).post(f"/api/tasks/{task.pk}/complete/", {"revision": revision, "summary": "done"},
-                                       format="json")
+        response = _client(alice).post(
+            f"/api/tasks/{task.pk}/complete/", {"revision": revision, "summary": "done"}, format="json"
+        )
         return response.status_code
 
     codes = race(*[complete] * 20)
@@ -81,10 +81,20 @@ def test_twenty_simultaneous_completions_of_one_task_make_one_run(worker, hello,
 
 MISSION_FILE = {
     "mission": {"key": "twin", "title": "Twin import", "status": "active"},
-    "milestones": [{"key": "m1", "title": "Milestone", "assertions": [
-        {"key": "VAL-T-1", "title": "holds", "statement": "it holds"}],
-        "slices": [{"key": "s1", "title": "Slice", "features": [
-            {"key": "f1", "title": "Feature", "assertions": ["VAL-T-1"]}]}]}],
+    "milestones": [
+        {
+            "key": "m1",
+            "title": "Milestone",
+            "assertions": [{"key": "VAL-T-1", "title": "holds", "statement": "it holds"}],
+            "slices": [
+                {
+                    "key": "s1",
+                    "title": "Slice",
+                    "features": [{"key": "f1", "title": "Feature", "assertions": ["VAL-T-1"]}],
+                }
+            ],
+        }
+    ],
 }
 
 
@@ -103,7 +113,7 @@ def test_simultaneous_imports_of_one_mission_file_make_one_mission(idle_broker, 
     assert {body["id"] for _code, body in results} == {mission.pk}
     assert Milestone.objects.filter(mission=mission).count() == 1
     assert Slice.objects.filter(mission=mission).count() == 1
-    assert Feature.objects.filter(mission=mission).count() == 1
+    assert MissionFeature.objects.filter(mission=mission).count() == 1
     assert mission.assertions.count() == 1
     assert MissionEvent.objects.filter(mission=mission, type="mission:updated", payload__change="created").count() <= 1
 
@@ -120,12 +130,14 @@ def test_simultaneous_cli_and_api_imports_make_one_mission(idle_broker, alice, t
         return "cli"
 
     def api():
-        return _client(alice).post("/api/missions/import/", path.read_text(), content_type="application/yaml").status_code
+        return (
+            _client(alice).post("/api/missions/import/", path.read_text(), content_type="application/yaml").status_code
+        )
 
     results = race(cli, cli, cli, api, api, api)
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert Mission.objects.filter(key="twin").count() == 1
-    assert Feature.objects.filter(mission__key="twin").count() == 1
+    assert MissionFeature.objects.filter(mission__key="twin").count() == 1
 
 
 def test_a_stranger_racing_an_import_of_the_same_new_key_never_writes_to_it(idle_broker, django_user_model):

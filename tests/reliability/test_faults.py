@@ -44,18 +44,20 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, Slice
+from fusion_site.base.snapshots import snapshot_root
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice
 from missions.services.rollup import milestone_rollup
 from missions.services.tasks import task_complete, task_create
 from tests.conftest import is_postgres
 from validation.models import FixLineage, JournalEntry, RunStatus, ValidatorRun
 from validation.services.recovery import recover
-from validation.snapshots import snapshot_root
 
 pytestmark = [
-    pytest.mark.skipif(not (settings.REDIS_URL and is_postgres()),
-                       reason="production shape only: needs DATABASE_URL=postgres://… and REDIS_URL "
-                              "(the PostgreSQL + Redis pass of .ci/run)"),
+    pytest.mark.skipif(
+        not (settings.REDIS_URL and is_postgres()),
+        reason="production shape only: needs DATABASE_URL=postgres://… and REDIS_URL "
+        "(the PostgreSQL + Redis pass of .ci/run)",
+    ),
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
     pytest.mark.redis,
@@ -98,18 +100,38 @@ class Workers:
         log = self.tmp_path / f"worker-{name}-{len(self.procs)}.log"
         env = {
             **os.environ,
-            "DATABASE_URL": child_database_url(), "REDIS_URL": settings.REDIS_URL,
-            "FUSION_EVENTS_PREFIX": settings.EVENTS_PREFIX, "FUSION_DATA_DIR": str(settings.DATA_DIR),
-            "FUSION_SNAPSHOT_DIR": str(snapshot_root()), "FUSION_RETRY_BACKOFF_MS": "0",
-            "FUSION_RUN_LEASE_SECONDS": str(LEASE_SECONDS), "FUSION_CHECK_PARALLELISM": "1",
-            "DJANGO_SETTINGS_MODULE": "fusion_site.settings", "PYTHONUNBUFFERED": "1", "LOG_LEVEL": "WARNING",
+            "DATABASE_URL": child_database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "FUSION_EVENTS_PREFIX": settings.EVENTS_PREFIX,
+            "FUSION_DATA_DIR": str(settings.DATA_DIR),
+            "FUSION_SNAPSHOT_DIR": str(snapshot_root()),
+            "FUSION_RETRY_BACKOFF_MS": "0",
+            "FUSION_RUN_LEASE_SECONDS": str(LEASE_SECONDS),
+            "FUSION_CHECK_PARALLELISM": "1",
+            "DJANGO_SETTINGS_MODULE": "fusion_site.settings",
+            "PYTHONUNBUFFERED": "1",
+            "LOG_LEVEL": "WARNING",
         }
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "rundramatiq", "--processes", "1", "--threads", "2",
-                 "--worker-shutdown-timeout", "3000"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "manage.py",
+                    "rundramatiq",
+                    "--processes",
+                    "1",
+                    "--threads",
+                    "2",
+                    "--worker-shutdown-timeout",
+                    "3000",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.procs.append((proc, log))
         return proc
 
@@ -130,8 +152,9 @@ class Workers:
             pass
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2500:]}" for _, log in self.procs
-                         if log.exists())
+        return "\n".join(
+            f"--- {log.name}\n{log.read_text(errors='replace')[-2500:]}" for _, log in self.procs if log.exists()
+        )
 
     def stop_all(self) -> None:
         for proc, _ in self.procs:
@@ -153,13 +176,15 @@ def workers(transactional_db, tmp_path, settings):
 
 # ------------------------------------------------------------------------ the world
 
+
 def build(git_repo, owner, n: int, *, bad_every: int = 4) -> tuple[Mission, str, dict[int, str]]:
     """A mission of `n` features, each judged by one file check on its own file; every
     `bad_every`-th implementation is wrong. Returns the mission, the revision that lands
     and {feature id: expected clean-run end state}."""
     files, expected = {}, {}
-    mission = Mission.objects.create(key="faults", title="Faults", owner=owner, status="active", auto_fix=True,
-                                     workspace=str(git_repo.path))
+    mission = Mission.objects.create(
+        key="faults", title="Faults", owner=owner, status="active", auto_fix=True, workspace=str(git_repo.path)
+    )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone")
     slice_ = Slice(milestone=milestone, key="s1", title="Slice")
     slice_.save()
@@ -167,10 +192,16 @@ def build(git_repo, owner, n: int, *, bad_every: int = 4) -> tuple[Mission, str,
         key = f"f{i:03d}"
         good = i % bad_every != bad_every - 1
         files[f"src/{key}.txt"] = f"done {key}\n" if good else f"todo {key}\n"
-        feature = Feature(slice=slice_, key=key, title=f"Feature {key}", order=i)
+        feature = MissionFeature(slice=slice_, key=key, title=f"Feature {key}", order=i)
         feature.save()
-        a = ContractAssertion(milestone=milestone, key=f"VAL-{key}", title=f"{key} done", statement=f"{key} is done",
-                              check_spec={"file": f"src/{key}.txt", "contains": f"^done {key}$"}, order=i)
+        a = ContractAssertion(
+            milestone=milestone,
+            key=f"VAL-{key}",
+            title=f"{key} done",
+            statement=f"{key} is done",
+            check_spec={"file": f"src/{key}.txt", "contains": f"^done {key}$"},
+            order=i,
+        )
         a.save()
         feature.assertions.add(a)
         expected[feature.pk] = "passed" if good else "implementing"
@@ -179,13 +210,13 @@ def build(git_repo, owner, n: int, *, bad_every: int = 4) -> tuple[Mission, str,
 
 
 def start_all(mission: Mission, owner, revision: str) -> None:
-    tasks = [task_create(user=owner, feature=f) for f in Feature.objects.filter(mission=mission).order_by("pk")]
+    tasks = [task_create(user=owner, feature=f) for f in MissionFeature.objects.filter(mission=mission).order_by("pk")]
     for task in tasks:
         task_complete(user=owner, task=task, revision=revision, summary="landed")
 
 
 def roots(mission: Mission):
-    return Feature.objects.filter(mission=mission, generated_from__isnull=True)
+    return MissionFeature.objects.filter(mission=mission, generated_from__isnull=True)
 
 
 def settled(mission: Mission, expected: dict[int, str]) -> bool:
@@ -220,6 +251,7 @@ def drive(mission, expected, workers: Workers, *, timeout: float = SETTLE_TIMEOU
 
 # ----------------------------------------------------------------------- invariants
 
+
 def worktrees(repo) -> list[str]:
     out = repo.git("worktree", "list", "--porcelain")
     return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
@@ -231,24 +263,33 @@ def check_invariants(mission: Mission, expected: dict[int, str], git_repo) -> di
     assert states == expected
     # one run with a verdict per (feature, implementation attempt), one accepted decision each
     verdicts: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for run in ValidatorRun.objects.filter(mission=mission, feature__generated_from__isnull=True,
-                                           status__in=[RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED]):
+    for run in ValidatorRun.objects.filter(
+        mission=mission,
+        feature__generated_from__isnull=True,
+        status__in=[RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED],
+    ):
         verdicts[(run.feature_id, run.implementation_attempt)].append(run.pk)
     doubled = {k: v for k, v in verdicts.items() if len(v) != 1}
     assert not doubled, f"(feature, attempt) with more than one verdict: {doubled}"
     assert len(verdicts) == len(expected)
     # fixes: exactly one per failed root, lineage consistent with the runs
-    fixes = Counter(Feature.objects.filter(mission=mission, generated_from__isnull=False)
-                    .values_list("generated_from_id", flat=True))
+    fixes = Counter(
+        MissionFeature.objects.filter(mission=mission, generated_from__isnull=False).values_list(
+            "generated_from_id", flat=True
+        )
+    )
     bad = {pk for pk, state in expected.items() if state == "implementing"}
     assert dict(fixes) == dict.fromkeys(bad, 1), "a fix feature is missing or duplicated"
     for lineage in FixLineage.objects.filter(root__mission=mission).select_related("run", "fix"):
         assert lineage.run.status == RunStatus.FAILED and lineage.run.feature_id == lineage.source_id
-        assert lineage.fix.generated_from_id == lineage.source_id and lineage.fix.generated_from_run_id == lineage.run_id
+        assert (
+            lineage.fix.generated_from_id == lineage.source_id and lineage.fix.generated_from_run_id == lineage.run_id
+        )
     assert FixLineage.objects.filter(root__mission=mission).count() == len(bad)
     # at most one running run per feature (the partial unique index), none left running
-    running = Counter(ValidatorRun.objects.filter(mission=mission, status=RunStatus.RUNNING)
-                      .values_list("feature_id", flat=True))
+    running = Counter(
+        ValidatorRun.objects.filter(mission=mission, status=RunStatus.RUNNING).values_list("feature_id", flat=True)
+    )
     assert all(n <= 1 for n in running.values())
     # rollups equal to a recomputation
     for milestone in Milestone.objects.filter(mission=mission):
@@ -277,17 +318,27 @@ def check_invariants(mission: Mission, expected: dict[int, str], git_repo) -> di
     assert worktrees(git_repo) == [str(git_repo.path)]
     # checked last, so that a failure here says every other invariant held
     verdict_runs = {pk for runs in verdicts.values() for pk in runs}
-    accepted = Counter(JournalEntry.objects.filter(run__mission=mission, kind="decision", payload__verdict="accepted")
-                       .values_list("run_id", flat=True))
+    accepted = Counter(
+        JournalEntry.objects.filter(run__mission=mission, kind="decision", payload__verdict="accepted").values_list(
+            "run_id", flat=True
+        )
+    )
     wrong = {pk: accepted.get(pk, 0) for pk in verdict_runs if accepted.get(pk, 0) != 1}
     assert not wrong, f"runs whose journal does not hold exactly one accepted decision: {wrong}; " + "; ".join(
-        f"run {pk}: " + ", ".join(f"{e.seq}:{e.kind}:{e.key}:{e.payload.get('verdict', '')}"
-                                  for e in JournalEntry.objects.filter(run_id=pk).order_by("seq"))
-        for pk in list(wrong)[:3])
+        f"run {pk}: "
+        + ", ".join(
+            f"{e.seq}:{e.kind}:{e.key}:{e.payload.get('verdict', '')}"
+            for e in JournalEntry.objects.filter(run_id=pk).order_by("seq")
+        )
+        for pk in list(wrong)[:3]
+    )
     assert not [pk for pk, n in accepted.items() if n > 1], "a run accepted two verdicts"
-    return {"events": len(seqs), "relayed_at_end": len(relayed),
-            "runs": ValidatorRun.objects.filter(mission=mission).count(),
-            "errors": ValidatorRun.objects.filter(mission=mission, status=RunStatus.ERROR).count()}
+    return {
+        "events": len(seqs),
+        "relayed_at_end": len(relayed),
+        "runs": ValidatorRun.objects.filter(mission=mission).count(),
+        "errors": ValidatorRun.objects.filter(mission=mission, status=RunStatus.ERROR).count(),
+    }
 
 
 def report(capsys, text: str) -> None:
@@ -296,6 +347,7 @@ def report(capsys, text: str) -> None:
 
 
 # ------------------------------------------------------------------------ scenarios
+
 
 def test_clean_run_and_worker_kills(workers, git_repo, alice, capsys):
     """200 features in flight on two workers; one is SIGKILLed ≥ 10 times at random moments."""
@@ -320,8 +372,11 @@ def test_clean_run_and_worker_kills(workers, git_repo, alice, capsys):
     elapsed = time.monotonic() - started
     assert kills["count"] >= KILLS and stable.poll() is None
     figures = check_invariants(mission, expected, git_repo)
-    report(capsys, f"worker kills: {FEATURES} features, {kills['count']} SIGKILLs, settled in {elapsed:.1f}s; "
-                   f"sweeps {sweeps}; {figures}")
+    report(
+        capsys,
+        f"worker kills: {FEATURES} features, {kills['count']} SIGKILLs, settled in {elapsed:.1f}s; "
+        f"sweeps {sweeps}; {figures}",
+    )
 
 
 def test_lost_redis_messages_are_recovered_by_the_sweep(workers, git_repo, alice, capsys):
@@ -342,14 +397,19 @@ def test_lost_redis_messages_are_recovered_by_the_sweep(workers, git_repo, alice
     start_all(mission, alice, revision)
     sweeps = drive(mission, expected, workers, during=during)
     figures = check_invariants(mission, expected, git_repo)
-    report(capsys, f"lost messages: {n} features, namespace flushed {flushed['times']}x ({flushed['keys']} keys), "
-                   f"settled in {time.monotonic() - started:.1f}s; sweeps {sweeps}; {figures}")
+    report(
+        capsys,
+        f"lost messages: {n} features, namespace flushed {flushed['times']}x ({flushed['keys']} keys), "
+        f"settled in {time.monotonic() - started:.1f}s; sweeps {sweeps}; {figures}",
+    )
 
 
 def _terminate_worker_connections() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
         return len(cursor.fetchall())
 
 
@@ -366,15 +426,19 @@ def test_database_connections_killed_repeatedly(workers, git_repo, alice, capsys
             outage["times"] += 1
         during.done = outage["times"] >= 8
         # mid-outage invariants: never two running runs of one feature, lineage sound
-        running = Counter(ValidatorRun.objects.filter(mission=mission, status=RunStatus.RUNNING)
-                          .values_list("feature_id", flat=True))
+        running = Counter(
+            ValidatorRun.objects.filter(mission=mission, status=RunStatus.RUNNING).values_list("feature_id", flat=True)
+        )
         assert all(c <= 1 for c in running.values())
 
     during.done = False
     started = time.monotonic()
     start_all(mission, alice, revision)
     sweeps = drive(mission, expected, workers, during=during)
-    report(capsys, f"database outages: {n} features, {outage['times']} rounds of pg_terminate_backend "
-                   f"({outage['sessions']} sessions), settled in {time.monotonic() - started:.1f}s; sweeps {sweeps}")
+    report(
+        capsys,
+        f"database outages: {n} features, {outage['times']} rounds of pg_terminate_backend "
+        f"({outage['sessions']} sessions), settled in {time.monotonic() - started:.1f}s; sweeps {sweeps}",
+    )
     figures = check_invariants(mission, expected, git_repo)
     report(capsys, f"database outages: invariants hold; {figures}")

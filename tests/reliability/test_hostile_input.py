@@ -26,7 +26,8 @@ import pytest
 from django.conf import settings
 from django.core import signals
 from django.db import close_old_connections
-from hypothesis import HealthCheck, Phase, given, seed, settings as hsettings
+from hypothesis import HealthCheck, Phase, given, seed
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.conftest import is_postgres
@@ -35,8 +36,18 @@ from tests.reliability.conftest import mission_rows, token_of
 pytestmark = pytest.mark.django_db
 
 FUZZ_REQUESTS = int(os.environ.get("FUSION_FUZZ_REQUESTS") or (1000 if is_postgres() else 240))
-RESOURCE_OBJECT = {"missions": "mission", "milestones": "m1", "slices": "s1", "features": "f1", "assertions": "a1",
-                   "tasks": "t2", "events": "event", "validation-runs": "r1", "lineage": "lineage", "reviews": "review"}
+RESOURCE_OBJECT = {
+    "missions": "mission",
+    "milestones": "m1",
+    "slices": "s1",
+    "features": "f1",
+    "assertions": "a1",
+    "tasks": "t2",
+    "events": "event",
+    "validation-runs": "r1",
+    "lineage": "lineage",
+    "reviews": "review",
+}
 
 
 @contextlib.contextmanager
@@ -104,13 +115,16 @@ def fuzz(world, user, *, requests: int, stranger: bool) -> tuple[Counter, list[s
         try:
             case.validate_response(response, checks=checks, headers=headers)
         except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 — collected, reported together at the end
-            failures.append(f"{case.operation.label} -> {response.status_code}: {str(exc)[:600]}\n"
-                            f"  body: {response.content[:300]!r}")
+            failures.append(
+                f"{case.operation.label} -> {response.status_code}: {str(exc)[:600]}\n"
+                f"  body: {response.content[:300]!r}"
+            )
         if stranger:
             after = mission_rows(world.mission.pk)
             if after != baseline:
-                failures.append(f"{case.operation.label}: the stranger wrote to the member's mission "
-                                f"({response.status_code})")
+                failures.append(
+                    f"{case.operation.label}: the stranger wrote to the member's mission ({response.status_code})"
+                )
 
     round_no = 0
     while sent < requests and round_no < 6:
@@ -124,9 +138,14 @@ def fuzz(world, user, *, requests: int, stranger: bool) -> tuple[Counter, list[s
                     strategy = op.as_strategy(generation_mode=mode, **kwargs)
 
                     @seed(round_no * 1000 + len(failures))
-                    @hsettings(max_examples=per_case, deadline=None, database=None, derandomize=False,
-                               phases=[Phase.explicit, Phase.generate],
-                               suppress_health_check=list(HealthCheck))
+                    @hsettings(
+                        max_examples=per_case,
+                        deadline=None,
+                        database=None,
+                        derandomize=False,
+                        phases=[Phase.explicit, Phase.generate],
+                        suppress_health_check=list(HealthCheck),
+                    )
                     @given(case=strategy)
                     def run(case):
                         exercise(case)
@@ -147,9 +166,11 @@ def test_schemathesis_against_the_openapi_schema(as_stranger, users, world, caps
         statuses, failures, sent = fuzz(world, user, requests=budget, stranger=as_stranger)
     elapsed = time.monotonic() - started
     with capsys.disabled():
-        print(f"\n[fuzz] {'stranger' if as_stranger else 'member'}: {sent} requests in {elapsed:.1f}s on "
-              f"{'PostgreSQL' if is_postgres() else 'SQLite'}; statuses {dict(sorted(statuses.items()))}; "
-              f"failures {len(failures)}")
+        print(
+            f"\n[fuzz] {'stranger' if as_stranger else 'member'}: {sent} requests in {elapsed:.1f}s on "
+            f"{'PostgreSQL' if is_postgres() else 'SQLite'}; statuses {dict(sorted(statuses.items()))}; "
+            f"failures {len(failures)}"
+        )
     assert not failures, "\n".join(failures[:15])
     assert sent >= budget
     assert not any(code >= 500 for code in statuses)
@@ -163,19 +184,35 @@ def test_schemathesis_against_the_openapi_schema(as_stranger, users, world, caps
 
 KEYS = ("VAL-1", "VAL-2", "VAL-3")
 texts = st.text(max_size=40)
-evidence = st.fixed_dictionaries({"kind": st.sampled_from(["file", "command", "test-output", "other", "bogus"]),
-                                  "text": texts})
-item = st.fixed_dictionaries({
-    "key": st.sampled_from(KEYS + ("VAL-X", "")),
-    "verdict": st.sampled_from(["pass", "fail", "blocked", "PASS", "ok"]),
-}, optional={"message": texts, "expected": texts, "actual": texts, "evidence": st.lists(evidence, max_size=3),
-             "extra": texts})
+evidence = st.fixed_dictionaries(
+    {"kind": st.sampled_from(["file", "command", "test-output", "other", "bogus"]), "text": texts}
+)
+item = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(KEYS + ("VAL-X", "")),
+        "verdict": st.sampled_from(["pass", "fail", "blocked", "PASS", "ok"]),
+    },
+    optional={
+        "message": texts,
+        "expected": texts,
+        "actual": texts,
+        "evidence": st.lists(evidence, max_size=3),
+        "extra": texts,
+    },
+)
 documents = st.one_of(
-    st.fixed_dictionaries({"status": st.sampled_from(["pass", "fail", "blocked", "PASS", "done"]),
-                           "assertions": st.lists(item, max_size=5)},
-                          optional={"summary": texts, "blocked_reason": texts, "extra": texts}),
-    st.recursive(st.none() | st.booleans() | st.integers() | texts,
-                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3), max_leaves=8),
+    st.fixed_dictionaries(
+        {
+            "status": st.sampled_from(["pass", "fail", "blocked", "PASS", "done"]),
+            "assertions": st.lists(item, max_size=5),
+        },
+        optional={"summary": texts, "blocked_reason": texts, "extra": texts},
+    ),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | texts,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+        max_leaves=8,
+    ),
 )
 
 
@@ -198,8 +235,13 @@ def _valid_pass(document, keys) -> bool:
     return document.get("status") in ("pass", "fail", "blocked")
 
 
-@hsettings(max_examples=int(os.environ.get("FUSION_HYPOTHESIS_EXAMPLES", "600")), deadline=None, database=None,
-           derandomize=True, suppress_health_check=list(HealthCheck))
+@hsettings(
+    max_examples=int(os.environ.get("FUSION_HYPOTHESIS_EXAMPLES", "600")),
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 @given(document=documents, keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True))
 def test_the_verdict_contract_never_accepts_an_invalid_document_as_a_pass(document, keys):
     from validation.verdict import FrozenContext, normalize, parse_candidate, run_host_validators
@@ -221,14 +263,27 @@ def test_the_verdict_contract_never_accepts_an_invalid_document_as_a_pass(docume
 
 
 @hsettings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(statuses=st.lists(st.sampled_from(["pass", "fail", "blocked"]), min_size=1, max_size=4),
-       claimed=st.sampled_from(["pass", "fail", "blocked"]))
+@given(
+    statuses=st.lists(st.sampled_from(["pass", "fail", "blocked"]), min_size=1, max_size=4),
+    claimed=st.sampled_from(["pass", "fail", "blocked"]),
+)
 def test_the_overall_status_is_recomputed_whatever_the_document_claims(statuses, claimed):
     from validation.verdict import normalize, parse_candidate
 
-    doc = {"status": claimed, "assertions": [
-        {"key": f"K{i}", "verdict": v, "message": "m", "expected": "e", "actual": "a",
-         "evidence": [{"kind": "other", "text": "t"}]} for i, v in enumerate(statuses)]}
+    doc = {
+        "status": claimed,
+        "assertions": [
+            {
+                "key": f"K{i}",
+                "verdict": v,
+                "message": "m",
+                "expected": "e",
+                "actual": "a",
+                "evidence": [{"kind": "other", "text": "t"}],
+            }
+            for i, v in enumerate(statuses)
+        ],
+    }
     verdict, _ = parse_candidate(doc)
     final = normalize(verdict)
     expected = "blocked" if "blocked" in statuses else "fail" if "fail" in statuses else "pass"
@@ -237,15 +292,20 @@ def test_the_overall_status_is_recomputed_whatever_the_document_claims(statuses,
 
 # ============================================================ the review accounting
 
+
 def _host_findings():
     from validation.review.accounting import source_findings
 
     def f(summary, severity, location):
         return {"severity": severity, "location": location, "evidence": "seen", "impact": "users", "summary": summary}
 
-    return source_findings({"A": {"findings": [f("wrong word", "high", "app.py:1")]},
-                            "B": {"findings": [f("wrong greeting", "critical", "app.py:1"), f("no test", "minor", "tests/")]},
-                            "C": {"findings": []}})
+    return source_findings(
+        {
+            "A": {"findings": [f("wrong word", "high", "app.py:1")]},
+            "B": {"findings": [f("wrong greeting", "critical", "app.py:1"), f("no test", "minor", "tests/")]},
+            "C": {"findings": []},
+        }
+    )
 
 
 def _mutate(data, doc: dict) -> str:
@@ -272,12 +332,19 @@ def _mutate(data, doc: dict) -> str:
         if how == "drop_field":
             del entry[field]
         else:
-            entry[field] = data.draw(st.sampled_from(["", "   ", "zz-invented", 12345, None, ["x"], "exclude", "include"]))
+            entry[field] = data.draw(
+                st.sampled_from(["", "   ", "zz-invented", 12345, None, ["x"], "exclude", "include"])
+            )
     return f"{how} {name}[{index}]"
 
 
-@hsettings(max_examples=int(os.environ.get("FUSION_HYPOTHESIS_EXAMPLES", "600")) // 2, deadline=None, database=None,
-           derandomize=True, suppress_health_check=list(HealthCheck))
+@hsettings(
+    max_examples=int(os.environ.get("FUSION_HYPOTHESIS_EXAMPLES", "600")) // 2,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 @given(data=st.data(), exclude_b2=st.booleans())
 def test_the_review_accounting_never_accepts_an_invalid_accounting(data, exclude_b2):
     """A valid evaluation (every host finding copied exactly and accounted for once) is
@@ -326,6 +393,7 @@ def test_the_review_accounting_refuses_a_non_string_id_instead_of_crashing(where
 
 # ====================================================================== oversized input
 
+
 def _limit() -> int:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
@@ -341,7 +409,13 @@ def test_a_body_over_the_limit_is_refused_with_a_json_code(url, users, world, cl
     response = api.post(url, huge, content_type="application/json")
     assert response.status_code in (400, 413), (response.status_code, response.content[:300])
     body = response.json()
-    assert body["code"] in ("request_too_large", "payload_too_large", "too_large", "parse_error", "invalid_mission_file"), body
+    assert body["code"] in (
+        "request_too_large",
+        "payload_too_large",
+        "too_large",
+        "parse_error",
+        "invalid_mission_file",
+    ), body
     assert mission_rows(world.mission.pk) == before
 
 
@@ -355,7 +429,9 @@ def test_an_oversized_mission_file_is_refused(users, world):
     api.force_authenticate(users.staff)
     before = mission_rows(world.mission.pk)
     padding = "# " + "y" * 200 + "\n"
-    text = f"mission: {{key: {world.mission.key}, title: Big}}\n" + padding * ((files.MAX_DOCUMENT_CHARS // len(padding)) + 2)
+    text = f"mission: {{key: {world.mission.key}, title: Big}}\n" + padding * (
+        (files.MAX_DOCUMENT_CHARS // len(padding)) + 2
+    )
     with pytest.raises(Invalid) as info:
         files.mission_import(document=text, user=users.staff)
     assert info.value.code == "invalid_mission_file" and "too large" in str(info.value.fields)

@@ -23,9 +23,18 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from missions.models import ContractAssertion, Feature, FeatureAssertion, Milestone, Mission, MissionEvent, Slice, Task
+from fusion_site.base.proc import run_command
+from missions.models import (
+    ContractAssertion,
+    FeatureAssertion,
+    Milestone,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    Slice,
+    Task,
+)
 from validation.models import JournalEntry, ValidatorFailure, ValidatorRun
-from validation.proc import run_command
 from validation.services import runner
 from validation.services.admission import feature_admit
 
@@ -38,7 +47,7 @@ SERVER_SECRETS = {
     "MY_SERVICE_TOKEN": "tok-CANARY-service-token-0099",
     "FUSION_PLAIN_CANARY": "plain-canary-value-7777",  # a name with no hint of a secret
 }
-PRINT_ENV = f"{sys.executable} -c \"import os, json; print(json.dumps(dict(os.environ)))\""
+PRINT_ENV = f'{sys.executable} -c "import os, json; print(json.dumps(dict(os.environ)))"'
 
 
 @pytest.fixture
@@ -56,10 +65,11 @@ def assert_no_server_secret(text: str) -> None:
 
 def _env_of(output: str) -> dict:
     start = output.index("{")
-    return json.loads(output[start:output.rindex("}") + 1])
+    return json.loads(output[start : output.rindex("}") + 1])
 
 
 # ======================================================================= environment
+
 
 def test_a_command_check_does_not_see_the_servers_secrets(server_secrets, tmp_path):
     from django.conf import settings
@@ -82,13 +92,14 @@ def test_a_shell_check_does_not_see_the_servers_secrets(server_secrets, tmp_path
     assert_no_server_secret(evidence)
 
 
-def _mission(users, repo, **fields) -> tuple[Mission, Feature]:
-    mission = Mission.objects.create(key="iso", title="Isolation", owner=users.owner, status="active",
-                                     workspace=str(repo.path), **fields)
+def _mission(users, repo, **fields) -> tuple[Mission, MissionFeature]:
+    mission = Mission.objects.create(
+        key="iso", title="Isolation", owner=users.owner, status="active", workspace=str(repo.path), **fields
+    )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="M1")
     slice_ = Slice(milestone=milestone, key="s1", title="S1")
     slice_.save()
-    feature = Feature(slice=slice_, key="f1", title="Feature one", description="Do it.")
+    feature = MissionFeature(slice=slice_, key="f1", title="Feature one", description="Do it.")
     feature.save()
     return mission, feature
 
@@ -117,9 +128,11 @@ def test_the_command_validator_does_not_see_the_servers_secrets(server_secrets, 
         "import json, os, sys\n"
         f"open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
         "print(json.dumps({'status': 'pass', 'summary': 'ok', 'assertions': [{'key': 'VAL-ENV', 'verdict': 'pass',"
-        " 'message': 'fine', 'evidence': [{'kind': 'other', 'text': 'looked'}]}]}))\n")
-    settings.FUSION_VALIDATORS = {"cmd": {"kind": "command", "command": [sys.executable, str(script)],
-                                          "api_key_env": "MY_SERVICE_TOKEN"}}
+        " 'message': 'fine', 'evidence': [{'kind': 'other', 'text': 'looked'}]}]}))\n"
+    )
+    settings.FUSION_VALIDATORS = {
+        "cmd": {"kind": "command", "command": [sys.executable, str(script)], "api_key_env": "MY_SERVICE_TOKEN"}
+    }
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     mission, feature = _mission(users, git_repo, validator="cmd")
     assertion = ContractAssertion(milestone=feature.slice.milestone, key="VAL-ENV", title="t", statement="s")
@@ -138,6 +151,7 @@ def test_the_command_validator_does_not_see_the_servers_secrets(server_secrets, 
 
 # ============================================================================= paths
 
+
 @pytest.fixture
 def escaping_repo(git_repo, tmp_path):
     """A repository whose snapshot holds symlinks to a file and a folder outside it."""
@@ -152,23 +166,35 @@ def escaping_repo(git_repo, tmp_path):
 
 
 def _checkout(repo):
-    from validation.snapshots import snapshot
+    from fusion_site.base.snapshots import snapshot
 
     return snapshot(str(repo.path), repo.git("rev-parse", "HEAD").strip(), label="iso")
 
 
-ESCAPES = ["../outside/secret.txt", "/etc/passwd", "leak.txt", "leakdir/secret.txt", "passwd", "inside/../../x",
-           "leakdir", "./../repo/hello.py", "a\x00b"]
+ESCAPES = [
+    "../outside/secret.txt",
+    "/etc/passwd",
+    "leak.txt",
+    "leakdir/secret.txt",
+    "passwd",
+    "inside/../../x",
+    "leakdir",
+    "./../repo/hello.py",
+    "a\x00b",
+]
 
 
 @pytest.mark.parametrize("path", ESCAPES)
 def test_file_checks_cannot_leave_the_snapshot(escaping_repo, path):
-    from validation.checks_spec import check_spec_problems
+    from missions.checks_spec import check_spec_problems
     from validation.validators.checks import judge_file
 
     with _checkout(escaping_repo) as root:
-        for spec in ({"file": path, "exists": True}, {"file": path, "contains": "CANARY|root"},
-                     {"file": path, "not_contains": "CANARY|root"}):
+        for spec in (
+            {"file": path, "exists": True},
+            {"file": path, "contains": "CANARY|root"},
+            {"file": path, "not_contains": "CANARY|root"},
+        ):
             verdict, expected, actual, evidence = judge_file(root, spec)
             text = " ".join((expected, actual, evidence))
             assert "OUTSIDE-CANARY-CONTENT" not in text and "root:x:" not in text
@@ -186,8 +212,12 @@ def test_file_checks_cannot_leave_the_snapshot(escaping_repo, path):
 def test_agent_tools_cannot_leave_the_snapshot(escaping_repo, path):
     tools = pytest.importorskip("validation.validators.tools")
     with _checkout(escaping_repo) as root:
-        answers = [tools.read(root, path), tools.ls(root, path), tools.grep(root, "CANARY|root:x", path),
-                   tools.find(root, "*", path)]
+        answers = [
+            tools.read(root, path),
+            tools.ls(root, path),
+            tools.grep(root, "CANARY|root:x", path),
+            tools.find(root, "*", path),
+        ]
         for answer in answers:
             assert "OUTSIDE-CANARY-CONTENT" not in answer and "root:x:" not in answer, (path, answer)
         # the whole tree, from the root: symlinked files outside and symlinked folders are skipped
@@ -200,12 +230,29 @@ def test_file_evidence_that_points_outside_the_snapshot_is_rejected(escaping_rep
 
     with _checkout(escaping_repo) as root:
         for ref in ("leak.txt:1", "../outside/secret.txt", "/etc/passwd:1", "leakdir/secret.txt", "passwd:1"):
-            verdict, _ = parse_candidate({"status": "pass", "assertions": [
-                {"key": "K", "verdict": "pass", "message": "m", "evidence": [{"kind": "file", "text": ref}]}]})
+            verdict, _ = parse_candidate(
+                {
+                    "status": "pass",
+                    "assertions": [
+                        {"key": "K", "verdict": "pass", "message": "m", "evidence": [{"kind": "file", "text": ref}]}
+                    ],
+                }
+            )
             report = run_host_validators(verdict, FrozenContext(keys=("K",), checkout=root))
             assert "file_evidence_exists" in report.problems, ref
-        ok, _ = parse_candidate({"status": "pass", "assertions": [
-            {"key": "K", "verdict": "pass", "message": "m", "evidence": [{"kind": "file", "text": "hello.py:1"}]}]})
+        ok, _ = parse_candidate(
+            {
+                "status": "pass",
+                "assertions": [
+                    {
+                        "key": "K",
+                        "verdict": "pass",
+                        "message": "m",
+                        "evidence": [{"kind": "file", "text": "hello.py:1"}],
+                    }
+                ],
+            }
+        )
         assert run_host_validators(ok, FrozenContext(keys=("K",), checkout=root)).ok
 
 
@@ -223,10 +270,12 @@ def leaky_feature(users, git_repo, monkeypatch):
     """A feature whose check prints a config file full of secrets and then fails, in a
     mission with auto-fix on (so the failure becomes a fix feature)."""
     monkeypatch.setenv("DEPLOY_API_TOKEN", PLANTED["token_env"])
-    config = (f"OPENAI_KEY={PLANTED['openai']}\n"
-              f"db_password={PLANTED['password']}\n"
-              f"deploy token value: {PLANTED['token_env']}\n")
-    leak = f"echo password={PLANTED['password']} {PLANTED['openai']}\necho \"$HOME\" >&2\nexit 3\n"
+    config = (
+        f"OPENAI_KEY={PLANTED['openai']}\n"
+        f"db_password={PLANTED['password']}\n"
+        f"deploy token value: {PLANTED['token_env']}\n"
+    )
+    leak = f'echo password={PLANTED["password"]} {PLANTED["openai"]}\necho "$HOME" >&2\nexit 3\n'
     git_repo.commit({"config.env": config, "leak.sh": leak, "hello.py": "def hello():\n    return 'hi'\n"}, "config")
     mission, feature = _mission(users, git_repo, auto_fix=True)
     checks = [
@@ -260,7 +309,7 @@ def test_planted_secrets_are_redacted_everywhere_they_are_shown(leaky_feature, u
         assert not _leaks(json.dumps([f.message, f.expected, f.actual, f.evidence])), f.assertion_key
     assert not _leaks(json.dumps(run.verdict))
     # the fix feature's description (the validation cause)
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     assert "Validation cause" in fix.description and "[REDACTED]" in fix.description
     assert not _leaks(fix.description)
     # every event of the mission
@@ -272,18 +321,27 @@ def test_planted_secrets_are_redacted_everywhere_they_are_shown(leaky_feature, u
         assert not _leaks(json.dumps(entry.payload)), entry.seq
     api = APIClient()
     api.force_authenticate(users.owner)
-    for url in (f"/api/validation-runs/{run.pk}/journal/", f"/api/validation-runs/{run.pk}/",
-                f"/api/features/{feature.pk}/loop/", f"/api/features/{fix.pk}/", f"/api/missions/{mission.pk}/events/",
-                f"/api/missions/{mission.pk}/export/"):
+    for url in (
+        f"/api/validation-runs/{run.pk}/journal/",
+        f"/api/validation-runs/{run.pk}/",
+        f"/api/features/{feature.pk}/loop/",
+        f"/api/features/{fix.pk}/",
+        f"/api/missions/{mission.pk}/events/",
+        f"/api/missions/{mission.pk}/export/",
+    ):
         response = api.get(url)
         assert response.status_code == 200, url
         assert not _leaks(response.content.decode()), url
     admin = Client()
     admin.force_login(users.staff)
-    pages = [reverse("admin:validation_validatorrun_change", args=[run.pk]),
-             reverse("admin:validation_journalentry_changelist") + f"?run__id__exact={run.pk}",
-             reverse("admin:missions_feature_change", args=[fix.pk])]
-    pages += [reverse("admin:validation_journalentry_change", args=[e.pk]) for e in JournalEntry.objects.filter(run=run)]
+    pages = [
+        reverse("admin:validation_validatorrun_change", args=[run.pk]),
+        reverse("admin:validation_journalentry_changelist") + f"?run__id__exact={run.pk}",
+        reverse("admin:missions_missionfeature_change", args=[fix.pk]),
+    ]
+    pages += [
+        reverse("admin:validation_journalentry_change", args=[e.pk]) for e in JournalEntry.objects.filter(run=run)
+    ]
     pages += [reverse("admin:validation_validatorfailure_change", args=[f.pk]) for f in failures]
     for url in pages:
         response = admin.get(url)
@@ -298,10 +356,12 @@ def test_planted_secrets_are_redacted_everywhere_they_are_shown(leaky_feature, u
 
 
 def test_the_redactor_covers_the_planted_shapes(monkeypatch):
-    from validation.redact import redact
+    from fusion_site.base.redact import redact
 
     monkeypatch.setenv("DEPLOY_API_TOKEN", PLANTED["token_env"])
-    text = (f"key {PLANTED['openai']} and password={PLANTED['password']} and PASSWORD: '{PLANTED['password']}' "
-            f"and {PLANTED['token_env']} and postgres://u:pw-CANARY@h/db and Authorization: Bearer abcdefghij")
+    text = (
+        f"key {PLANTED['openai']} and password={PLANTED['password']} and PASSWORD: '{PLANTED['password']}' "
+        f"and {PLANTED['token_env']} and postgres://u:pw-CANARY@h/db and Authorization: Bearer abcdefghij"
+    )
     out = redact(text)
     assert not _leaks(out) and "pw-CANARY" not in out, out

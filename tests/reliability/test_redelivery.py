@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError
 
-from missions.models import Feature
+from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus, ValidatorRun
 from validation.services import runner
 from validation.services.admission import feature_admit
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_redelivered_run_does_not_accept_a_second_verdict(build_mission, git_repo, monkeypatch):
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     build_mission({"hello": [("VAL-1", {"file": "hello.py", "contains": r"def hello\("})]})
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     real_complete = runner.run_complete
     calls = {"n": 0}

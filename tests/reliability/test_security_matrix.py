@@ -24,8 +24,9 @@ import asyncio
 import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -36,13 +37,14 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
-from missions.models import ContractAssertion, Feature, Mission, MissionEvent, Task
+from missions.models import ContractAssertion, Mission, MissionEvent, MissionFeature, Task
 from tests.reliability.conftest import ROLES, mission_rows, token_of, user_of
 
 pytestmark = pytest.mark.django_db
 
 
 # =========================================================================== API rows
+
 
 @dataclass(frozen=True)
 class Row:
@@ -72,9 +74,17 @@ def _mission_put(w):
 
 
 def _import_yaml(w) -> str:
-    return yaml.safe_dump({"mission": {"key": w.mission.key, "title": "Imported title", "status": "active",
-                                       "workspace": str(w.repo.path)},
-                           "milestones": [{"key": "m1", "title": "Milestone one"}]})
+    return yaml.safe_dump(
+        {
+            "mission": {
+                "key": w.mission.key,
+                "title": "Imported title",
+                "status": "active",
+                "workspace": str(w.repo.path),
+            },
+            "milestones": [{"key": "m1", "title": "Milestone one"}],
+        }
+    )
 
 
 def _review_body(w):
@@ -86,104 +96,168 @@ def _review_body(w):
 API: dict[tuple[str, str], Row] = {
     # missions
     ("GET", "/api/missions/"): Row(lambda w: "/api/missions/", "list", 200, obj=lambda w: w.mission),
-    ("POST", "/api/missions/"): Row(lambda w: "/api/missions/", "create", 201, stranger=201,
-                                    body=lambda w: {"key": "brand-new", "title": "New"}),
-    ("GET", "/api/missions/{id}/"): Row(lambda w: f"/api/missions/{w.mission.pk}/", "read", 200, obj=lambda w: w.mission),
+    ("POST", "/api/missions/"): Row(
+        lambda w: "/api/missions/", "create", 201, stranger=201, body=lambda w: {"key": "brand-new", "title": "New"}
+    ),
+    ("GET", "/api/missions/{id}/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/", "read", 200, obj=lambda w: w.mission
+    ),
     ("PUT", "/api/missions/{id}/"): Row(lambda w: f"/api/missions/{w.mission.pk}/", "write", 200, body=_mission_put),
-    ("PATCH", "/api/missions/{id}/"): Row(lambda w: f"/api/missions/{w.mission.pk}/", "write", 200,
-                                          body=lambda w: {"title": "Renamed"}),
-    ("DELETE", "/api/missions/{id}/"): Row(lambda w: f"/api/missions/{w.mission.pk}/", "write", 403, staff=204,
-                                           member_code="owner_only"),
-    ("POST", "/api/missions/{id}/activate/"): Row(lambda w: f"/api/missions/{w.mission.pk}/activate/", "action", 409,
-                                                  member_code="illegal_mission_state"),
+    ("PATCH", "/api/missions/{id}/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/", "write", 200, body=lambda w: {"title": "Renamed"}
+    ),
+    ("DELETE", "/api/missions/{id}/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/", "write", 403, staff=204, member_code="owner_only"
+    ),
+    ("POST", "/api/missions/{id}/activate/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/activate/", "action", 409, member_code="illegal_mission_state"
+    ),
     ("POST", "/api/missions/{id}/pause/"): Row(lambda w: f"/api/missions/{w.mission.pk}/pause/", "action", 200),
-    ("POST", "/api/missions/{id}/resume/"): Row(lambda w: f"/api/missions/{w.mission.pk}/resume/", "action", 409,
-                                                member_code="illegal_mission_state"),
-    ("POST", "/api/missions/{id}/autopilot/"): Row(lambda w: f"/api/missions/{w.mission.pk}/autopilot/", "action", 200,
-                                                   body=lambda w: {"enabled": False}),
+    ("POST", "/api/missions/{id}/resume/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/resume/", "action", 409, member_code="illegal_mission_state"
+    ),
+    ("POST", "/api/missions/{id}/autopilot/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/autopilot/", "action", 200, body=lambda w: {"enabled": False}
+    ),
     ("GET", "/api/missions/{id}/events/"): Row(lambda w: f"/api/missions/{w.mission.pk}/events/", "read", 200),
     ("GET", "/api/missions/{id}/export/"): Row(lambda w: f"/api/missions/{w.mission.pk}/export/", "read", 200),
-    ("GET", "/api/missions/{id}/tree/"): Row(lambda w: f"/api/missions/{w.mission.pk}/tree/", "read", 200,
-                                             obj=lambda w: w.mission),
+    ("GET", "/api/missions/{id}/tree/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/tree/", "read", 200, obj=lambda w: w.mission
+    ),
     # an import of the member's mission file: the stranger is refused (the key is taken)
-    ("POST", "/api/missions/import/"): Row(lambda w: "/api/missions/import/", "action", 200, stranger=403,
-                                           body=_import_yaml, content_type="application/yaml"),
+    ("POST", "/api/missions/import/"): Row(
+        lambda w: "/api/missions/import/",
+        "action",
+        200,
+        stranger=403,
+        body=_import_yaml,
+        content_type="application/yaml",
+    ),
     # milestones
     ("GET", "/api/milestones/"): Row(lambda w: "/api/milestones/", "list", 200, obj=lambda w: w.m1),
-    ("POST", "/api/milestones/"): Row(lambda w: "/api/milestones/", "create", 201,
-                                      body=lambda w: {"mission": w.mission.pk, "key": "m-new", "title": "New"}),
+    ("POST", "/api/milestones/"): Row(
+        lambda w: "/api/milestones/",
+        "create",
+        201,
+        body=lambda w: {"mission": w.mission.pk, "key": "m-new", "title": "New"},
+    ),
     ("GET", "/api/milestones/{id}/"): Row(lambda w: f"/api/milestones/{w.m1.pk}/", "read", 200, obj=lambda w: w.m1),
-    ("PUT", "/api/milestones/{id}/"): Row(lambda w: f"/api/milestones/{w.m1.pk}/", "write", 200,
-                                          body=lambda w: {"mission": w.mission.pk, "key": "m1", "title": "Put"}),
-    ("PATCH", "/api/milestones/{id}/"): Row(lambda w: f"/api/milestones/{w.m1.pk}/", "write", 200,
-                                            body=lambda w: {"title": "Renamed"}),
+    ("PUT", "/api/milestones/{id}/"): Row(
+        lambda w: f"/api/milestones/{w.m1.pk}/",
+        "write",
+        200,
+        body=lambda w: {"mission": w.mission.pk, "key": "m1", "title": "Put"},
+    ),
+    ("PATCH", "/api/milestones/{id}/"): Row(
+        lambda w: f"/api/milestones/{w.m1.pk}/", "write", 200, body=lambda w: {"title": "Renamed"}
+    ),
     ("DELETE", "/api/milestones/{id}/"): Row(lambda w: f"/api/milestones/{w.m2.pk}/", "write", 204),
     ("GET", "/api/milestones/{id}/validation/"): Row(lambda w: f"/api/milestones/{w.m1.pk}/validation/", "read", 200),
     # slices
     ("GET", "/api/slices/"): Row(lambda w: "/api/slices/", "list", 200, obj=lambda w: w.s1),
-    ("POST", "/api/slices/"): Row(lambda w: "/api/slices/", "create", 201,
-                                  body=lambda w: {"milestone": w.m1.pk, "key": "s-new", "title": "New"}),
+    ("POST", "/api/slices/"): Row(
+        lambda w: "/api/slices/", "create", 201, body=lambda w: {"milestone": w.m1.pk, "key": "s-new", "title": "New"}
+    ),
     ("GET", "/api/slices/{id}/"): Row(lambda w: f"/api/slices/{w.s1.pk}/", "read", 200, obj=lambda w: w.s1),
-    ("PUT", "/api/slices/{id}/"): Row(lambda w: f"/api/slices/{w.s1.pk}/", "write", 200,
-                                      body=lambda w: {"milestone": w.m1.pk, "key": "s1", "title": "Put"}),
-    ("PATCH", "/api/slices/{id}/"): Row(lambda w: f"/api/slices/{w.s1.pk}/", "write", 200,
-                                        body=lambda w: {"title": "Renamed"}),
+    ("PUT", "/api/slices/{id}/"): Row(
+        lambda w: f"/api/slices/{w.s1.pk}/",
+        "write",
+        200,
+        body=lambda w: {"milestone": w.m1.pk, "key": "s1", "title": "Put"},
+    ),
+    ("PATCH", "/api/slices/{id}/"): Row(
+        lambda w: f"/api/slices/{w.s1.pk}/", "write", 200, body=lambda w: {"title": "Renamed"}
+    ),
     ("DELETE", "/api/slices/{id}/"): Row(lambda w: f"/api/slices/{w.s2.pk}/", "write", 204),
     # features
     ("GET", "/api/features/"): Row(lambda w: "/api/features/", "list", 200, obj=lambda w: w.f1),
-    ("POST", "/api/features/"): Row(lambda w: "/api/features/", "create", 201,
-                                    body=lambda w: {"slice": w.s1.pk, "key": "f-new", "title": "New"}),
+    ("POST", "/api/features/"): Row(
+        lambda w: "/api/features/", "create", 201, body=lambda w: {"slice": w.s1.pk, "key": "f-new", "title": "New"}
+    ),
     ("GET", "/api/features/{id}/"): Row(lambda w: f"/api/features/{w.f1.pk}/", "read", 200, obj=lambda w: w.f1),
-    ("PUT", "/api/features/{id}/"): Row(lambda w: f"/api/features/{w.f2.pk}/", "write", 200,
-                                        body=lambda w: {"slice": w.s1.pk, "key": "f2", "title": "Put"}),
-    ("PATCH", "/api/features/{id}/"): Row(lambda w: f"/api/features/{w.f2.pk}/", "write", 200,
-                                          body=lambda w: {"title": "Renamed"}),
+    ("PUT", "/api/features/{id}/"): Row(
+        lambda w: f"/api/features/{w.f2.pk}/",
+        "write",
+        200,
+        body=lambda w: {"slice": w.s1.pk, "key": "f2", "title": "Put"},
+    ),
+    ("PATCH", "/api/features/{id}/"): Row(
+        lambda w: f"/api/features/{w.f2.pk}/", "write", 200, body=lambda w: {"title": "Renamed"}
+    ),
     ("DELETE", "/api/features/{id}/"): Row(lambda w: f"/api/features/{w.f3.pk}/", "write", 204),
     ("POST", "/api/features/{id}/validate/"): Row(lambda w: f"/api/features/{w.f1.pk}/validate/", "action", 202),
-    ("POST", "/api/features/{id}/repair/"): Row(lambda w: f"/api/features/{w.f1.pk}/repair/", "action", 200,
-                                                body=lambda w: {"mode": "clear", "reason": "matrix"}),
+    ("POST", "/api/features/{id}/repair/"): Row(
+        lambda w: f"/api/features/{w.f1.pk}/repair/",
+        "action",
+        200,
+        body=lambda w: {"mode": "clear", "reason": "matrix"},
+    ),
     ("POST", "/api/features/{id}/create_fix/"): Row(lambda w: f"/api/features/{w.f1.pk}/create_fix/", "action", 201),
     ("GET", "/api/features/{id}/loop/"): Row(lambda w: f"/api/features/{w.f1.pk}/loop/", "read", 200),
-    ("POST", "/api/features/{id}/link/"): Row(lambda w: f"/api/features/{w.f2.pk}/link/", "action", 201,
-                                              body=lambda w: {"assertion": "VAL-2"}),
-    ("POST", "/api/features/{id}/unlink/"): Row(lambda w: f"/api/features/{w.f1.pk}/unlink/", "action", 200,
-                                                body=lambda w: {"assertion": "VAL-1"}),
+    ("POST", "/api/features/{id}/link/"): Row(
+        lambda w: f"/api/features/{w.f2.pk}/link/", "action", 201, body=lambda w: {"assertion": "VAL-2"}
+    ),
+    ("POST", "/api/features/{id}/unlink/"): Row(
+        lambda w: f"/api/features/{w.f1.pk}/unlink/", "action", 200, body=lambda w: {"assertion": "VAL-1"}
+    ),
     ("POST", "/api/features/{id}/review/"): Row(lambda w: f"/api/features/{w.f1.pk}/review/", "action", 202),
     # contract assertions
     ("GET", "/api/assertions/"): Row(lambda w: "/api/assertions/", "list", 200, obj=lambda w: w.a1),
-    ("POST", "/api/assertions/"): Row(lambda w: "/api/assertions/", "create", 201,
-                                      body=lambda w: {"milestone": w.m1.pk, "key": "VAL-NEW", "title": "New",
-                                                      "statement": "it works"}),
+    ("POST", "/api/assertions/"): Row(
+        lambda w: "/api/assertions/",
+        "create",
+        201,
+        body=lambda w: {"milestone": w.m1.pk, "key": "VAL-NEW", "title": "New", "statement": "it works"},
+    ),
     ("GET", "/api/assertions/{id}/"): Row(lambda w: f"/api/assertions/{w.a1.pk}/", "read", 200, obj=lambda w: w.a1),
-    ("PUT", "/api/assertions/{id}/"): Row(lambda w: f"/api/assertions/{w.a2.pk}/", "write", 200,
-                                          body=lambda w: {"milestone": w.m1.pk, "key": "VAL-2", "title": "Put",
-                                                          "statement": "f2 works"}),
-    ("PATCH", "/api/assertions/{id}/"): Row(lambda w: f"/api/assertions/{w.a2.pk}/", "write", 200,
-                                            body=lambda w: {"title": "Renamed"}),
+    ("PUT", "/api/assertions/{id}/"): Row(
+        lambda w: f"/api/assertions/{w.a2.pk}/",
+        "write",
+        200,
+        body=lambda w: {"milestone": w.m1.pk, "key": "VAL-2", "title": "Put", "statement": "f2 works"},
+    ),
+    ("PATCH", "/api/assertions/{id}/"): Row(
+        lambda w: f"/api/assertions/{w.a2.pk}/", "write", 200, body=lambda w: {"title": "Renamed"}
+    ),
     ("DELETE", "/api/assertions/{id}/"): Row(lambda w: f"/api/assertions/{w.a2.pk}/", "write", 204),
     # tasks
     ("GET", "/api/tasks/"): Row(lambda w: "/api/tasks/", "list", 200, obj=lambda w: w.t1),
     ("POST", "/api/tasks/"): Row(lambda w: "/api/tasks/", "create", 201, body=lambda w: {"feature": w.f3.pk}),
     ("GET", "/api/tasks/{id}/"): Row(lambda w: f"/api/tasks/{w.t1.pk}/", "read", 200, obj=lambda w: w.t1),
-    ("PUT", "/api/tasks/{id}/"): Row(lambda w: f"/api/tasks/{w.t2.pk}/", "write", 200,
-                                     body=lambda w: {"feature": w.f2.pk, "mission": w.mission.pk, "title": "Put"}),
-    ("PATCH", "/api/tasks/{id}/"): Row(lambda w: f"/api/tasks/{w.t2.pk}/", "write", 200,
-                                       body=lambda w: {"title": "Renamed"}),
+    ("PUT", "/api/tasks/{id}/"): Row(
+        lambda w: f"/api/tasks/{w.t2.pk}/",
+        "write",
+        200,
+        body=lambda w: {"feature": w.f2.pk, "mission": w.mission.pk, "title": "Put"},
+    ),
+    ("PATCH", "/api/tasks/{id}/"): Row(
+        lambda w: f"/api/tasks/{w.t2.pk}/", "write", 200, body=lambda w: {"title": "Renamed"}
+    ),
     ("DELETE", "/api/tasks/{id}/"): Row(lambda w: f"/api/tasks/{w.t2.pk}/", "write", 204),
     ("POST", "/api/tasks/{id}/start/"): Row(lambda w: f"/api/tasks/{w.t2.pk}/start/", "action", 200),
-    ("POST", "/api/tasks/{id}/complete/"): Row(lambda w: f"/api/tasks/{w.t2.pk}/complete/", "action", 200,
-                                               body=lambda w: {"revision": w.revision, "summary": "done"}),
-    ("POST", "/api/tasks/{id}/fail/"): Row(lambda w: f"/api/tasks/{w.t2.pk}/fail/", "action", 200,
-                                           body=lambda w: {"reason": "could not"}),
+    ("POST", "/api/tasks/{id}/complete/"): Row(
+        lambda w: f"/api/tasks/{w.t2.pk}/complete/",
+        "action",
+        200,
+        body=lambda w: {"revision": w.revision, "summary": "done"},
+    ),
+    ("POST", "/api/tasks/{id}/fail/"): Row(
+        lambda w: f"/api/tasks/{w.t2.pk}/fail/", "action", 200, body=lambda w: {"reason": "could not"}
+    ),
     # the audit log
     ("GET", "/api/events/"): Row(lambda w: "/api/events/", "list", 200, obj=lambda w: w.event),
     ("GET", "/api/events/{id}/"): Row(lambda w: f"/api/events/{w.event.pk}/", "read", 200, obj=lambda w: w.event),
     # validation runs, lineage
     ("GET", "/api/validation-runs/"): Row(lambda w: "/api/validation-runs/", "list", 200, obj=lambda w: w.r1),
-    ("GET", "/api/validation-runs/{id}/"): Row(lambda w: f"/api/validation-runs/{w.r1.pk}/", "read", 200,
-                                               obj=lambda w: w.r1),
-    ("GET", "/api/validation-runs/{id}/journal/"): Row(lambda w: f"/api/validation-runs/{w.r1.pk}/journal/", "read", 200),
-    ("POST", "/api/validation-runs/{id}/replay/"): Row(lambda w: f"/api/validation-runs/{w.r1.pk}/replay/", "action", 200),
+    ("GET", "/api/validation-runs/{id}/"): Row(
+        lambda w: f"/api/validation-runs/{w.r1.pk}/", "read", 200, obj=lambda w: w.r1
+    ),
+    ("GET", "/api/validation-runs/{id}/journal/"): Row(
+        lambda w: f"/api/validation-runs/{w.r1.pk}/journal/", "read", 200
+    ),
+    ("POST", "/api/validation-runs/{id}/replay/"): Row(
+        lambda w: f"/api/validation-runs/{w.r1.pk}/replay/", "action", 200
+    ),
     ("GET", "/api/lineage/"): Row(lambda w: "/api/lineage/", "list", 200, obj=lambda w: w.lineage),
     ("GET", "/api/lineage/{id}/"): Row(lambda w: f"/api/lineage/{w.lineage.pk}/", "read", 200, obj=lambda w: w.lineage),
     # advisory reviews
@@ -191,8 +265,9 @@ API: dict[tuple[str, str], Row] = {
     ("POST", "/api/reviews/"): Row(lambda w: "/api/reviews/", "create", 202, body=_review_body),
     ("GET", "/api/reviews/{id}/"): Row(lambda w: f"/api/reviews/{w.review.pk}/", "read", 200, obj=lambda w: w.review),
     ("GET", "/api/reviews/{id}/result/"): Row(lambda w: f"/api/reviews/{w.review.pk}/result/", "read", 200),
-    ("GET", "/api/reviews/{id}/artifact/"): Row(lambda w: f"/api/reviews/{w.review.pk}/artifact/?name=request.json",
-                                                "read", 200),
+    ("GET", "/api/reviews/{id}/artifact/"): Row(
+        lambda w: f"/api/reviews/{w.review.pk}/artifact/?name=request.json", "read", 200
+    ),
     ("POST", "/api/reviews/{id}/cancel/"): Row(lambda w: f"/api/reviews/{w.review.pk}/cancel/", "action", 200),
 }
 
@@ -210,8 +285,12 @@ def schema_operations() -> frozenset[tuple[str, str]]:
     from drf_spectacular.generators import SchemaGenerator
 
     schema = SchemaGenerator().get_schema(request=None, public=True)
-    return frozenset((method.upper(), path) for path, ops in schema["paths"].items() for method in ops
-                     if method in ("get", "post", "put", "patch", "delete"))
+    return frozenset(
+        (method.upper(), path)
+        for path, ops in schema["paths"].items()
+        for method in ops
+        if method in ("get", "post", "put", "patch", "delete")
+    )
 
 
 def test_every_api_operation_has_a_row():
@@ -335,16 +414,36 @@ def test_a_staff_list_shows_every_mission_and_a_member_list_only_theirs(users, w
 # ======================================================= checks and executor commands: staff only
 
 CODE_WRITES = [
-    ("assertion check (create)", "post", lambda w: "/api/assertions/",
-     lambda w: {"milestone": w.m1.pk, "key": "VAL-RUN", "title": "t", "statement": "s", "check": {"run": "id"}}),
-    ("assertion check (update)", "patch", lambda w: f"/api/assertions/{w.a2.pk}/",
-     lambda w: {"check": {"run": "touch /tmp/pwned"}}),
-    ("assertion check (change)", "patch", lambda w: f"/api/assertions/{w.a1.pk}/",
-     lambda w: {"check": {"file": "hello.py", "exists": True}}),
-    ("executor command (update)", "patch", lambda w: f"/api/missions/{w.mission.pk}/",
-     lambda w: {"executor": "command", "executor_command": "sh -c 'curl evil'"}),
-    ("executor command (new mission)", "post", lambda w: "/api/missions/",
-     lambda w: {"key": "exec-new", "title": "t", "executor": "command", "executor_command": "id"}),
+    (
+        "assertion check (create)",
+        "post",
+        lambda w: "/api/assertions/",
+        lambda w: {"milestone": w.m1.pk, "key": "VAL-RUN", "title": "t", "statement": "s", "check": {"run": "id"}},
+    ),
+    (
+        "assertion check (update)",
+        "patch",
+        lambda w: f"/api/assertions/{w.a2.pk}/",
+        lambda w: {"check": {"run": "touch /tmp/pwned"}},
+    ),
+    (
+        "assertion check (change)",
+        "patch",
+        lambda w: f"/api/assertions/{w.a1.pk}/",
+        lambda w: {"check": {"file": "hello.py", "exists": True}},
+    ),
+    (
+        "executor command (update)",
+        "patch",
+        lambda w: f"/api/missions/{w.mission.pk}/",
+        lambda w: {"executor": "command", "executor_command": "sh -c 'curl evil'"},
+    ),
+    (
+        "executor command (new mission)",
+        "post",
+        lambda w: "/api/missions/",
+        lambda w: {"key": "exec-new", "title": "t", "executor": "command", "executor_command": "id"},
+    ),
 ]
 
 
@@ -366,11 +465,25 @@ def test_checks_and_executor_commands_over_the_api_are_staff_only(case, role, us
 
 
 def _file_with(w, **mission_fields) -> str:
-    return yaml.safe_dump({"mission": {"key": w.mission.key, "title": "Alpha", "workspace": str(w.repo.path),
-                                       **mission_fields},
-                           "milestones": [{"key": "m1", "title": "Milestone one", "assertions": [
-                               {"key": "VAL-1", "title": "hello exists", "statement": "hello() exists",
-                                "check": {"run": "sh -c 'echo pwned'"}}]}]})
+    return yaml.safe_dump(
+        {
+            "mission": {"key": w.mission.key, "title": "Alpha", "workspace": str(w.repo.path), **mission_fields},
+            "milestones": [
+                {
+                    "key": "m1",
+                    "title": "Milestone one",
+                    "assertions": [
+                        {
+                            "key": "VAL-1",
+                            "title": "hello exists",
+                            "statement": "hello() exists",
+                            "check": {"run": "sh -c 'echo pwned'"},
+                        }
+                    ],
+                }
+            ],
+        }
+    )
 
 
 @pytest.mark.parametrize("role", ["member", "staff"])
@@ -421,13 +534,21 @@ def test_checks_and_executor_commands_in_the_admin_are_staff_only(role, users, w
 
 # ================================================================= dashboard pages
 
+
 def dashboard_urls(w) -> list[str]:
     """Every page of the dashboard (from its URL patterns) with the world's objects, and
     every part (fragment) a page has."""
     from missions.views import pages, runs
 
-    urls = ["/", "/_/missions/", f"/missions/{w.mission.pk}/", f"/features/{w.f1.pk}/", f"/runs/{w.r1.pk}/",
-            f"/reviews/{w.review.pk}/", f"/reviews/{w.review.pk}/_/review/"]
+    urls = [
+        "/",
+        "/_/missions/",
+        f"/missions/{w.mission.pk}/",
+        f"/features/{w.f1.pk}/",
+        f"/runs/{w.r1.pk}/",
+        f"/reviews/{w.review.pk}/",
+        f"/reviews/{w.review.pk}/_/review/",
+    ]
     urls += [f"/missions/{w.mission.pk}/_/{part}/" for part in pages.MISSION_PARTS if part != "milestone"]
     urls += [f"/missions/{w.mission.pk}/_/milestone/{w.m1.pk}/"]
     urls += [f"/features/{w.f1.pk}/_/{part}/" for part in pages.FEATURE_PARTS]
@@ -469,6 +590,7 @@ def test_dashboard_matrix(role, users, world):
 
 
 # ====================================================================== admin pages
+
 
 def admin_urls(w) -> list[tuple[str, str]]:
     """(url, kind) for the admin index, every app index and, for every registered model,
@@ -515,6 +637,7 @@ def test_admin_matrix(role, users, world):
 
 # =================================================================== SSE and WebSocket
 
+
 def _asgi_get(path: str, token: str | None, *, wait: float = 15.0) -> tuple[int, bytes]:
     """GET `path` from the ASGI application and read until the first body chunk that has
     data (a stream never ends: disconnect after it)."""
@@ -523,9 +646,20 @@ def _asgi_get(path: str, token: str | None, *, wait: float = 15.0) -> tuple[int,
     headers = [(b"host", b"testserver"), (b"accept", b"text/event-stream")]
     if token:
         headers.append((b"authorization", f"Token {token}".encode()))
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 12345), "server": ("testserver", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 12345),
+        "server": ("testserver", 80),
+    }
 
     async def run():
         inbox: asyncio.Queue = asyncio.Queue()
@@ -551,12 +685,12 @@ def _asgi_get(path: str, token: str | None, *, wait: float = 15.0) -> tuple[int,
         task = asyncio.ensure_future(application(scope, receive, send))
         try:
             await asyncio.wait_for(done.wait(), timeout=wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         done.set()
         try:
             await asyncio.wait_for(task, timeout=5)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError):
             task.cancel()
         return status, body
 
@@ -621,8 +755,9 @@ def test_websocket_matrix(role, users, git_repo):
         if role in ("anonymous", "stranger"):
             message = await communicator.receive_output(timeout=5)
             return connected, message
-        await database_sync_to_async(publish_on_commit)(w.mission.pk, "mission:updated",
-                                                        {"mission": w.mission.pk, "change": "ws-matrix"})
+        await database_sync_to_async(publish_on_commit)(
+            w.mission.pk, "mission:updated", {"mission": w.mission.pk, "change": "ws-matrix"}
+        )
         message = await communicator.receive_json_from(timeout=10)
         await communicator.disconnect()
         return connected, message
@@ -637,6 +772,7 @@ def test_websocket_matrix(role, users, git_repo):
 
 # ============================================================================ CLI
 
+
 @dataclass
 class Cli:
     name: str
@@ -645,17 +781,32 @@ class Cli:
 
 
 CLI = [
-    Cli("mission pause", lambda w: ["mission", "pause", w.mission.key],
-        lambda w: Mission.objects.get(pk=w.mission.pk).status == "paused"),
-    Cli("mission autopilot-on", lambda w: ["mission", "autopilot-on", w.mission.key],
-        lambda w: Mission.objects.get(pk=w.mission.pk).autopilot),
+    Cli(
+        "mission pause",
+        lambda w: ["mission", "pause", w.mission.key],
+        lambda w: Mission.objects.get(pk=w.mission.pk).status == "paused",
+    ),
+    Cli(
+        "mission autopilot-on",
+        lambda w: ["mission", "autopilot-on", w.mission.key],
+        lambda w: Mission.objects.get(pk=w.mission.pk).autopilot,
+    ),
     Cli("mission status", lambda w: ["mission", "status", w.mission.key]),
-    Cli("task start", lambda w: ["task", "start", str(w.t2.pk)],
-        lambda w: Task.objects.get(pk=w.t2.pk).status == "in_progress"),
-    Cli("task fail", lambda w: ["task", "fail", str(w.t2.pk), "--reason", "cli"],
-        lambda w: Task.objects.get(pk=w.t2.pk).status == "failed"),
-    Cli("repair_feature clear", lambda w: ["repair_feature", str(w.f1.pk), "--mode", "clear", "--reason", "cli"],
-        lambda w: Feature.objects.get(pk=w.f1.pk).loop_state == "implementing"),
+    Cli(
+        "task start",
+        lambda w: ["task", "start", str(w.t2.pk)],
+        lambda w: Task.objects.get(pk=w.t2.pk).status == "in_progress",
+    ),
+    Cli(
+        "task fail",
+        lambda w: ["task", "fail", str(w.t2.pk), "--reason", "cli"],
+        lambda w: Task.objects.get(pk=w.t2.pk).status == "failed",
+    ),
+    Cli(
+        "repair_feature clear",
+        lambda w: ["repair_feature", str(w.f1.pk), "--mode", "clear", "--reason", "cli"],
+        lambda w: MissionFeature.objects.get(pk=w.f1.pk).loop_state == "implementing",
+    ),
 ]
 
 

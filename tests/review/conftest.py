@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, MissionEvent, Slice
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice
 from tests.review.support import Evaluator, Reviewer, candidate_answer, finding
 from validation.review import llm
 
@@ -35,10 +35,19 @@ def models():
 def standard(models):
     """Three valid reviewers (two agree on app.py:1) and a correct evaluator."""
     bodies = dict(
-        c1=Reviewer(candidate_answer([finding("hello() returns the wrong word", location="app.py:1")],
-                                     verified=["hello() exists"])),
-        c2=Reviewer(candidate_answer([finding("Wrong greeting text", location="app.py:1", severity="critical"),
-                                      finding("No test for hello()", location="tests/", severity="minor")])),
+        c1=Reviewer(
+            candidate_answer(
+                [finding("hello() returns the wrong word", location="app.py:1")], verified=["hello() exists"]
+            )
+        ),
+        c2=Reviewer(
+            candidate_answer(
+                [
+                    finding("Wrong greeting text", location="app.py:1", severity="critical"),
+                    finding("No test for hello()", location="tests/", severity="minor"),
+                ]
+            )
+        ),
         c3=Reviewer(candidate_answer([], verified=["hello() exists"], limitations=["Did not run the app."])),
         eval=Evaluator(),
     )
@@ -48,15 +57,17 @@ def standard(models):
 @pytest.fixture
 def mission(git_repo, alice):
     git_repo.commit({"app.py": "def hello():\n    return 'hello'\n"}, "add hello")
-    mission = Mission.objects.create(key="shop", title="Shop", status="active", owner=alice,
-                                     workspace=str(git_repo.path))
+    mission = Mission.objects.create(
+        key="shop", title="Shop", status="active", owner=alice, workspace=str(git_repo.path)
+    )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone 1")
     slice_ = Slice(milestone=milestone, key="s1", title="Slice 1")
     slice_.save()
-    feature = Feature(slice=slice_, key="greet", title="Greeting", description="Say hi.")
+    feature = MissionFeature(slice=slice_, key="greet", title="Greeting", description="Say hi.")
     feature.save()
-    assertion = ContractAssertion(milestone=milestone, key="VAL-GREET-001", title="hello says hi",
-                                  statement="hello() returns 'hi'")
+    assertion = ContractAssertion(
+        milestone=milestone, key="VAL-GREET-001", title="hello says hi", statement="hello() returns 'hi'"
+    )
     assertion.save()
     feature.assertions.add(assertion)
     mission.repo = git_repo

@@ -12,7 +12,8 @@ import asyncio
 import copy
 import json
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -35,8 +36,14 @@ def request_body(**changes: Any) -> dict[str, Any]:
     return body
 
 
-def finding(summary: str, *, severity: str = "high", location: str = "app.py:1", evidence: str = "seen in app.py",
-            impact: str = "users are affected") -> dict[str, str]:
+def finding(
+    summary: str,
+    *,
+    severity: str = "high",
+    location: str = "app.py:1",
+    evidence: str = "seen in app.py",
+    impact: str = "users are affected",
+) -> dict[str, str]:
     return {"severity": severity, "location": location, "evidence": evidence, "impact": impact, "summary": summary}
 
 
@@ -94,9 +101,13 @@ def blind_input(prompt: str) -> dict[str, Any]:
     return json.loads(prompt.split("\n", 1)[1])
 
 
-def good_evaluation(blind: dict[str, Any], *, group_by: Callable[[dict], str] = lambda f: f["location"],
-                    exclude: Callable[[dict], bool] = lambda f: False,
-                    rationale: str = "Confirmed in the code.") -> dict[str, Any]:
+def good_evaluation(
+    blind: dict[str, Any],
+    *,
+    group_by: Callable[[dict], str] = lambda f: f["location"],
+    exclude: Callable[[dict], bool] = lambda f: False,
+    rationale: str = "Confirmed in the code.",
+) -> dict[str, Any]:
     findings = blind["validation_source_findings"]
     decisions, members = [], {}
     for f in findings:
@@ -104,19 +115,33 @@ def good_evaluation(blind: dict[str, Any], *, group_by: Callable[[dict], str] = 
             decisions.append({"source_id": f["source_id"], "decision": "exclude", "rationale": "Not reproducible."})
         else:
             gid = "G-" + group_by(f)
-            decisions.append({"source_id": f["source_id"], "decision": "include", "group_id": gid,
-                              "rationale": rationale})
+            decisions.append(
+                {"source_id": f["source_id"], "decision": "include", "group_id": gid, "rationale": rationale}
+            )
             members.setdefault(gid, []).append(f)
     groups = []
     for gid, fs in members.items():
         worst = min(fs, key=lambda f: SEVERITY_RANK[f["severity"]])
-        groups.append({"group_id": gid, "source_ids": [f["source_id"] for f in fs], "severity": worst["severity"],
-                       "summary": worst["summary"], "location": worst["location"], "evidence": worst["evidence"],
-                       "impact": worst["impact"], "rationale": rationale})
+        groups.append(
+            {
+                "group_id": gid,
+                "source_ids": [f["source_id"] for f in fs],
+                "severity": worst["severity"],
+                "summary": worst["summary"],
+                "location": worst["location"],
+                "evidence": worst["evidence"],
+                "impact": worst["impact"],
+                "rationale": rationale,
+            }
+        )
     labels = [c["candidate_id"] for c in blind["candidates"]]
-    return {"candidate_assessments": [{"candidate_id": label, "assessment": "useful"} for label in labels],
-            "agreements": [], "conflicts": [], "synthesis_plan": "merge by location",
-            "validation_accounting": {"findings": copy.deepcopy(findings), "decisions": decisions, "groups": groups}}
+    return {
+        "candidate_assessments": [{"candidate_id": label, "assessment": "useful"} for label in labels],
+        "agreements": [],
+        "conflicts": [],
+        "synthesis_plan": "merge by location",
+        "validation_accounting": {"findings": copy.deepcopy(findings), "decisions": decisions, "groups": groups},
+    }
 
 
 class Evaluator:
@@ -178,8 +203,9 @@ def _exclude_with_group(acc):
 
 
 def _members_mismatch(acc):
-    acc["groups"][0]["source_ids"] = acc["groups"][0]["source_ids"] + [acc["groups"][-1]["source_ids"][0]] \
-        if len(acc["groups"]) > 1 else []
+    acc["groups"][0]["source_ids"] = (
+        acc["groups"][0]["source_ids"] + [acc["groups"][-1]["source_ids"][0]] if len(acc["groups"]) > 1 else []
+    )
 
 
 VIOLATIONS = {

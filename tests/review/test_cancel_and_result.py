@@ -39,8 +39,10 @@ def stepwise(alice, mission, stop_before: str):
     return review, queue
 
 
-@pytest.mark.parametrize(("stop_before", "state"), [
-    ("start", "initializing"), ("evaluate", "candidates_complete"), ("render", "evaluation_complete")])
+@pytest.mark.parametrize(
+    ("stop_before", "state"),
+    [("start", "initializing"), ("evaluate", "candidates_complete"), ("render", "evaluation_complete")],
+)
 def test_cancel_between_stages(api_for, alice, mission, standard, stop_before, state):
     review, queue = stepwise(alice, mission, stop_before)
     review.refresh_from_db()
@@ -131,8 +133,9 @@ def test_the_pipeline_starts_only_after_the_preflight_commit(alice, mission, sta
         def look():  # another connection sees only committed rows
             try:
                 review = Review.objects.filter(pk=review_id).first()
-                seen.append((review.state if review else None,
-                             ReviewArtifact.objects.filter(review_id=review_id).count()))
+                seen.append(
+                    (review.state if review else None, ReviewArtifact.objects.filter(review_id=review_id).count())
+                )
             finally:
                 connection.close()
 
@@ -185,7 +188,9 @@ def integrity_error(api_for, user, review) -> dict:
 
 
 def test_tampering_with_the_report_fails_verification(api_for, alice, completed):
-    ReviewArtifact.objects.filter(review=completed, name="report.md").update(content="# Validation report\n\nAll good.\n")
+    ReviewArtifact.objects.filter(review=completed, name="report.md").update(
+        content="# Validation report\n\nAll good.\n"
+    )
     body = integrity_error(api_for, alice, completed)
     assert any(p.startswith("report.md:") for p in body["fields"]["artifacts"])
     assert api_for(alice).get(f"/api/reviews/{completed.pk}/artifact/?name=report.md").status_code == 409
@@ -195,10 +200,13 @@ def test_a_consistent_forgery_is_caught_by_the_manifest(api_for, alice, complete
     forged = "# Validation report\n\nNothing to see.\n"
     data = forged.encode()
     ReviewArtifact.objects.filter(review=completed, name="report.md").update(
-        content=forged, byte_length=len(data), sha256=hashlib.sha256(data).hexdigest())
+        content=forged, byte_length=len(data), sha256=hashlib.sha256(data).hexdigest()
+    )
     body = integrity_error(api_for, alice, completed)
-    assert body["fields"]["artifacts"] == ["report.md: differs from the manifest",
-                                           "report.md: missing or different from the manifest"]
+    assert body["fields"]["artifacts"] == [
+        "report.md: differs from the manifest",
+        "report.md: missing or different from the manifest",
+    ]
 
 
 @pytest.mark.parametrize("name", ["candidate-2.response.txt", "evaluation.json", "anonymous_map.json"])
@@ -211,12 +219,17 @@ def test_tampering_with_any_artifact_fails_verification(api_for, alice, complete
 def test_tampering_with_the_request_or_label_map_fails_verification(api_for, alice, completed):
     swapped = {**completed.label_map, "1": completed.label_map["2"], "2": completed.label_map["1"]}
     Review.objects.filter(pk=completed.pk).update(label_map=swapped)
-    assert "anonymous_map.json: the stored label map does not match the review" in \
-        integrity_error(api_for, alice, completed)["fields"]["artifacts"]
-    Review.objects.filter(pk=completed.pk).update(label_map=completed.label_map,
-                                                  request={**completed.request, "objective": "Other"})
-    assert "request: the stored request does not match its canonical JSON" in \
-        integrity_error(api_for, alice, completed)["fields"]["artifacts"]
+    assert (
+        "anonymous_map.json: the stored label map does not match the review"
+        in integrity_error(api_for, alice, completed)["fields"]["artifacts"]
+    )
+    Review.objects.filter(pk=completed.pk).update(
+        label_map=completed.label_map, request={**completed.request, "objective": "Other"}
+    )
+    assert (
+        "request: the stored request does not match its canonical JSON"
+        in integrity_error(api_for, alice, completed)["fields"]["artifacts"]
+    )
 
 
 def test_a_large_report_is_served_whole_through_its_link(api_for, alice, completed, monkeypatch):
@@ -239,8 +252,12 @@ def test_the_review_record_lists_its_artifacts(api_for, alice, completed):
 
 
 def test_findings_reach_the_report_when_one_reviewer_found_them(api_for, alice, mission, worker, models):
-    models(c1=Reviewer(candidate_answer()), c2=Reviewer(candidate_answer([finding("Only one saw it")])),
-           c3=Reviewer(candidate_answer()), eval=Evaluator())
+    models(
+        c1=Reviewer(candidate_answer()),
+        c2=Reviewer(candidate_answer([finding("Only one saw it")])),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(),
+    )
     review_id = api_for(alice).post("/api/reviews/", request_body(mission="shop"), format="json").json()["id"]
     worker.drain()
     report = api_for(alice).get(f"/api/reviews/{review_id}/result/").json()["report"]["content"]

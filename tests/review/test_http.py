@@ -44,10 +44,12 @@ def servers(settings, monkeypatch):
         for name, turns in (("c1", c1), ("c2", c2), ("c3", c3), ("eval", evaluator)):
             out[name] = ScriptedOpenAIServer(turns, model=f"model-{name}").start()
             started.append(out[name])
-        spec = {name: {"base_url": s.base_url, "model": f"model-{name}", "api_key_env": KEY_ENV}
-                for name, s in out.items()}
-        settings.FUSION_REVIEW_PROFILES = json.dumps({"default": {
-            "candidates": [spec["c1"], spec["c2"], spec["c3"]], "evaluator": spec["eval"], "timeout": 60}})
+        spec = {
+            name: {"base_url": s.base_url, "model": f"model-{name}", "api_key_env": KEY_ENV} for name, s in out.items()
+        }
+        settings.FUSION_REVIEW_PROFILES = json.dumps(
+            {"default": {"candidates": [spec["c1"], spec["c2"], spec["c3"]], "evaluator": spec["eval"], "timeout": 60}}
+        )
         return out
 
     yield make
@@ -64,10 +66,15 @@ def run(api_for, user, worker) -> Review:
 
 def test_three_reviewers_with_tools_and_an_evaluator_over_http(api_for, alice, mission, worker, servers):
     s = servers(
-        c1=[("tool", "ls", {"path": "."}), ("tool", "read", {"path": "app.py"}),
-            ("text", candidate_answer([finding("hello() returns 'hello'", location="app.py:2")]))],
-        c2=[("tool", "grep", {"pattern": "return", "path": "."}),
-            ("text", fenced(candidate_answer([finding("Wrong word", location="app.py:2", severity="critical")])))],
+        c1=[
+            ("tool", "ls", {"path": "."}),
+            ("tool", "read", {"path": "app.py"}),
+            ("text", candidate_answer([finding("hello() returns 'hello'", location="app.py:2")])),
+        ],
+        c2=[
+            ("tool", "grep", {"pattern": "return", "path": "."}),
+            ("text", fenced(candidate_answer([finding("Wrong word", location="app.py:2", severity="critical")]))),
+        ],
         c3=[("text", candidate_answer([], verified=["app.py defines hello()"]))],
         evaluator=[evaluator_turn(good_evaluation)],
     )
@@ -94,8 +101,12 @@ def test_three_reviewers_with_tools_and_an_evaluator_over_http(api_for, alice, m
 
 
 def test_one_unusable_reviewer_over_http(api_for, alice, mission, worker, servers):
-    servers(c1=[("text", "Looks good to me!")], c2=[("text", candidate_answer([finding("Bug")]))],
-            c3=[("text", candidate_answer())], evaluator=[evaluator_turn(good_evaluation)])
+    servers(
+        c1=[("text", "Looks good to me!")],
+        c2=[("text", candidate_answer([finding("Bug")]))],
+        c3=[("text", candidate_answer())],
+        evaluator=[evaluator_turn(good_evaluation)],
+    )
     review = run(api_for, alice, worker)
     assert review.state == "completed"
     report = api_for(alice).get(f"/api/reviews/{review.pk}/result/").json()["report"]["content"]
@@ -103,8 +114,12 @@ def test_one_unusable_reviewer_over_http(api_for, alice, mission, worker, server
 
 
 def test_two_unusable_reviewers_over_http_fail(api_for, alice, mission, worker, servers):
-    s = servers(c1=[("text", "Looks good to me!")], c2=[("text", "```json\n{}\n```\ntrailing")],
-                c3=[("text", candidate_answer())], evaluator=[evaluator_turn(good_evaluation)])
+    s = servers(
+        c1=[("text", "Looks good to me!")],
+        c2=[("text", "```json\n{}\n```\ntrailing")],
+        c3=[("text", candidate_answer())],
+        evaluator=[evaluator_turn(good_evaluation)],
+    )
     review = run(api_for, alice, worker)
     assert (review.state, review.failure_stage) == ("failed", "candidate")
     assert s["eval"].requests == []
@@ -112,8 +127,12 @@ def test_two_unusable_reviewers_over_http_fail(api_for, alice, mission, worker, 
 
 def test_the_evaluator_repair_over_http(api_for, alice, mission, worker, servers):
     turn = evaluator_turn(violating(lambda acc: acc["decisions"].pop()), good_evaluation)
-    s = servers(c1=[("text", candidate_answer([finding("Bug")]))], c2=[("text", candidate_answer())],
-                c3=[("text", candidate_answer())], evaluator=[turn])
+    s = servers(
+        c1=[("text", candidate_answer([finding("Bug")]))],
+        c2=[("text", candidate_answer())],
+        c3=[("text", candidate_answer())],
+        evaluator=[turn],
+    )
     review = run(api_for, alice, worker)
     assert review.state == "completed" and review.evaluator_attempts == 2
     assert len(s["eval"].requests) == 2

@@ -9,10 +9,18 @@ import re
 
 import pytest
 
-from missions.models import Feature
+from missions.models import MissionFeature
 from tests.review.conftest import event_names, progress_events
 from tests.review.support import (
-    VIOLATIONS, Evaluator, Reviewer, candidate_answer, fenced, finding, good_evaluation, request_body, violating,
+    VIOLATIONS,
+    Evaluator,
+    Reviewer,
+    candidate_answer,
+    fenced,
+    finding,
+    good_evaluation,
+    request_body,
+    violating,
 )
 from validation.models import Review, ReviewArtifact
 
@@ -62,21 +70,42 @@ def test_three_valid_candidates_complete_with_a_verified_report(api_for, alice, 
     assert {f["source_id"][:2] for f in accounting["findings"]} <= {"A-", "B-", "C-"}
     assert all(re.fullmatch(r"[ABC]-F\d{3}", f["source_id"]) for f in accounting["findings"])
     assert not re.search(r"[ABC]-F\d{3}", report)
-    assert {"anonymous_map.json", "evaluator.input.json", "evaluation.json", "report.md", "accounting.json",
-            "result.json", "candidate-1.prompt.json", "candidate-1.response.txt", "candidate-A.json",
-            "evaluator.prompt-1.json", "evaluator.response-1.txt"} <= names(review)
+    assert {
+        "anonymous_map.json",
+        "evaluator.input.json",
+        "evaluation.json",
+        "report.md",
+        "accounting.json",
+        "result.json",
+        "candidate-1.prompt.json",
+        "candidate-1.response.txt",
+        "candidate-A.json",
+        "evaluator.prompt-1.json",
+        "evaluator.response-1.txt",
+    } <= names(review)
     assert review.tokens_in > 0 and review.tokens_out > 0
     events = event_names(mission.pk)
     assert events[:2] == ["state:initializing", "state:candidates_running"]
     assert events.count("candidate_started") == 3 and events.count("candidate_completed") == 3
-    assert events[-7:] == ["state:candidates_complete", "state:evaluating", "evaluation_started",
-                           "state:evaluation_complete", "state:rendering", "state:completed", "completed"]
+    assert events[-7:] == [
+        "state:candidates_complete",
+        "state:evaluating",
+        "evaluation_started",
+        "state:evaluation_complete",
+        "state:rendering",
+        "state:completed",
+        "completed",
+    ]
 
 
 def test_candidates_read_the_pinned_snapshot_with_read_only_tools(api_for, alice, mission, worker, models):
     tools = [("ls", {"path": "."}), ("read", {"path": "app.py"}), ("read", {"path": "../../etc/passwd"})]
-    reviewers = models(c1=Reviewer(candidate_answer(), tools=tools), c2=Reviewer(candidate_answer()),
-                       c3=Reviewer(candidate_answer()), eval=Evaluator())
+    reviewers = models(
+        c1=Reviewer(candidate_answer(), tools=tools),
+        c2=Reviewer(candidate_answer()),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(),
+    )
     review = start(api_for, alice)
     # The live tree moves on after the request: the reviewers must not see it.
     mission.repo.commit({"app.py": "def hello():\n    return 'CHANGED'\n"}, "later")
@@ -92,24 +121,35 @@ def test_candidates_read_the_pinned_snapshot_with_read_only_tools(api_for, alice
 
 
 def test_one_fenced_candidate_is_recovered_and_recorded(api_for, alice, mission, worker, models):
-    models(c1=Reviewer(fenced(candidate_answer([finding("Bug")]))), c2=Reviewer(candidate_answer()),
-           c3=Reviewer(candidate_answer()), eval=Evaluator())
+    models(
+        c1=Reviewer(fenced(candidate_answer([finding("Bug")]))),
+        c2=Reviewer(candidate_answer()),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(),
+    )
     review = run(api_for, alice, worker)
     assert review.state == "completed"
     recoveries = ReviewArtifact.objects.filter(review=review, kind="recovery")
     assert recoveries.count() == 1
     label = review.label_map["1"]
-    assert json.loads(recoveries.get().content) == {"candidate_id": label, "rule": "single ```json fence",
-                                                    "preamble_bytes": 19, "body_bytes": len(candidate_answer(
-                                                        [finding("Bug")]))}
+    assert json.loads(recoveries.get().content) == {
+        "candidate_id": label,
+        "rule": "single ```json fence",
+        "preamble_bytes": 19,
+        "body_bytes": len(candidate_answer([finding("Bug")])),
+    }
     report = result(api_for, alice, review)["report"]["content"]
     assert report.count("recovered from a fenced JSON block") == 1
     assert "### high: Bug" in report
 
 
 def test_two_fenced_candidates_make_one_aggregate_limitation(api_for, alice, mission, worker, models):
-    models(c1=Reviewer(fenced(candidate_answer())), c2=Reviewer(fenced(candidate_answer())),
-           c3=Reviewer(candidate_answer()), eval=Evaluator())
+    models(
+        c1=Reviewer(fenced(candidate_answer())),
+        c2=Reviewer(fenced(candidate_answer())),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(),
+    )
     review = run(api_for, alice, worker)
     report = result(api_for, alice, review)["report"]["content"]
     assert "- Two reviewer report(s) had to be recovered from a fenced JSON block" in report
@@ -117,15 +157,22 @@ def test_two_fenced_candidates_make_one_aggregate_limitation(api_for, alice, mis
 
 
 def test_one_unusable_candidate_is_replaced_by_an_empty_report(api_for, alice, mission, worker, models):
-    models(c1=Reviewer("I think the change is fine."), c2=Reviewer(candidate_answer([finding("Bug")])),
-           c3=Reviewer(candidate_answer()), eval=Evaluator())
+    models(
+        c1=Reviewer("I think the change is fine."),
+        c2=Reviewer(candidate_answer([finding("Bug")])),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(),
+    )
     review = run(api_for, alice, worker)
     assert review.state == "completed"
     label = review.label_map["1"]
     unusable = json.loads(ReviewArtifact.objects.get(review=review, name=f"candidate-{label}.unusable.json").content)
     assert unusable["problems"][0].startswith("not a JSON document")
     assert json.loads(ReviewArtifact.objects.get(review=review, name=f"candidate-{label}.json").content) == {
-        "findings": [], "verified": [], "limitations": []}
+        "findings": [],
+        "verified": [],
+        "limitations": [],
+    }
     report = result(api_for, alice, review)["report"]["content"]
     assert "- One of the three reviewers returned no usable report; it was replaced by an empty report." in report
 
@@ -157,8 +204,9 @@ def test_a_model_error_makes_that_candidate_unusable(api_for, alice, mission, wo
 
 
 @pytest.mark.parametrize("rule", sorted(VIOLATIONS))
-def test_each_accounting_violation_gets_one_repair_then_succeeds(api_for, alice, mission, worker, standard, models,
-                                                                  rule):
+def test_each_accounting_violation_gets_one_repair_then_succeeds(
+    api_for, alice, mission, worker, standard, models, rule
+):
     mutate, message = VIOLATIONS[rule]
     evaluator = models(eval=Evaluator(violating(mutate), good_evaluation))["eval"]
     review = run(api_for, alice, worker)
@@ -196,8 +244,12 @@ def test_an_evaluator_answer_that_is_not_json_is_repaired(api_for, alice, missio
 
 def test_violations_are_bounded(api_for, alice, mission, worker, models):
     many = [finding(f"Bug {i}", location=f"f{i}.py") for i in range(40)]
-    models(c1=Reviewer(candidate_answer(many)), c2=Reviewer(candidate_answer()), c3=Reviewer(candidate_answer()),
-           eval=Evaluator(violating(lambda acc: acc.update(decisions=[])), good_evaluation))
+    models(
+        c1=Reviewer(candidate_answer(many)),
+        c2=Reviewer(candidate_answer()),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(violating(lambda acc: acc.update(decisions=[])), good_evaluation),
+    )
     review = run(api_for, alice, worker)
     assert review.state == "completed"
     errors = json.loads(ReviewArtifact.objects.get(review=review, name="evaluator.errors-1.json").content)
@@ -220,12 +272,13 @@ def test_every_artifact_has_its_length_and_hash(api_for, alice, mission, worker,
 
 def test_a_review_never_changes_the_feature(api_for, alice, mission, worker, standard):
     feature = mission.feature
-    before = Feature.objects.filter(pk=feature.pk).values().get()
+    before = MissionFeature.objects.filter(pk=feature.pk).values().get()
     run(api_for, alice, worker, feature=feature.pk)
-    after = Feature.objects.filter(pk=feature.pk).values().get()
+    after = MissionFeature.objects.filter(pk=feature.pk).values().get()
     assert before == after
-    assert not [e for e in event_names(mission.pk) if not e.startswith(("state:", "candidate_", "evaluation_",
-                                                                         "completed"))]
+    assert not [
+        e for e in event_names(mission.pk) if not e.startswith(("state:", "candidate_", "evaluation_", "completed"))
+    ]
 
 
 def test_a_review_without_a_mission_reads_no_repository(api_for, alice, worker, standard):
@@ -240,8 +293,12 @@ def test_a_review_without_a_mission_reads_no_repository(api_for, alice, worker, 
 
 
 def test_an_answer_with_unstorable_characters_is_stored_safely(api_for, alice, mission, worker, models):
-    models(c1=Reviewer("garbage \x00 and \ud800"), c2=Reviewer(candidate_answer()), c3=Reviewer(candidate_answer()),
-           eval=Evaluator())
+    models(
+        c1=Reviewer("garbage \x00 and \ud800"),
+        c2=Reviewer(candidate_answer()),
+        c3=Reviewer(candidate_answer()),
+        eval=Evaluator(),
+    )
     review = run(api_for, alice, worker)
     assert review.state == "completed", review.failure_reason
     stored = ReviewArtifact.objects.get(review=review, name="candidate-1.response.txt")

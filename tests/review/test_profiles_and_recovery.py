@@ -15,10 +15,20 @@ from validation.review.profiles import ReviewProfileError, profile_problems, res
 
 def test_profile_rules():
     assert profile_problems("p", {"candidates": ["a", "b", "c"], "evaluator": "e"}) == []
-    assert profile_problems("p", {"candidates": ["a", "b", {"base_url": "http://x/v1", "model": "m",
-                                                           "api_key_env": "K"}], "evaluator": "e", "timeout": 30}) == []
-    problems = profile_problems("p", {"candidates": ["a", " ", {"model": "m", "api_key": "secret"}],
-                                      "timeout": 0, "colour": "blue"})
+    assert (
+        profile_problems(
+            "p",
+            {
+                "candidates": ["a", "b", {"base_url": "http://x/v1", "model": "m", "api_key_env": "K"}],
+                "evaluator": "e",
+                "timeout": 30,
+            },
+        )
+        == []
+    )
+    problems = profile_problems(
+        "p", {"candidates": ["a", " ", {"model": "m", "api_key": "secret"}], "timeout": 0, "colour": "blue"}
+    )
     assert problems == [
         "review profile 'p': unknown option 'colour'",
         "review profile 'p' candidates[1]: a model string must not be blank",
@@ -31,8 +41,14 @@ def test_profile_rules():
 
 def test_profiles_from_json_with_defaults(settings):
     settings.FUSION_REVIEW_PROFILES = '{"only": {"candidates": ["a", "b", "c"], "evaluator": "e"}}'
-    assert resolve_profile() == {"name": "only", "candidates": ["a", "b", "c"], "evaluator": "e", "timeout": 600,
-                                 "max_output_bytes": 49152, "request_limit": 40}
+    assert resolve_profile() == {
+        "name": "only",
+        "candidates": ["a", "b", "c"],
+        "evaluator": "e",
+        "timeout": 600,
+        "max_output_bytes": 49152,
+        "request_limit": 40,
+    }
     settings.FUSION_REVIEW_PROFILES = "{broken"
     with pytest.raises(ReviewProfileError, match="not valid JSON"):
         resolve_profile()
@@ -55,8 +71,9 @@ def test_a_model_call_that_outlives_its_timeout_is_stopped(models):
 
 @pytest.mark.django_db(transaction=True)
 def test_timed_out_reviewers_are_unusable_and_the_reason_says_so(alice, mission, models, settings):
-    settings.FUSION_REVIEW_PROFILES = {"default": {"candidates": ["test:c1", "test:c2", "test:c3"],
-                                                   "evaluator": "test:eval", "timeout": 1}}
+    settings.FUSION_REVIEW_PROFILES = {
+        "default": {"candidates": ["test:c1", "test:c2", "test:c3"], "evaluator": "test:eval", "timeout": 1}
+    }
     gate = threading.Event()
     models(c1=Reviewer("x", gate=gate), c2=Reviewer("x", gate=gate), c3=Reviewer(candidate_answer()), eval=Evaluator())
     with pipeline.captured_stages() as queue:
@@ -78,8 +95,11 @@ def test_unfinished_reviews_are_redriven_from_where_they_stopped(alice, mission,
         queue.clear()
         assert pipeline.reviews_redrive() == []  # nothing is quiet yet
         assert sorted(pipeline.reviews_redrive(startup=True)) == [waiting.pk, running.pk]
-        assert sorted(queue) == [("candidate", running.pk, (2,)), ("candidate", running.pk, (3,)),
-                                 ("start", waiting.pk, ())]
+        assert sorted(queue) == [
+            ("candidate", running.pk, (2,)),
+            ("candidate", running.pk, (3,)),
+            ("start", waiting.pk, ()),
+        ]
         pipeline.run_captured(queue)
     for review in (waiting, running):
         review.refresh_from_db()

@@ -11,7 +11,11 @@ import pytest
 from tests.review.support import request_body
 from validation.models import Review, ReviewArtifact
 from validation.review.request import (
-    EXPECTED_SHAPE, LegacyPromptRequest, ReviewRequestInvalid, normalize_request, request_digest,
+    EXPECTED_SHAPE,
+    LegacyPromptRequest,
+    ReviewRequestInvalid,
+    normalize_request,
+    request_digest,
 )
 
 
@@ -31,13 +35,22 @@ def test_strings_are_trimmed_and_optional_arrays_default_to_empty():
     assert out["scope"] == ["app.py", "tests/"]
     assert out["knownLimitations"] == [] and out["exclusions"] == []
     assert out["background"] == []
-    assert list(out) == ["objective", "background", "changeSummary", "scope", "acceptanceCriteria", "verification",
-                         "knownLimitations", "exclusions"]
+    assert list(out) == [
+        "objective",
+        "background",
+        "changeSummary",
+        "scope",
+        "acceptanceCriteria",
+        "verification",
+        "knownLimitations",
+        "exclusions",
+    ]
 
 
 def test_provided_keeps_status_and_trimmed_evidence_only():
-    out = normalize_request(request_body(verification={"status": "provided",
-                                                       "evidence": [{"check": " pytest ", "outcome": " ok "}]}))
+    out = normalize_request(
+        request_body(verification={"status": "provided", "evidence": [{"check": " pytest ", "outcome": " ok "}]})
+    )
     assert out["verification"] == {"status": "provided", "evidence": [{"check": "pytest", "outcome": "ok"}]}
 
 
@@ -78,56 +91,81 @@ def test_prompt_key_is_refused_first_with_the_new_shape():
 # --- each rule, its message and its path -----------------------------------------------
 
 
-@pytest.mark.parametrize(("change", "path", "message"), [
-    ({"objective": "   "}, "objective", "must not be blank"),
-    ({"objective": 3}, "objective", "must be a string"),
-    ({"changeSummary": ""}, "changeSummary", "must not be blank"),
-    ({"scope": []}, "scope", "must have at least one item"),
-    ({"scope": ["a", "b", " "]}, "scope[2]", "must not be blank"),
-    ({"scope": "app.py"}, "scope", "must be an array of strings"),
-    ({"acceptanceCriteria": []}, "acceptanceCriteria", "must have at least one item"),
-    ({"acceptanceCriteria": ["ok", 7]}, "acceptanceCriteria[1]", "must be a string"),
-    ({"background": [""]}, "background[0]", "must not be blank"),
-    ({"knownLimitations": ["x", "  "]}, "knownLimitations[1]", "must not be blank"),
-    ({"exclusions": None}, "exclusions", "must be an array of strings"),
-    ({"surprise": 1}, "surprise", "unknown field"),
-    ({"verification": "done"}, "verification", "must be an object with status and evidence or reason"),
-    ({"verification": {"evidence": []}}, "verification.status", "is required"),
-    ({"verification": {"status": "maybe"}}, "verification.status", "must be 'provided' or 'not_run'"),
-    ({"verification": {"status": "provided"}}, "verification.evidence", "is required when status is 'provided'"),
-    ({"verification": {"status": "provided", "evidence": []}}, "verification.evidence",
-     "must not be empty when status is 'provided'"),
-    ({"verification": {"status": "provided", "evidence": [{"check": "c", "outcome": "o"}], "reason": "r"}},
-     "verification.reason", "is not allowed when status is 'provided'"),
-    ({"verification": {"status": "not_run"}}, "verification.reason", "is required when status is 'not_run'"),
-    ({"verification": {"status": "not_run", "reason": "r", "evidence": [{"check": "c", "outcome": "o"}]}},
-     "verification.evidence", "must be empty when status is 'not_run'"),
-    ({"verification": {"status": "not_run", "reason": "  "}}, "verification.reason", "must not be blank"),
-    ({"verification": {"status": "provided", "evidence": [{"check": " ", "outcome": "o"}]}},
-     "verification.evidence[0].check", "must not be blank"),
-    ({"verification": {"status": "provided", "evidence": [{"check": "c"}]}},
-     "verification.evidence[0].outcome", "is required"),
-    ({"verification": {"status": "provided", "evidence": [{"check": "c", "outcome": "o", "url": "u"}]}},
-     "verification.evidence[0].url", "unknown field"),
-    ({"verification": {"status": "provided", "evidence": ["c"]}}, "verification.evidence[0]",
-     "must be an object with check and outcome"),
-    ({"verification": {"status": "not_run", "reason": "r", "note": 1}}, "verification.note", "unknown field"),
-    ({"mission": True}, "mission", "must be an id (integer) or a key (string)"),
-    ({"feature": 0}, "feature", "must be a positive id"),
-    ({"mission": 2**63}, "mission", "must be a positive id"),
-    ({"objective": "a\x00b"}, "objective", "must not contain NUL characters"),
-    ({"scope": ["\ud800"]}, "scope[0]", "must be valid Unicode text (no lone surrogates)"),
-    ({"revision": "-x"}, "revision", "must be a commit-ish without spaces, at most 80 characters"),
-    ({"objective": "x" * 20_001}, "objective", "must be at most 20000 characters"),
-    ({"scope": ["a"] * 101}, "scope", "must have at most 100 items"),
-])
+@pytest.mark.parametrize(
+    ("change", "path", "message"),
+    [
+        ({"objective": "   "}, "objective", "must not be blank"),
+        ({"objective": 3}, "objective", "must be a string"),
+        ({"changeSummary": ""}, "changeSummary", "must not be blank"),
+        ({"scope": []}, "scope", "must have at least one item"),
+        ({"scope": ["a", "b", " "]}, "scope[2]", "must not be blank"),
+        ({"scope": "app.py"}, "scope", "must be an array of strings"),
+        ({"acceptanceCriteria": []}, "acceptanceCriteria", "must have at least one item"),
+        ({"acceptanceCriteria": ["ok", 7]}, "acceptanceCriteria[1]", "must be a string"),
+        ({"background": [""]}, "background[0]", "must not be blank"),
+        ({"knownLimitations": ["x", "  "]}, "knownLimitations[1]", "must not be blank"),
+        ({"exclusions": None}, "exclusions", "must be an array of strings"),
+        ({"surprise": 1}, "surprise", "unknown field"),
+        ({"verification": "done"}, "verification", "must be an object with status and evidence or reason"),
+        ({"verification": {"evidence": []}}, "verification.status", "is required"),
+        ({"verification": {"status": "maybe"}}, "verification.status", "must be 'provided' or 'not_run'"),
+        ({"verification": {"status": "provided"}}, "verification.evidence", "is required when status is 'provided'"),
+        (
+            {"verification": {"status": "provided", "evidence": []}},
+            "verification.evidence",
+            "must not be empty when status is 'provided'",
+        ),
+        (
+            {"verification": {"status": "provided", "evidence": [{"check": "c", "outcome": "o"}], "reason": "r"}},
+            "verification.reason",
+            "is not allowed when status is 'provided'",
+        ),
+        ({"verification": {"status": "not_run"}}, "verification.reason", "is required when status is 'not_run'"),
+        (
+            {"verification": {"status": "not_run", "reason": "r", "evidence": [{"check": "c", "outcome": "o"}]}},
+            "verification.evidence",
+            "must be empty when status is 'not_run'",
+        ),
+        ({"verification": {"status": "not_run", "reason": "  "}}, "verification.reason", "must not be blank"),
+        (
+            {"verification": {"status": "provided", "evidence": [{"check": " ", "outcome": "o"}]}},
+            "verification.evidence[0].check",
+            "must not be blank",
+        ),
+        (
+            {"verification": {"status": "provided", "evidence": [{"check": "c"}]}},
+            "verification.evidence[0].outcome",
+            "is required",
+        ),
+        (
+            {"verification": {"status": "provided", "evidence": [{"check": "c", "outcome": "o", "url": "u"}]}},
+            "verification.evidence[0].url",
+            "unknown field",
+        ),
+        (
+            {"verification": {"status": "provided", "evidence": ["c"]}},
+            "verification.evidence[0]",
+            "must be an object with check and outcome",
+        ),
+        ({"verification": {"status": "not_run", "reason": "r", "note": 1}}, "verification.note", "unknown field"),
+        ({"mission": True}, "mission", "must be an id (integer) or a key (string)"),
+        ({"feature": 0}, "feature", "must be a positive id"),
+        ({"mission": 2**63}, "mission", "must be a positive id"),
+        ({"objective": "a\x00b"}, "objective", "must not contain NUL characters"),
+        ({"scope": ["\ud800"]}, "scope[0]", "must be valid Unicode text (no lone surrogates)"),
+        ({"revision": "-x"}, "revision", "must be a commit-ish without spaces, at most 80 characters"),
+        ({"objective": "x" * 20_001}, "objective", "must be at most 20000 characters"),
+        ({"scope": ["a"] * 101}, "scope", "must have at most 100 items"),
+    ],
+)
 def test_each_rule_has_its_message_and_path(change, path, message):
     fields = errors_of(request_body(**change))
     assert fields == {path: [message]}
 
 
-@pytest.mark.parametrize("missing", ["objective", "background", "changeSummary", "scope", "acceptanceCriteria",
-                                     "verification"])
+@pytest.mark.parametrize(
+    "missing", ["objective", "background", "changeSummary", "scope", "acceptanceCriteria", "verification"]
+)
 def test_required_keys(missing):
     body = request_body()
     del body[missing]
@@ -141,12 +179,21 @@ def test_all_errors_are_listed_at_once_in_the_detail_and_by_path():
         normalize_request(body)
     exc = info.value
     assert exc.fields == {
-        "extra": ["unknown field"], "objective": ["must not be blank"], "changeSummary": ["is required"],
-        "scope[1]": ["must not be blank"], "scope[2]": ["must be a string"],
+        "extra": ["unknown field"],
+        "objective": ["must not be blank"],
+        "changeSummary": ["is required"],
+        "scope[1]": ["must not be blank"],
+        "scope[2]": ["must be a string"],
         "verification.reason": ["is required when status is 'not_run'"],
     }
-    assert [e["path"] for e in exc.extra["errors"]] == ["extra", "objective", "changeSummary", "scope[1]", "scope[2]",
-                                                        "verification.reason"]
+    assert [e["path"] for e in exc.extra["errors"]] == [
+        "extra",
+        "objective",
+        "changeSummary",
+        "scope[1]",
+        "scope[2]",
+        "verification.reason",
+    ]
     for path in exc.fields:
         assert f"{path}: " in exc.detail
 
@@ -162,8 +209,9 @@ def test_body_must_be_an_object():
 
 @pytest.mark.django_db
 def test_api_answers_400_with_every_path_and_records_nothing(api_for, alice):
-    response = api_for(alice).post("/api/reviews/", request_body(scope=["ok", " "], acceptanceCriteria=[]),
-                                   format="json")
+    response = api_for(alice).post(
+        "/api/reviews/", request_body(scope=["ok", " "], acceptanceCriteria=[]), format="json"
+    )
     assert response.status_code == 400
     body = response.json()
     assert body["code"] == "invalid_review_request"
@@ -189,8 +237,9 @@ def test_api_needs_a_signed_in_user(api_for):
 @pytest.mark.django_db
 def test_receipt_is_202_after_the_durable_preflight(api_for, alice, mission, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
-        response = api_for(alice).post("/api/reviews/", request_body(mission="shop", objective=" Add hello "),
-                                       format="json")
+        response = api_for(alice).post(
+            "/api/reviews/", request_body(mission="shop", objective=" Add hello "), format="json"
+        )
     assert response.status_code == 202, response.json()
     body = response.json()
     review = Review.objects.get(pk=body["id"])
@@ -245,19 +294,23 @@ def test_references_are_checked_against_what_the_user_may_see(api_for, alice, mi
 def test_same_key_and_body_is_the_same_review(api_for, alice, django_user_model):
     client = api_for(alice)
     first = client.post("/api/reviews/", request_body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
-    again = client.post("/api/reviews/", request_body(objective="  Add a greeting function "), format="json",
-                        HTTP_IDEMPOTENCY_KEY="k-1")
+    again = client.post(
+        "/api/reviews/", request_body(objective="  Add a greeting function "), format="json", HTTP_IDEMPOTENCY_KEY="k-1"
+    )
     assert first.status_code == again.status_code == 202
     assert again.json()["id"] == first.json()["id"] and again.json()["replayed"] is True
     assert again["Idempotent-Replayed"] == "true"
-    other = client.post("/api/reviews/", request_body(objective="Something else"), format="json",
-                        HTTP_IDEMPOTENCY_KEY="k-1")
+    other = client.post(
+        "/api/reviews/", request_body(objective="Something else"), format="json", HTTP_IDEMPOTENCY_KEY="k-1"
+    )
     assert other.status_code == 409
     assert other.json()["code"] == "idempotency_key_reused" and other.json()["review"] == first.json()["id"]
     # Keys belong to their user; no key means a new review each time.
     bob = django_user_model.objects.create_user("bob")
-    assert api_for(bob).post("/api/reviews/", request_body(), format="json",
-                             HTTP_IDEMPOTENCY_KEY="k-1").json()["id"] != first.json()["id"]
+    assert (
+        api_for(bob).post("/api/reviews/", request_body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1").json()["id"]
+        != first.json()["id"]
+    )
     assert client.post("/api/reviews/", request_body(), format="json").json()["id"] != first.json()["id"]
     assert Review.objects.count() == 3
 

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from rest_framework.test import APIRequestFactory, force_authenticate
 
 from missions.api.views import FeatureViewSet
-from missions.models import Feature, Task, TaskStatus
+from missions.models import MissionFeature, Task, TaskStatus
 from tests.review.support import request_body
 from validation.api.reviews import feature_review_action
 from validation.models import Review, RunStatus, ValidatorRun
@@ -24,12 +24,26 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def landed(mission):
     """The feature's task landed at a new revision and a validator run judged it."""
     revision = mission.repo.commit({"app.py": "def hello():\n    return 'hi'\n"}, "say hi")
-    Task.objects.create(mission=mission, feature=mission.feature, title="Implement greeting", status=TaskStatus.DONE,
-                        revision=revision, summary="hello() now returns 'hi'.")
+    Task.objects.create(
+        mission=mission,
+        feature=mission.feature,
+        title="Implement greeting",
+        status=TaskStatus.DONE,
+        revision=revision,
+        summary="hello() now returns 'hi'.",
+    )
     ValidatorRun.objects.create(
-        mission=mission, feature=mission.feature, milestone=mission.feature.slice.milestone, status=RunStatus.FAILED,
-        validator="composite", revision=revision, verdict={"status": "fail", "assertions": [
-            {"key": "VAL-GREET-001", "verdict": "fail", "message": "returns 'hi!'"}]})
+        mission=mission,
+        feature=mission.feature,
+        milestone=mission.feature.slice.milestone,
+        status=RunStatus.FAILED,
+        validator="composite",
+        revision=revision,
+        verdict={
+            "status": "fail",
+            "assertions": [{"key": "VAL-GREET-001", "verdict": "fail", "message": "returns 'hi!'"}],
+        },
+    )
     mission.revision = revision
     return mission
 
@@ -44,17 +58,27 @@ def test_the_request_is_filled_from_the_feature(landed):
         "changeSummary": "hello() now returns 'hi'.",
         "scope": ["The change that implements feature shop/greet (Greeting)"],
         "acceptanceCriteria": ["VAL-GREET-001: hello says hi. hello() returns 'hi'"],
-        "verification": {"status": "provided", "evidence": [{
-            "check": f"VAL-GREET-001 (composite validator, run {run.pk}, revision {landed.revision[:12]})",
-            "outcome": "fail: returns 'hi!'"}]},
-        "mission": landed.pk, "feature": feature.pk, "revision": landed.revision,
+        "verification": {
+            "status": "provided",
+            "evidence": [
+                {
+                    "check": f"VAL-GREET-001 (composite validator, run {run.pk}, revision {landed.revision[:12]})",
+                    "outcome": "fail: returns 'hi!'",
+                }
+            ],
+        },
+        "mission": landed.pk,
+        "feature": feature.pk,
+        "revision": landed.revision,
     }
 
 
 def test_without_a_judged_run_verification_is_not_run(mission):
     Task.objects.create(mission=mission, feature=mission.feature, title="Implement greeting")
     assert feature_review_body(mission.feature)["verification"] == {
-        "status": "not_run", "reason": "no validator run has judged this feature yet"}
+        "status": "not_run",
+        "reason": "no validator run has judged this feature yet",
+    }
 
 
 def test_a_feature_with_nothing_to_review_is_refused(api_for, alice, mission):
@@ -69,7 +93,7 @@ def test_a_feature_with_nothing_to_review_is_refused(api_for, alice, mission):
 
 def test_the_feature_action_reviews_the_tasks_revision(alice, landed, worker, standard):
     feature = landed.feature
-    before = Feature.objects.filter(pk=feature.pk).values().get()
+    before = MissionFeature.objects.filter(pk=feature.pk).values().get()
     view = type("V", (FeatureViewSet,), {"review": feature_review_action}).as_view({"post": "review"})
     request = APIRequestFactory().post(f"/api/features/{feature.pk}/review/", HTTP_IDEMPOTENCY_KEY="f-1")
     force_authenticate(request, alice)
@@ -80,7 +104,7 @@ def test_the_feature_action_reviews_the_tasks_revision(alice, landed, worker, st
     assert (review.state, review.source, review.feature_id) == ("completed", "feature", feature.pk)
     assert review.revision == landed.revision  # the task's revision, not the workspace HEAD
     assert "greet" in standard["c1"].prompts[0]
-    assert Feature.objects.filter(pk=feature.pk).values().get() == before
+    assert MissionFeature.objects.filter(pk=feature.pk).values().get() == before
 
 
 @pytest.mark.skipif(not hasattr(FeatureViewSet, "review"), reason="FeatureViewSet.review is not wired yet")
@@ -94,16 +118,16 @@ def test_the_admin_action_requests_one_review_per_feature(rf, staff, landed, sta
     from validation.review.admin_actions import review_features
 
     monkeypatch.setattr(pipeline.review_start, "send", lambda review_id: None)
-    other = Feature(slice=landed.feature.slice, key="empty", title="Nothing yet")
+    other = MissionFeature(slice=landed.feature.slice, key="empty", title="Nothing yet")
     other.save()
     messages = []
     modeladmin = type("A", (), {"message_user": lambda self, request, message, level: messages.append(str(message))})()
-    request = rf.post("/admin/missions/feature/")
+    request = rf.post("/admin/missions/missionfeature/")
     request.user = staff
-    review_features(modeladmin, request, Feature.objects.filter(pk__in=[landed.feature.pk, other.pk]))
+    review_features(modeladmin, request, MissionFeature.objects.filter(pk__in=[landed.feature.pk, other.pk]))
     review = Review.objects.get()
     assert review.source == "admin" and review.feature_id == landed.feature.pk
-    assert f'/admin/validation/review/{review.pk}/change/' in messages[0]
+    assert f"/admin/validation/review/{review.pk}/change/" in messages[0]
     assert messages[1].startswith("Not reviewed: shop/empty: the feature has nothing to review against yet")
 
 
@@ -136,16 +160,37 @@ def test_command_builds_the_request_from_flags(mission, standard, monkeypatch):
     from validation.review import pipeline
 
     monkeypatch.setattr(pipeline.review_start, "send", lambda review_id: None)
-    code, out = command("--objective", " Add hello ", "--change-summary", "Added hello()", "--scope", "app.py",
-                        "--scope", "tests/", "--criterion", "hello() says hi", "--not-run", "no CI", "--mission",
-                        "shop", "--exclusion", "docs")
+    code, out = command(
+        "--objective",
+        " Add hello ",
+        "--change-summary",
+        "Added hello()",
+        "--scope",
+        "app.py",
+        "--scope",
+        "tests/",
+        "--criterion",
+        "hello() says hi",
+        "--not-run",
+        "no CI",
+        "--mission",
+        "shop",
+        "--exclusion",
+        "docs",
+    )
     assert code == 0, out
     review = Review.objects.get()
     assert review.request == {
-        "objective": "Add hello", "background": [], "changeSummary": "Added hello()", "scope": ["app.py", "tests/"],
-        "acceptanceCriteria": ["hello() says hi"], "verification": {"status": "not_run", "evidence": [],
-                                                                   "reason": "no CI"},
-        "knownLimitations": [], "exclusions": ["docs"], "mission": "shop"}
+        "objective": "Add hello",
+        "background": [],
+        "changeSummary": "Added hello()",
+        "scope": ["app.py", "tests/"],
+        "acceptanceCriteria": ["hello() says hi"],
+        "verification": {"status": "not_run", "evidence": [], "reason": "no CI"},
+        "knownLimitations": [],
+        "exclusions": ["docs"],
+        "mission": "shop",
+    }
     assert review.state == "initializing" and f"result: /api/reviews/{review.pk}/result/" in out
     code, out = command("--cancel", str(review.pk))
     assert out.strip() == f"review {review.pk}: cancelled"

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from missions.models import Feature
+from missions.models import MissionFeature
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.scripted_model import ScriptedFunction
 from validation.models import ValidatorRun
@@ -60,21 +60,21 @@ def openai_server(settings):
 def hello_feature(build_mission, git_repo):
     """feature(assertions, validator=...) -> Feature over a repo holding hello.py."""
 
-    def make(assertions, *, validator: str = "scripted", files: dict | None = None) -> Feature:
+    def make(assertions, *, validator: str = "scripted", files: dict | None = None) -> MissionFeature:
         git_repo.commit(files or {"hello.py": HELLO}, "hello")
         build_mission({"hello": assertions}, validator=validator)
-        return Feature.objects.get(key="hello")
+        return MissionFeature.objects.get(key="hello")
 
     return make
 
 
-def start_run(feature: Feature, *, profile: str | None = None) -> ValidatorRun:
+def start_run(feature: MissionFeature, *, profile: str | None = None) -> ValidatorRun:
     admission = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate", profile_name=profile)
     assert admission.outcome == "started", admission
     return admission.run
 
 
-def run_now(feature: Feature, *, profile: str | None = None) -> ValidatorRun:
+def run_now(feature: MissionFeature, *, profile: str | None = None) -> ValidatorRun:
     run = start_run(feature, profile=profile)
     execute_run(run.pk)
     run.refresh_from_db()

@@ -30,7 +30,7 @@ class ScriptedOpenAIServer:
         self._server: ThreadingHTTPServer | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
-    def start(self) -> "ScriptedOpenAIServer":
+    def start(self) -> ScriptedOpenAIServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,7 +94,12 @@ class ScriptedOpenAIServer:
             handler._send(404, {"error": {"message": f"no route {handler.path}"}})
             return
         turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
-        record = {"turn": turn_index, "body": body, "headers": {k.lower(): v for k, v in handler.headers.items()}, "at": time.time()}
+        record = {
+            "turn": turn_index,
+            "body": body,
+            "headers": {k.lower(): v for k, v in handler.headers.items()},
+            "at": time.time(),
+        }
         with self.arrived:
             first_time = turn_index not in {r["turn"] for r in self.requests}
             self.requests.append(record)
@@ -117,10 +122,16 @@ class ScriptedOpenAIServer:
         message, finish = self._message(turn, body, index)
         prompt_tokens, completion_tokens = self.usage or (len(json.dumps(body)) // 4, len(json.dumps(message)) // 4)
         return {
-            "id": f"chatcmpl-{index}", "object": "chat.completion", "created": int(time.time()), "model": self.model,
+            "id": f"chatcmpl-{index}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
     @staticmethod
@@ -129,9 +140,17 @@ class ScriptedOpenAIServer:
         tool_names = {t["function"]["name"] for t in body.get("tools", [])}
         if kind in ("tool", "tools") or (kind == "verdict" and OUTPUT_TOOL in tool_names):
             calls = [(turn[1], turn[2])] if kind == "tool" else turn[1] if kind == "tools" else [(OUTPUT_TOOL, turn[1])]
-            return {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_{index}_{j}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}} for j, (name, args) in enumerate(calls)
-            ]}, "tool_calls"
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{index}_{j}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                    for j, (name, args) in enumerate(calls)
+                ],
+            }, "tool_calls"
         content = json.dumps(turn[1]) if kind == "verdict" else turn[1]
         return {"role": "assistant", "content": content}, "stop"

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def item(key: str, verdict: str = "pass", *, evidence: list[dict] | None = None, **fields: str) -> dict[str, Any]:
-    doc = {"key": key, "verdict": verdict, "message": fields.get("message", f"{key} {verdict}"),
-           "expected": fields.get("expected", ""), "actual": fields.get("actual", ""),
-           "evidence": evidence if evidence is not None else [{"kind": "other", "text": f"looked at {key}"}]}
+    doc = {
+        "key": key,
+        "verdict": verdict,
+        "message": fields.get("message", f"{key} {verdict}"),
+        "expected": fields.get("expected", ""),
+        "actual": fields.get("actual", ""),
+        "evidence": evidence if evidence is not None else [{"kind": "other", "text": f"looked at {key}"}],
+    }
     if verdict == "fail":
         doc["expected"] = doc["expected"] or "the behaviour"
         doc["actual"] = doc["actual"] or "something else"
@@ -42,8 +48,10 @@ def host_rejections() -> dict[str, tuple[dict[str, Any], str]]:
         "keys_accounted": (verdict(item("VAL-1")), "VAL-2"),
         "failures_explained": (verdict(item("VAL-1"), {**item("VAL-2", "fail"), "expected": " "}), "VAL-2"),
         "evidence_present": (verdict(item("VAL-1", evidence=[]), item("VAL-2")), "VAL-1"),
-        "file_evidence_exists": (verdict(item("VAL-1"), item("VAL-2", evidence=[{"kind": "file", "text": "nope.py:3"}])),
-                                 "VAL-2"),
+        "file_evidence_exists": (
+            verdict(item("VAL-1"), item("VAL-2", evidence=[{"kind": "file", "text": "nope.py:3"}])),
+            "VAL-2",
+        ),
         "no_invisible_characters": (verdict(item("VAL-1", message="fine\u200b"), item("VAL-2")), "VAL-1"),
         "schema": (verdict(item("VAL-1"), {**item("VAL-2"), "verdict": "maybe"}), "assertions.1.verdict"),
     }

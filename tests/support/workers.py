@@ -14,7 +14,7 @@ import dramatiq
 import pytest
 from django.conf import settings
 
-from validation.snapshots import snapshot_root
+from fusion_site.base.snapshots import snapshot_root
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,14 +42,28 @@ class WorkerProcesses:
 
     def start(self, **env: str) -> subprocess.Popen:
         log = self.tmp_path / f"worker-{len(self.procs)}.log"
-        child_env = {**os.environ, "DATABASE_URL": child_database_url(), "REDIS_URL": settings.REDIS_URL,
-                     "FUSION_EVENTS_PREFIX": settings.EVENTS_PREFIX, "FUSION_DATA_DIR": str(settings.DATA_DIR),
-                     "FUSION_SNAPSHOT_DIR": str(snapshot_root()), "FUSION_RETRY_BACKOFF_MS": "0",
-                     "DJANGO_SETTINGS_MODULE": "fusion_site.settings", "PYTHONUNBUFFERED": "1", **env}
+        child_env = {
+            **os.environ,
+            "DATABASE_URL": child_database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "FUSION_EVENTS_PREFIX": settings.EVENTS_PREFIX,
+            "FUSION_DATA_DIR": str(settings.DATA_DIR),
+            "FUSION_SNAPSHOT_DIR": str(snapshot_root()),
+            "FUSION_RETRY_BACKOFF_MS": "0",
+            "DJANGO_SETTINGS_MODULE": "fusion_site.settings",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "manage.py", "rundramatiq", "--processes", "1", "--threads", "1"],
-                                    cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "rundramatiq", "--processes", "1", "--threads", "1"],
+                cwd=ROOT,
+                env=child_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.procs.append((proc, log))
         return proc
 

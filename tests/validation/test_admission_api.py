@@ -7,7 +7,7 @@ import threading
 import pytest
 from django.db import connection
 
-from missions.models import Feature, MissionEvent
+from missions.models import MissionEvent, MissionFeature
 from validation.models import JournalEntry, RunStatus, ValidatorRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,11 +20,10 @@ def stranger(django_user_model):
     return django_user_model.objects.create_user("stranger", password="pw-stranger-123")
 
 
-
-def hello_feature(build_mission, git_repo, *, good=True, **kwargs) -> Feature:
+def hello_feature(build_mission, git_repo, *, good=True, **kwargs) -> MissionFeature:
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n" if good else "def goodbye():\n    pass\n"})
     build_mission({"hello": [("VAL-1", GREETING)]}, **kwargs)
-    return Feature.objects.get(key="hello")
+    return MissionFeature.objects.get(key="hello")
 
 
 def validate(client, feature, **body):
@@ -32,6 +31,7 @@ def validate(client, feature, **body):
 
 
 # --- admission ------------------------------------------------------------------
+
 
 def test_validate_answers_202_with_the_run(idle_broker, build_mission, git_repo, alice, api_for):
     feature = hello_feature(build_mission, git_repo)
@@ -64,7 +64,7 @@ def test_second_validate_while_running_is_409_and_changes_nothing(idle_broker, b
 
 def test_feature_without_assertions_is_400(idle_broker, build_mission, git_repo, alice, api_for):
     build_mission({"bare": []})
-    feature = Feature.objects.get(key="bare")
+    feature = MissionFeature.objects.get(key="bare")
     response = validate(api_for(alice), feature)
     assert response.status_code == 400 and response.json()["code"] == "no_assertions"
     feature.refresh_from_db()
@@ -162,7 +162,9 @@ def test_repair_clear_and_re_run(worker, build_mission, git_repo, alice, api_for
     feature.refresh_from_db()
     assert feature.loop_state == "needs_fix"
 
-    cleared = client.post(f"/api/features/{feature.pk}/repair/", {"mode": "clear", "reason": "rewriting"}, format="json")
+    cleared = client.post(
+        f"/api/features/{feature.pk}/repair/", {"mode": "clear", "reason": "rewriting"}, format="json"
+    )
     assert cleared.status_code == 200, cleared.json()
     feature.refresh_from_db()
     assert feature.loop_state == "implementing" and feature.stop_reason == ""
@@ -190,12 +192,13 @@ def test_repair_refused_while_a_run_is_running(idle_broker, build_mission, git_r
 
 # --- reads ----------------------------------------------------------------------
 
+
 def test_loop_snapshot_and_run_listing(worker, build_mission, git_repo, alice, api_for):
     feature = hello_feature(build_mission, git_repo, good=False)
     client = api_for(alice)
     assert validate(client, feature).status_code == 202
     worker.drain()
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     git_repo.commit({"hello.py": "def hello():\n    pass\n"})
     feature.refresh_from_db()
     assert feature.loop_state == "implementing"  # the fix was created; the root waits
@@ -213,7 +216,8 @@ def test_loop_snapshot_and_run_listing(worker, build_mission, git_repo, alice, a
     failures = body["runs"][1]["failures"]
     assert [f["assertion_key"] for f in failures] == ["VAL-1"] and failures[0]["actual"] == "no match"
     assert [(l["root"], l["source"], l["fix"], l["failed_assertions"]) for l in body["lineage"]] == [
-        (feature.pk, feature.pk, fix.pk, ["VAL-1"])]
+        (feature.pk, feature.pk, fix.pk, ["VAL-1"])
+    ]
     assert body["last_run"] == body["runs"][0]["id"]
 
     failed_run = body["runs"][1]["id"]
@@ -221,7 +225,8 @@ def test_loop_snapshot_and_run_listing(worker, build_mission, git_repo, alice, a
     assert listing.status_code == 200
     assert [r["id"] for r in listing.json()["results"]] == [failed_run]
     assert [r["id"] for r in client.get("/api/validation-runs/", {"status": "passed"}).json()["results"]] == [
-        body["runs"][0]["id"]]
+        body["runs"][0]["id"]
+    ]
     assert client.get("/api/validation-runs/", {"feature": fix.pk}).json()["results"] == []
     assert len(client.get("/api/validation-runs/").json()["results"]) == 2
 
@@ -238,7 +243,7 @@ def test_a_stranger_sees_nothing_and_changes_nothing(idle_broker, build_mission,
     feature = hello_feature(build_mission, git_repo)
     run_id = validate(api_for(alice), feature).json()["id"]
     ValidatorRun.objects.filter(pk=run_id).update(status=RunStatus.FAILED)
-    Feature.objects.filter(pk=feature.pk).update(loop_state="needs_fix")
+    MissionFeature.objects.filter(pk=feature.pk).update(loop_state="needs_fix")
     events = MissionEvent.objects.count()
     client = api_for(stranger)
     for response in (
@@ -260,6 +265,7 @@ def test_a_stranger_sees_nothing_and_changes_nothing(idle_broker, build_mission,
 
 
 # --- concurrency ----------------------------------------------------------------
+
 
 def test_two_concurrent_validates_admit_exactly_one(idle_broker, build_mission, git_repo, alice, api_for):
     """PostgreSQL: the row lock on the feature serializes them; SQLite: IMMEDIATE

@@ -29,23 +29,35 @@ def roles(request):
 
 
 def test_pass_with_tool_use_over_http(openai_server, hello_feature):
-    server = openai_server([("tools", [("read", {"path": "hello.py"}), ("run_check", {"key": "VAL-2"})]),
-                            ("verdict", GOOD)], api_key_env="FUSION_TEST_LLM_KEY", temperature=0)
+    server = openai_server(
+        [("tools", [("read", {"path": "hello.py"}), ("run_check", {"key": "VAL-2"})]), ("verdict", GOOD)],
+        api_key_env="FUSION_TEST_LLM_KEY",
+        temperature=0,
+    )
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.PASSED, run.error
     first, second = server.requests
     assert first["headers"]["authorization"] == "Bearer sk-test-key-for-the-scripted-server"
     body = first["body"]
     assert body["model"] == server.model and body["temperature"] == 0 and body["tool_choice"] == "required"
-    assert {t["function"]["name"] for t in body["tools"]} == {"read", "grep", "find", "ls", "run_check", "submit_verdict"}
+    assert {t["function"]["name"] for t in body["tools"]} == {
+        "read",
+        "grep",
+        "find",
+        "ls",
+        "run_check",
+        "submit_verdict",
+    }
     assert "Judge every linked assertion exactly once" in body["messages"][0]["content"]
     assert "VAL-1" in body["messages"][1]["content"]
     assert roles(second) == ["system", "user", "assistant", "tool", "tool"]
     tool_answers = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
     assert "1: def hello():" in tool_answers[0] and '"verdict": "pass"' in tool_answers[1]
     assert run.tokens_in > 0 and run.tokens_out > 0
-    assert sum(e.payload["usage"]["input_tokens"] for e in JournalEntry.objects.filter(run=run, kind="model_response")) \
+    assert (
+        sum(e.payload["usage"]["input_tokens"] for e in JournalEntry.objects.filter(run=run, kind="model_response"))
         == run.tokens_in
+    )
 
 
 @pytest.mark.parametrize("validator", sorted(host_rejections()))
@@ -75,8 +87,11 @@ def test_raising_host_validator_over_http(openai_server, hello_feature, monkeypa
         raise KeyError("defect")
 
     real = contract.run_host_validators
-    monkeypatch.setattr(repair, "run_host_validators",
-                        lambda v, ctx: real(v, ctx, validators=(("boom", boom),) + contract.HOST_VALIDATORS))
+    monkeypatch.setattr(
+        repair,
+        "run_host_validators",
+        lambda v, ctx: real(v, ctx, validators=(("boom", boom),) + contract.HOST_VALIDATORS),
+    )
     server = openai_server([("verdict", GOOD)])
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.ERROR and run.verdict is None and run.error.startswith("host_defect:")
@@ -84,7 +99,9 @@ def test_raising_host_validator_over_http(openai_server, hello_feature, monkeypa
 
 
 def test_escape_attempt_over_http(openai_server, hello_feature):
-    server = openai_server([("tools", [("read", {"path": "../../etc/passwd"}), ("ls", {"path": "/"})]), ("verdict", GOOD)])
+    server = openai_server(
+        [("tools", [("read", {"path": "../../etc/passwd"}), ("ls", {"path": "/"})]), ("verdict", GOOD)]
+    )
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.PASSED, run.error
     answers = [m["content"] for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
@@ -92,8 +109,9 @@ def test_escape_attempt_over_http(openai_server, hello_feature):
 
 
 def test_native_mode_with_a_json_object_schema_server(openai_server, hello_feature):
-    server = openai_server([("verdict", BAD), ("verdict", GOOD)], output_mode="native", native_format="json_object",
-                           tool_choice="auto")
+    server = openai_server(
+        [("verdict", BAD), ("verdict", GOOD)], output_mode="native", native_format="json_object", tool_choice="auto"
+    )
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.PASSED, run.error
     body = server.requests[0]["body"]

@@ -38,8 +38,19 @@ def test_read_numbers_lines_and_pages(tree):
     assert page.splitlines()[0] == "10: line" and "more lines; read with offset=15" in page
 
 
-@pytest.mark.parametrize("path", ["../outside/secret.txt", "/etc/passwd", "leak.txt", "leakdir/secret.txt",
-                                  "pkg/../../outside/secret.txt", ".git", "nope.py", "a\x00b"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../outside/secret.txt",
+        "/etc/passwd",
+        "leak.txt",
+        "leakdir/secret.txt",
+        "pkg/../../outside/secret.txt",
+        ".git",
+        "nope.py",
+        "a\x00b",
+    ],
+)
 def test_read_refuses_escapes_and_non_files(tree, path):
     out = tools.read(tree, path)
     assert out.startswith("refused:") and SECRET not in out
@@ -73,10 +84,21 @@ def test_outputs_are_bounded_and_redacted(tree):
 
 
 def test_run_check_runs_only_declared_checks(tree):
-    specs = [AssertionSpec("VAL-1", "t", "s", {"file": "pkg/mod.py", "contains": "def answer"}),
-             AssertionSpec("VAL-2", "t", "s", None)]
-    ctx = ValidationContext(run_id=0, mission_key="m", feature_key="f", feature_title="F", feature_description="",
-                            assertions=specs, revision="r", checkout=tree, profile={"name": "agent"})
+    specs = [
+        AssertionSpec("VAL-1", "t", "s", {"file": "pkg/mod.py", "contains": "def answer"}),
+        AssertionSpec("VAL-2", "t", "s", None),
+    ]
+    ctx = ValidationContext(
+        run_id=0,
+        mission_key="m",
+        feature_key="f",
+        feature_title="F",
+        feature_description="",
+        assertions=specs,
+        revision="r",
+        checkout=tree,
+        profile={"name": "agent"},
+    )
     assert '"verdict": "pass"' in tools.run_check(ctx, "VAL-1")
     assert tools.run_check(ctx, "VAL-2").startswith("refused: VAL-2 has no declared check")
     assert tools.run_check(ctx, "rm -rf /").startswith("refused:")
@@ -87,8 +109,17 @@ def test_run_check_runs_in_a_private_copy(tree, settings, tmp_path):
     its own copy, the checkout the agent reads is untouched."""
     settings.FUSION_SNAPSHOT_DIR = tmp_path / "snapshots"
     specs = [AssertionSpec("VAL-1", "t", "s", {"run": "rm inner.py"})]
-    ctx = ValidationContext(run_id=0, mission_key="m", feature_key="f", feature_title="F", feature_description="",
-                            assertions=specs, revision="r", checkout=tree, profile={"name": "agent"})
+    ctx = ValidationContext(
+        run_id=0,
+        mission_key="m",
+        feature_key="f",
+        feature_title="F",
+        feature_description="",
+        assertions=specs,
+        revision="r",
+        checkout=tree,
+        profile={"name": "agent"},
+    )
     assert '"verdict": "pass"' in tools.run_check(ctx, "VAL-1")
     assert (tree / "inner.py").is_file()
 
@@ -98,11 +129,22 @@ def test_agent_escape_attempts_are_refused_in_a_real_run(scripted, hello_feature
     outside = tmp_path / "secret.txt"
     outside.write_text(SECRET)
     os.symlink(outside, git_repo.path / "leak.txt")
-    fn = scripted([
-        ("tools", [("read", {"path": "../secret.txt"}), ("read", {"path": str(outside)}), ("read", {"path": "leak.txt"}),
-                   ("ls", {"path": ".."}), ("grep", {"pattern": "SECRET", "path": "."}), ("find", {"pattern": "*"})]),
-        ("verdict", passing("VAL-1")),
-    ])
+    fn = scripted(
+        [
+            (
+                "tools",
+                [
+                    ("read", {"path": "../secret.txt"}),
+                    ("read", {"path": str(outside)}),
+                    ("read", {"path": "leak.txt"}),
+                    ("ls", {"path": ".."}),
+                    ("grep", {"pattern": "SECRET", "path": "."}),
+                    ("find", {"pattern": "*"}),
+                ],
+            ),
+            ("verdict", passing("VAL-1")),
+        ]
+    )
     run = run_now(hello_feature([("VAL-1", None)]))
     assert run.status == RunStatus.PASSED, run.error
     results = [e.payload["output"] for e in JournalEntry.objects.filter(run=run, kind="tool_result").order_by("seq")]

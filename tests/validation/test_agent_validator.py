@@ -17,23 +17,36 @@ def kinds(run):
 
 
 def test_pass_with_tool_use_inside_the_snapshot(scripted, hello_feature):
-    fn = scripted([
-        ("tool", "read", {"path": "hello.py"}),
-        ("verdict", verdict(item("VAL-1", evidence=[{"kind": "file", "text": "hello.py:1"}]))),
-    ])
+    fn = scripted(
+        [
+            ("tool", "read", {"path": "hello.py"}),
+            ("verdict", verdict(item("VAL-1", evidence=[{"kind": "file", "text": "hello.py:1"}]))),
+        ]
+    )
     feature = hello_feature([("VAL-1", None)])
     run = run_now(feature)
     assert run.status == RunStatus.PASSED, run.error
     assert len(fn.calls) == 2
     assert "1: def hello():" in fn.calls[1]["text"]
-    assert kinds(run) == ["note", "model_request", "model_response", "tool_call", "tool_result", "model_request",
-                          "model_response", "decision", "decision"]
+    assert kinds(run) == [
+        "note",
+        "model_request",
+        "model_response",
+        "tool_call",
+        "tool_result",
+        "model_request",
+        "model_response",
+        "decision",
+        "decision",
+    ]
     assert run.tokens_in == 200 and run.tokens_out == 40
     assert verify_chain(run.pk).ok
 
 
 def decisions(run):
-    return [e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")]
+    return [
+        e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")
+    ]
 
 
 TWO = [("VAL-1", None), ("VAL-2", None)]
@@ -85,8 +98,11 @@ def test_raising_host_validator_is_a_host_defect(scripted, hello_feature, monkey
         raise RuntimeError("the validator itself is broken")
 
     real = contract.run_host_validators
-    monkeypatch.setattr(repair, "run_host_validators",
-                        lambda v, ctx: real(v, ctx, validators=contract.HOST_VALIDATORS + (("boom", boom),)))
+    monkeypatch.setattr(
+        repair,
+        "run_host_validators",
+        lambda v, ctx: real(v, ctx, validators=contract.HOST_VALIDATORS + (("boom", boom),)),
+    )
     fn = scripted([("verdict", GOOD)])
     run = run_now(hello_feature(TWO))
     assert run.status == RunStatus.ERROR and run.verdict is None
@@ -122,7 +138,9 @@ def test_token_budget_stops_before_overspending(scripted, hello_feature):
     fn = scripted([("tool", "ls", {}), ("verdict", GOOD)], usage=(900, 50), token_budget=1500)
     feature = hello_feature(TWO)
     run = run_now(feature)
-    assert run.status == RunStatus.ERROR and run.error.startswith("budget_exceeded: the run's budget of 1500 tokens would be exceeded")
+    assert run.status == RunStatus.ERROR and run.error.startswith(
+        "budget_exceeded: the run's budget of 1500 tokens would be exceeded"
+    )
     assert len(fn.calls) == 1  # the second request was never sent
     assert (run.tokens_in, run.tokens_out) == (900, 50)
     feature.refresh_from_db()
@@ -133,10 +151,14 @@ def test_missing_api_key_variable_is_a_run_error(settings, hello_feature, monkey
     from tests.support.agent_env import add_profile
 
     monkeypatch.delenv("FUSION_TEST_NO_SUCH_KEY", raising=False)
-    add_profile(settings, "scripted", {"kind": "agent", "model": "openai:gpt-4o", "api_key_env": "FUSION_TEST_NO_SUCH_KEY"})
+    add_profile(
+        settings, "scripted", {"kind": "agent", "model": "openai:gpt-4o", "api_key_env": "FUSION_TEST_NO_SUCH_KEY"}
+    )
     run = run_now(hello_feature(TWO))
     assert run.status == RunStatus.ERROR
-    assert run.error == "misconfigured: the environment variable FUSION_TEST_NO_SUCH_KEY named by api_key_env is not set"
+    assert (
+        run.error == "misconfigured: the environment variable FUSION_TEST_NO_SUCH_KEY named by api_key_env is not set"
+    )
 
 
 def test_a_model_that_never_submits_a_verdict_ends_in_error(scripted, hello_feature):

@@ -53,13 +53,21 @@ def test_killed_worker_resumes_without_paying_twice(worker_processes, hello_feat
         assert ValidatorRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
 
         worker_processes.start(**env)
-        wait_until(lambda: ValidatorRun.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(), timeout=60,
-                   what="the dead worker's lease to pass", logs=worker_processes.logs)
+        wait_until(
+            lambda: ValidatorRun.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(),
+            timeout=60,
+            what="the dead worker's lease to pass",
+            logs=worker_processes.logs,
+        )
         from validation.tasks import run_validator
 
         run_validator.send(run.pk)  # the redelivery
-        wait_until(lambda: ValidatorRun.objects.get(pk=run.pk).status != RunStatus.RUNNING, timeout=120,
-                   what="the resumed run to finish", logs=worker_processes.logs)
+        wait_until(
+            lambda: ValidatorRun.objects.get(pk=run.pk).status != RunStatus.RUNNING,
+            timeout=120,
+            what="the resumed run to finish",
+            logs=worker_processes.logs,
+        )
         run.refresh_from_db()
         assert run.status == RunStatus.PASSED, run.error
         assert server.turns_received() == [0, 1, 1]  # turn 0 was answered once and never sent again

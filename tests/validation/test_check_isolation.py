@@ -13,23 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from missions.models import Feature
+from fusion_site.base.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
+from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus
 from validation.services import runner
 from validation.services.admission import feature_admit
-from validation.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
 DELETES = {"run": "python -c \"import os; os.remove('data.txt')\""}  # fails when data.txt is already gone
 
 
-
 def judged(build_mission, git_repo, checks: list[dict], files: dict[str, str] | None = None):
     """Run the `checks` (VAL-1, VAL-2, ...) of one feature at a new commit; (run, verdicts by key)."""
     git_repo.commit(files or {"data.txt": "payload\n"})
     build_mission({"iso": [(f"VAL-{i}", check) for i, check in enumerate(checks, 1)]})
-    run = feature_admit(feature_id=Feature.objects.get(key="iso").pk, trigger="manual", cause="validate").run
+    run = feature_admit(feature_id=MissionFeature.objects.get(key="iso").pk, trigger="manual", cause="validate").run
     runner.execute_run(run.pk)
     run.refresh_from_db()
     assert run.verdict is not None, run.error
@@ -38,8 +37,17 @@ def judged(build_mission, git_repo, checks: list[dict], files: dict[str, str] | 
 
 def test_a_run_check_that_deletes_a_file_leaves_it_to_the_others(build_mission, git_repo, settings):
     settings.FUSION_CHECK_PARALLELISM = 4
-    run, verdicts = judged(build_mission, git_repo, [DELETES, DELETES, DELETES, {"file": "data.txt", "exists": True},
-                                                     {"file": "data.txt", "contains": "^payload$"}])
+    run, verdicts = judged(
+        build_mission,
+        git_repo,
+        [
+            DELETES,
+            DELETES,
+            DELETES,
+            {"file": "data.txt", "exists": True},
+            {"file": "data.txt", "contains": "^payload$"},
+        ],
+    )
     assert {key: v["verdict"] for key, v in verdicts.items()} == dict.fromkeys(verdicts, "pass"), verdicts
     assert run.status == RunStatus.PASSED
 
@@ -47,8 +55,9 @@ def test_a_run_check_that_deletes_a_file_leaves_it_to_the_others(build_mission, 
 def test_a_file_a_run_check_generates_is_not_in_the_revision(build_mission, git_repo, settings):
     settings.FUSION_CHECK_PARALLELISM = 1  # in order: the file checks come after the generator
     generate = {"run": "python -c \"open('gen.txt', 'w').write('made by a check')\""}
-    run, verdicts = judged(build_mission, git_repo, [generate, {"file": "gen.txt", "exists": True},
-                                                     {"file": "gen.txt", "exists": False}])
+    run, verdicts = judged(
+        build_mission, git_repo, [generate, {"file": "gen.txt", "exists": True}, {"file": "gen.txt", "exists": False}]
+    )
     assert [verdicts[k]["verdict"] for k in ("VAL-1", "VAL-2", "VAL-3")] == ["pass", "fail", "pass"]
     assert verdicts["VAL-2"]["actual"] == "gen.txt does not exist"
     assert run.status == RunStatus.FAILED
@@ -57,14 +66,18 @@ def test_a_file_a_run_check_generates_is_not_in_the_revision(build_mission, git_
 def test_a_check_cannot_change_a_file_in_place_for_the_others(build_mission, git_repo, settings):
     settings.FUSION_CHECK_PARALLELISM = 1
     overwrite = {"run": "chmod u+w data.txt && echo changed > data.txt", "shell": True}
-    run, verdicts = judged(build_mission, git_repo, [overwrite, {"file": "data.txt", "contains": "^payload$"},
-                                                     {"run": "grep -qx payload data.txt"}])
+    run, verdicts = judged(
+        build_mission,
+        git_repo,
+        [overwrite, {"file": "data.txt", "contains": "^payload$"}, {"run": "grep -qx payload data.txt"}],
+    )
     assert [verdicts[k]["verdict"] for k in ("VAL-1", "VAL-2", "VAL-3")] == ["pass", "pass", "pass"], verdicts
     assert run.status == RunStatus.PASSED
 
 
-def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(build_mission, git_repo, settings,
-                                                                                monkeypatch, tmp_path):
+def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
+    build_mission, git_repo, settings, monkeypatch, tmp_path
+):
     settings.FUSION_CHECK_PARALLELISM = 4
     seen: list[Path] = []
     real_judge = runner.judge
@@ -76,12 +89,16 @@ def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
     monkeypatch.setattr(runner, "judge", spying)
     hang = tmp_path / "hanging-cwd"
     checks = [
-        {"run": "python -c \"import os; print(os.getcwd())\""},
-        {"run": f"python -c \"import os, time; open({str(hang)!r}, 'w').write(os.getcwd()); time.sleep(30)\"",
-         "timeout": 1},
+        {"run": 'python -c "import os; print(os.getcwd())"'},
+        {
+            "run": f"python -c \"import os, time; open({str(hang)!r}, 'w').write(os.getcwd()); time.sleep(30)\"",
+            "timeout": 1,
+        },
         # A folder its copy cannot list any more: the copy is removed all the same.
-        {"run": "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner && chmod 500 locked",
-         "shell": True},
+        {
+            "run": "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner && chmod 500 locked",
+            "shell": True,
+        },
         {"file": "data.txt", "exists": True},
     ]
     run, verdicts = judged(build_mission, git_repo, checks)
@@ -99,7 +116,8 @@ def test_the_journal_holds_what_each_check_saw(build_mission, git_repo, settings
     run, verdicts = judged(build_mission, git_repo, [DELETES, DELETES])
     entries = JournalEntry.objects.filter(run_id=run.pk, kind="check").order_by("key")
     assert [json.dumps(e.payload["result"], sort_keys=True) for e in entries] == [
-        json.dumps(verdicts[k], sort_keys=True) for k in ("VAL-1", "VAL-2")]
+        json.dumps(verdicts[k], sort_keys=True) for k in ("VAL-1", "VAL-2")
+    ]
 
 
 @pytest.mark.parametrize("parent", ["snapshots", ".gitcache/snapshots"])

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from validation.checks_spec import check_spec_problems
+from fusion_site.base.snapshots import SnapshotError, snapshot
+from missions.checks_spec import check_spec_problems
 from validation.context import AssertionSpec
-from validation.snapshots import SnapshotError, snapshot
 from validation.validators.checks import judge_assertion
 
 APP = {
-    "app.py": ("import sys\n\ndef greet(name):\n    return f'hello {name}'\n\n"
-               "print(greet('world'))\nsys.exit(3 if '--fail' in sys.argv else 0)\n"),
+    "app.py": (
+        "import sys\n\ndef greet(name):\n    return f'hello {name}'\n\n"
+        "print(greet('world'))\nsys.exit(3 if '--fail' in sys.argv else 0)\n"
+    ),
     "docs/notes.txt": "first line\nTODO: remove me\nlast line\n",
 }
 
@@ -38,6 +40,7 @@ def evidence_text(verdict) -> str:
 
 
 # --- run checks -----------------------------------------------------------------
+
 
 def test_run_passes_with_expected_exit(git_repo, rev):
     verdict = judge(git_repo, rev, {"run": "python app.py"})
@@ -82,8 +85,10 @@ def _alive(pid: int) -> bool:
 
 def test_hanging_command_times_out_and_its_children_are_killed(git_repo, rev, tmp_path):
     pid_file = tmp_path / "child.pid"
-    script = (f"import subprocess,time; p=subprocess.Popen(['sleep','30']); "
-              f"open({str(pid_file)!r},'w').write(str(p.pid)); time.sleep(30)")
+    script = (
+        f"import subprocess,time; p=subprocess.Popen(['sleep','30']); "
+        f"open({str(pid_file)!r},'w').write(str(p.pid)); time.sleep(30)"
+    )
     started = time.monotonic()
     verdict = judge(git_repo, rev, {"run": f'python -c "{script}"', "timeout": 1})
     assert time.monotonic() - started < 20
@@ -110,19 +115,25 @@ def test_flooding_output_is_capped_keeps_the_tail_and_says_truncated(git_repo, r
 
 def test_environment_is_scrubbed_and_python_is_the_service_interpreter(git_repo, rev, monkeypatch):
     monkeypatch.setenv("FUSION_TEST_SECRET", "s3cr3t-value-xyz")
-    secret = judge(git_repo, rev, {
-        "run": "python -c \"import os; print(os.environ.get('FUSION_TEST_SECRET','absent'))\"",
-        "expect_output": r"^absent$",
-    })
+    secret = judge(
+        git_repo,
+        rev,
+        {
+            "run": "python -c \"import os; print(os.environ.get('FUSION_TEST_SECRET','absent'))\"",
+            "expect_output": r"^absent$",
+        },
+    )
     assert secret.verdict == "pass", secret
     assert "s3cr3t" not in evidence_text(secret)
-    interpreter = judge(git_repo, rev, {"run": "python -c \"import sys; print(sys.prefix)\""})
+    interpreter = judge(git_repo, rev, {"run": 'python -c "import sys; print(sys.prefix)"'})
     assert interpreter.verdict == "pass"
     assert evidence_text(interpreter).splitlines()[1] == sys.prefix
 
 
 def test_shell_true_runs_a_pipeline_and_false_does_not(git_repo, rev):
-    piped = judge(git_repo, rev, {"run": "python app.py | tr a-z A-Z", "shell": True, "expect_output": r"^HELLO WORLD$"})
+    piped = judge(
+        git_repo, rev, {"run": "python app.py | tr a-z A-Z", "shell": True, "expect_output": r"^HELLO WORLD$"}
+    )
     assert piped.verdict == "pass", piped
     # Without a shell the `|` is just an argument: no pipeline, no upper case.
     unpiped = judge(git_repo, rev, {"run": "echo hello | tr a-z A-Z", "expect_output": r"HELLO"})
@@ -130,6 +141,7 @@ def test_shell_true_runs_a_pipeline_and_false_does_not(git_repo, rev):
 
 
 # --- file checks ----------------------------------------------------------------
+
 
 def test_file_exists_true_and_false(git_repo, rev):
     assert judge(git_repo, rev, {"file": "app.py", "exists": True}).verdict == "pass"
@@ -173,15 +185,20 @@ def test_paths_cannot_leave_the_checkout(git_repo, rev, tmp_path):
     # A path that names somewhere outside by its shape is a check the judge does not
     # understand: never a pass, not even for `exists: false` (it says nothing about the
     # checkout), and a path the OS cannot represent blocks instead of crashing the run.
-    for check in ({"file": "../outside.txt", "exists": True}, {"file": "../outside.txt", "contains": "secret"},
-                  {"file": str(outside), "exists": True}, {"file": "../outside.txt", "exists": False},
-                  {"file": "hello\x00.py", "exists": True}):
+    for check in (
+        {"file": "../outside.txt", "exists": True},
+        {"file": "../outside.txt", "contains": "secret"},
+        {"file": str(outside), "exists": True},
+        {"file": "../outside.txt", "exists": False},
+        {"file": "hello\x00.py", "exists": True},
+    ):
         verdict = judge(git_repo, escape, check)
         assert verdict.verdict == "blocked", check
         assert "the check is not understood" in verdict.message, check
 
 
 # --- snapshots ------------------------------------------------------------------
+
 
 def test_snapshot_is_the_revision_read_only_and_removed_even_when_the_body_raises(git_repo, rev):
     later = git_repo.commit({"app.py": "print('changed')\n"}, "later")
@@ -217,45 +234,52 @@ def test_non_git_folder_and_bad_revision_raise_snapshot_error(git_repo, tmp_path
 
 # --- check shapes ---------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", [
-    {"run": "pytest -q", "expect_exit": 0, "timeout": 120, "expect_output": r"\d+ passed"},
-    {"run": "make test", "shell": True},
-    {"file": "a/b.py", "exists": True},
-    {"file": "a/b.py", "exists": False},
-    {"file": "a/b.py", "contains": r"def \w+"},
-    {"file": "a/b.py", "not_contains": "TODO"},
-])
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"run": "pytest -q", "expect_exit": 0, "timeout": 120, "expect_output": r"\d+ passed"},
+        {"run": "make test", "shell": True},
+        {"file": "a/b.py", "exists": True},
+        {"file": "a/b.py", "exists": False},
+        {"file": "a/b.py", "contains": r"def \w+"},
+        {"file": "a/b.py", "not_contains": "TODO"},
+    ],
+)
 def test_check_spec_accepts_the_four_shapes(spec):
     assert check_spec_problems(spec) == []
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("pytest", "must be an object"),
-    (["run", "x"], "must be an object"),
-    ({}, "needs 'run' or 'file'"),
-    ({"run": "x", "file": "y", "exists": True}, "not both"),
-    ({"run": ""}, "non-empty command"),
-    ({"run": 5}, "non-empty command"),
-    ({"run": "x", "expect_exit": "0"}, "expect_exit must be an integer"),
-    ({"run": "x", "expect_exit": True}, "expect_exit must be an integer"),
-    ({"run": "x", "timeout": 0}, "timeout"),
-    ({"run": "x", "timeout": 99999}, "timeout"),
-    ({"run": "x", "timeout": "10"}, "timeout"),
-    ({"run": "x", "shell": "yes"}, "shell must be true or false"),
-    ({"run": "x", "expect_output": "("}, "not a valid regular expression"),
-    ({"run": "x", "cwd": "/"}, "unknown key 'cwd'"),
-    ({"file": "", "exists": True}, "relative path"),
-    ({"file": "/etc/passwd", "exists": True}, "inside the checkout"),
-    ({"file": "../x", "exists": True}, "inside the checkout"),
-    ({"file": "a/../../x", "contains": "y"}, "inside the checkout"),
-    ({"file": "a\x00b", "exists": True}, "NUL"),
-    ({"file": "a"}, "exactly one of"),
-    ({"file": "a", "exists": True, "contains": "x"}, "exactly one of"),
-    ({"file": "a", "exists": "yes"}, "exists must be true or false"),
-    ({"file": "a", "contains": "["}, "not a valid regular expression"),
-    ({"file": "a", "not_contains": 3}, "regular expression string"),
-    ({"file": "a", "exists": True, "run_as": "root"}, "unknown key 'run_as'"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("pytest", "must be an object"),
+        (["run", "x"], "must be an object"),
+        ({}, "needs 'run' or 'file'"),
+        ({"run": "x", "file": "y", "exists": True}, "not both"),
+        ({"run": ""}, "non-empty command"),
+        ({"run": 5}, "non-empty command"),
+        ({"run": "x", "expect_exit": "0"}, "expect_exit must be an integer"),
+        ({"run": "x", "expect_exit": True}, "expect_exit must be an integer"),
+        ({"run": "x", "timeout": 0}, "timeout"),
+        ({"run": "x", "timeout": 99999}, "timeout"),
+        ({"run": "x", "timeout": "10"}, "timeout"),
+        ({"run": "x", "shell": "yes"}, "shell must be true or false"),
+        ({"run": "x", "expect_output": "("}, "not a valid regular expression"),
+        ({"run": "x", "cwd": "/"}, "unknown key 'cwd'"),
+        ({"file": "", "exists": True}, "relative path"),
+        ({"file": "/etc/passwd", "exists": True}, "inside the checkout"),
+        ({"file": "../x", "exists": True}, "inside the checkout"),
+        ({"file": "a/../../x", "contains": "y"}, "inside the checkout"),
+        ({"file": "a\x00b", "exists": True}, "NUL"),
+        ({"file": "a"}, "exactly one of"),
+        ({"file": "a", "exists": True, "contains": "x"}, "exactly one of"),
+        ({"file": "a", "exists": "yes"}, "exists must be true or false"),
+        ({"file": "a", "contains": "["}, "not a valid regular expression"),
+        ({"file": "a", "not_contains": 3}, "regular expression string"),
+        ({"file": "a", "exists": True, "run_as": "root"}, "unknown key 'run_as'"),
+    ],
+)
 def test_check_spec_rejects_bad_shapes(spec, fragment):
     problems = check_spec_problems(spec)
     assert problems and any(fragment in p for p in problems), problems

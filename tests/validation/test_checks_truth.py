@@ -16,19 +16,26 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fusion_site.base.proc import run_command
+from fusion_site.base.snapshots import snapshot
+from missions.checks_spec import check_spec_problems
 from missions.errors import Invalid
-from missions.models import ContractAssertion, Feature, Milestone, Mission
+from missions.models import ContractAssertion, Milestone, Mission, MissionFeature
 from missions.services import hierarchy
-from validation.checks_spec import check_spec_problems
 from validation.context import AssertionSpec
 from validation.models import RunStatus, ValidatorRun
-from validation.proc import run_command
 from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
-from validation.snapshots import snapshot
 from validation.validators.checks import judge_assertion
 from validation.verdict import (
-    FrozenContext, Verdict, file_ref, line_count, line_of, normalize, read_checkout_text, run_host_validators,
+    FrozenContext,
+    Verdict,
+    file_ref,
+    line_count,
+    line_of,
+    normalize,
+    read_checkout_text,
+    run_host_validators,
 )
 
 BAD_CHECKS = [
@@ -36,7 +43,6 @@ BAD_CHECKS = [
     {"file": "a", "contains": "x", "not_contains": "y"},
     {"file": "a", "exists": True, "mode": "strict"},
 ]
-
 
 
 def _spec(check, key: str = "VAL-1") -> AssertionSpec:
@@ -51,13 +57,14 @@ def host_problems(root: Path, verdicts) -> dict[str, list[str]]:
 
 def validate_at_head(build_mission, features) -> tuple[str, ValidatorRun]:
     build_mission(features)
-    feature = Feature.objects.get(key=next(iter(features)))
+    feature = MissionFeature.objects.get(key=next(iter(features)))
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     status = execute_run(run.pk)
     return status, ValidatorRun.objects.get(pk=run.pk)
 
 
 # --- 1. one shape rule for every writer ---------------------------------------------------
+
 
 @pytest.fixture
 def milestone(db, admin_user) -> Milestone:
@@ -66,10 +73,20 @@ def milestone(db, admin_user) -> Milestone:
 
 
 def _admin_post(client, path: str, milestone: Milestone, check) -> object:
-    return client.post(path, {
-        "milestone": milestone.pk, "key": "VAL-A", "title": "a", "statement": "s", "scope": "feature", "order": "0",
-        "check_spec": json.dumps(check), "feature_links-TOTAL_FORMS": "0", "feature_links-INITIAL_FORMS": "0",
-    })
+    return client.post(
+        path,
+        {
+            "milestone": milestone.pk,
+            "key": "VAL-A",
+            "title": "a",
+            "statement": "s",
+            "scope": "feature",
+            "order": "0",
+            "check_spec": json.dumps(check),
+            "feature_links-TOTAL_FORMS": "0",
+            "feature_links-INITIAL_FORMS": "0",
+        },
+    )
 
 
 @pytest.mark.parametrize("check", BAD_CHECKS)
@@ -78,11 +95,13 @@ def test_the_admin_add_and_change_forms_refuse_a_check_the_judge_cannot_read(adm
     assert added.status_code == 200 and "check_spec" in added.context["adminform"].form.errors
     assert not ContractAssertion.objects.exists()
 
-    assertion = ContractAssertion(milestone=milestone, key="VAL-A", title="a", statement="s",
-                                  check_spec={"file": "a", "exists": True})
+    assertion = ContractAssertion(
+        milestone=milestone, key="VAL-A", title="a", statement="s", check_spec={"file": "a", "exists": True}
+    )
     assertion.save()
-    changed = _admin_post(admin_client, reverse("admin:missions_contractassertion_change", args=[assertion.pk]),
-                          milestone, check)
+    changed = _admin_post(
+        admin_client, reverse("admin:missions_contractassertion_change", args=[assertion.pk]), milestone, check
+    )
     assert changed.status_code == 200 and "check_spec" in changed.context["adminform"].form.errors
     assert ContractAssertion.objects.get(pk=assertion.pk).check_spec == {"file": "a", "exists": True}
 
@@ -90,13 +109,20 @@ def test_the_admin_add_and_change_forms_refuse_a_check_the_judge_cannot_read(adm
 @pytest.mark.parametrize("check", BAD_CHECKS)
 def test_the_services_refuse_a_check_the_judge_cannot_read(admin_user, milestone, check):
     with pytest.raises(Invalid) as refused:
-        hierarchy.assertion_create(user=admin_user, milestone=milestone, key="VAL-A", title="a", statement="s",
-                                   check_spec=check)
+        hierarchy.assertion_create(
+            user=admin_user, milestone=milestone, key="VAL-A", title="a", statement="s", check_spec=check
+        )
     assert refused.value.code == "invalid_check" and refused.value.fields["check"] == check_spec_problems(check)
     assert not ContractAssertion.objects.exists()
 
-    assertion = hierarchy.assertion_create(user=admin_user, milestone=milestone, key="VAL-A", title="a", statement="s",
-                                           check_spec={"file": "a", "exists": True})
+    assertion = hierarchy.assertion_create(
+        user=admin_user,
+        milestone=milestone,
+        key="VAL-A",
+        title="a",
+        statement="s",
+        check_spec={"file": "a", "exists": True},
+    )
     with pytest.raises(Invalid) as refused:
         hierarchy.assertion_update(user=admin_user, assertion=assertion, title="changed", check_spec=check)
     assert refused.value.code == "invalid_check" and refused.value.fields["check"]
@@ -104,30 +130,43 @@ def test_the_services_refuse_a_check_the_judge_cannot_read(admin_user, milestone
 
 
 def test_the_services_still_accept_good_checks_and_no_check(admin_user, milestone):
-    good = hierarchy.assertion_create(user=admin_user, milestone=milestone, key="VAL-A", title="a", statement="s",
-                                      check_spec={"run": "pytest -q", "protect": ["tests/**"]})
+    good = hierarchy.assertion_create(
+        user=admin_user,
+        milestone=milestone,
+        key="VAL-A",
+        title="a",
+        statement="s",
+        check_spec={"run": "pytest -q", "protect": ["tests/**"]},
+    )
     hierarchy.assertion_update(user=admin_user, assertion=good, check_spec=None)
     hierarchy.assertion_update(user=admin_user, assertion=good, title="retitled")
     assert ContractAssertion.objects.get(pk=good.pk).check_spec is None
 
 
 def test_the_api_still_refuses_a_bad_check_as_a_field_error(api_for, staff, milestone):
-    response = api_for(staff).post("/api/assertions/", {"milestone": milestone.pk, "key": "VAL-A", "title": "a",
-                                                        "statement": "s", "check": BAD_CHECKS[0]}, format="json")
+    response = api_for(staff).post(
+        "/api/assertions/",
+        {"milestone": milestone.pk, "key": "VAL-A", "title": "a", "statement": "s", "check": BAD_CHECKS[0]},
+        format="json",
+    )
     assert response.status_code == 400 and "check" in response.json()["fields"]
 
 
-@pytest.mark.parametrize("spec", [
-    {"run": "pytest -q", "protect": ["tests/**", "conftest.py"]},
-    {"file": "a.txt", "exists": True, "protect": []},
-    {"file": "a.txt", "contains": "x", "protect": ["src/*.py"]},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"run": "pytest -q", "protect": ["tests/**", "conftest.py"]},
+        {"file": "a.txt", "exists": True, "protect": []},
+        {"file": "a.txt", "contains": "x", "protect": ["src/*.py"]},
+    ],
+)
 def test_protect_is_a_list_of_relative_globs(spec):
     assert check_spec_problems(spec) == []
 
 
-@pytest.mark.parametrize("protect", ["tests/**", ["tests/**", ""], ["  "], [3], ["/etc/*"], ["a/../../b"], ["a\x00"],
-                                     {"tests": True}, None])
+@pytest.mark.parametrize(
+    "protect", ["tests/**", ["tests/**", ""], ["  "], [3], ["/etc/*"], ["a/../../b"], ["a\x00"], {"tests": True}, None]
+)
 def test_protect_refuses_anything_else(protect):
     for spec in ({"run": "pytest", "protect": protect}, {"file": "a", "exists": True, "protect": protect}):
         problems = check_spec_problems(spec)
@@ -136,8 +175,11 @@ def test_protect_refuses_anything_else(protect):
 
 # --- 2. the judge blocks what it does not understand -----------------------------------------
 
-@pytest.mark.parametrize("check", [*BAD_CHECKS, {"run": "true", "expect_exit": "0"}, {"run": "true", "shell": "no"},
-                                   {"nothing": 1}, None, "true"])
+
+@pytest.mark.parametrize(
+    "check",
+    [*BAD_CHECKS, {"run": "true", "expect_exit": "0"}, {"run": "true", "shell": "no"}, {"nothing": 1}, None, "true"],
+)
 def test_the_judge_blocks_a_check_it_does_not_understand(tmp_path, check):
     verdict = judge_assertion(tmp_path, _spec(check))
     assert verdict.verdict == "blocked", verdict
@@ -161,7 +203,7 @@ HOSTILE_FILES: dict[str, bytes] = {
     "dir with space/my file.txt": b"hello\nRESULT: OK\n",
     "a:b.txt": b"colon in the name\n",
     'q"uo\\te.txt': b"quote and backslash\n",
-    "zero\u200bwidth.txt": "named with a zero-width space\n".encode(),
+    "zero\u200bwidth.txt": b"named with a zero-width space\n",
     "bom.txt": "\ufeffhello\n".encode(),
     "zw.txt": "a\u200bb\n".encode(),
     "cr.txt": b"one\rtwo\rthree",
@@ -169,8 +211,10 @@ HOSTILE_FILES: dict[str, bytes] = {
     "latin1.bin": b"caf\xe9\nline2\n\xff\xfe end",
     "long.txt": b"x" * 300_000 + b"\nneedle",
 }
-PRINT_INVISIBLE = (f"{sys.executable} -c \"import sys; print('zero\\u200bwidth \\ufeff bom'); sys.stdout.flush(); "
-                   f"sys.stdout.buffer.write(b'\\xff\\xfe raw')\"")  # invisible characters and non-UTF-8 bytes
+PRINT_INVISIBLE = (
+    f"{sys.executable} -c \"import sys; print('zero\\u200bwidth \\ufeff bom'); sys.stdout.flush(); "
+    f"sys.stdout.buffer.write(b'\\xff\\xfe raw')\""
+)  # invisible characters and non-UTF-8 bytes
 
 PASSING = {
     **{f"VAL-E{i}": {"file": path, "exists": True} for i, path in enumerate(HOSTILE_FILES)},
@@ -228,8 +272,9 @@ def test_every_check_kind_on_hostile_content_yields_verdicts_the_host_accepts(gi
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("checks, expected", [(PASSING, RunStatus.PASSED), ({**PASSING, **FAILING}, RunStatus.FAILED)])
-def test_a_full_run_on_hostile_content_ends_passed_or_failed_never_error(idle_broker, build_mission, hostile_rev,
-                                                                         checks, expected):
+def test_a_full_run_on_hostile_content_ends_passed_or_failed_never_error(
+    idle_broker, build_mission, hostile_rev, checks, expected
+):
     status, run = validate_at_head(build_mission, {"f": list(checks.items())})
     assert status == expected, run.error
 
@@ -254,13 +299,16 @@ def _file_verdict(text: str):
 def test_models_still_may_not_write_invisible_characters(tmp_path):
     from validation.verdict import AssertionVerdict, Evidence
 
-    smuggled = AssertionVerdict(key="VAL-1", verdict="pass", message="all good\u200b",
-                                evidence=[Evidence(kind="other", text="ok")])
+    smuggled = AssertionVerdict(
+        key="VAL-1", verdict="pass", message="all good\u200b", evidence=[Evidence(kind="other", text="ok")]
+    )
     assert "no_invisible_characters" in host_problems(tmp_path, [smuggled])
 
 
-@given(st.text(st.sampled_from(["a", " ", "\r", "\n", "\ufeff", "\u200b", "\U000f0000", "é"]), max_size=40),
-       st.integers(min_value=0, max_value=60))
+@given(
+    st.text(st.sampled_from(["a", " ", "\r", "\n", "\ufeff", "\u200b", "\U000f0000", "é"]), max_size=40),
+    st.integers(min_value=0, max_value=60),
+)
 def test_line_numbers_never_pass_the_line_count(text, offset):
     offset = min(offset, len(text))
     assert 1 <= line_of(text, offset) <= max(line_count(text), 1)
@@ -268,13 +316,19 @@ def test_line_numbers_never_pass_the_line_count(text, offset):
         assert line_of(text, offset) == line_of(text, offset - 1) + (offset < len(text))
 
 
-NAME = st.text(st.sampled_from(list("ab. :\"\\") + ["\u200b", "\ufeff", "\ue000", "é"]), min_size=1, max_size=12).filter(
-    lambda n: n.strip() and n not in (".", "..") and not n.startswith(".."))
-CONTENT = st.one_of(st.binary(max_size=200),
-                    st.lists(st.sampled_from(["x", "y z", "\r", "\n", "\r\n", "\ufeff", "\u200b", ":", "\xff"]),
-                             max_size=30).map(lambda parts: "".join(parts).encode("utf-8", "surrogateescape")))
-PATTERN = st.one_of(st.sampled_from(["x", "y z", r"\r", r"\n", "\ufeff", "\u200b", "$", r"\Z", "^", "\ufffd", ":"]),
-                    st.text(max_size=3).map(re.escape))
+NAME = st.text(st.sampled_from(list('ab. :"\\') + ["\u200b", "\ufeff", "\ue000", "é"]), min_size=1, max_size=12).filter(
+    lambda n: n.strip() and n not in (".", "..") and not n.startswith("..")
+)
+CONTENT = st.one_of(
+    st.binary(max_size=200),
+    st.lists(st.sampled_from(["x", "y z", "\r", "\n", "\r\n", "\ufeff", "\u200b", ":", "\xff"]), max_size=30).map(
+        lambda parts: "".join(parts).encode("utf-8", "surrogateescape")
+    ),
+)
+PATTERN = st.one_of(
+    st.sampled_from(["x", "y z", r"\r", r"\n", "\ufeff", "\u200b", "$", r"\Z", "^", "\ufffd", ":"]),
+    st.text(max_size=3).map(re.escape),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -294,19 +348,23 @@ def test_any_file_check_on_any_content_yields_a_verdict_the_host_accepts(name, c
 
 # --- 4. expect_output sees the whole output -------------------------------------------------
 
+
 def _printing(text_expr: str) -> str:
-    return f"{sys.executable} -c \"import sys; sys.stdout.write({text_expr})\""
+    return f'{sys.executable} -c "import sys; sys.stdout.write({text_expr})"'
 
 
-@pytest.mark.parametrize("expr, pattern", [
-    ("'RESULT: OK\\n' + 'y' * 20_000", "RESULT: OK"),
-    ("'x' * 1_000_000 + 'FINAL-MARK'", "FINAL-MARK$"),
-    ("'RESULT: OK\\n' + 'y' * 20_000", "^RESULT"),
-    ("'noise\\nRESULT: OK\\n'", "^RESULT"),
-    ("'noise\\nRESULT: OK\\n'", "(?m)^RESULT"),
-    ("'noise\\nRESULT: OK\\n'", "OK$"),
-    ("'OK\\nnoise\\n'", "OK$"),
-])
+@pytest.mark.parametrize(
+    "expr, pattern",
+    [
+        ("'RESULT: OK\\n' + 'y' * 20_000", "RESULT: OK"),
+        ("'x' * 1_000_000 + 'FINAL-MARK'", "FINAL-MARK$"),
+        ("'RESULT: OK\\n' + 'y' * 20_000", "^RESULT"),
+        ("'noise\\nRESULT: OK\\n'", "^RESULT"),
+        ("'noise\\nRESULT: OK\\n'", "(?m)^RESULT"),
+        ("'noise\\nRESULT: OK\\n'", "OK$"),
+        ("'OK\\nnoise\\n'", "OK$"),
+    ],
+)
 def test_expect_output_is_re_search_over_the_whole_output(tmp_path, settings, expr, pattern):
     output = subprocess.run(_printing(expr), shell=True, capture_output=True, text=True, check=True).stdout
     verdict = judge_assertion(tmp_path, _spec({"run": _printing(expr), "expect_output": pattern}))

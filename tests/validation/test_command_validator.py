@@ -30,7 +30,9 @@ def command_profile(settings, tmp_path):
 
 
 def decisions(run):
-    return [e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")]
+    return [
+        e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final").order_by("seq")
+    ]
 
 
 def test_valid_json_on_stdout(command_profile, hello_feature):
@@ -75,9 +77,12 @@ def test_invalid_then_valid_is_repaired_by_reinvocation(command_profile, hello_f
 
 
 def test_prose_is_not_a_verdict_and_repairs_run_out(command_profile, hello_feature):
-    command_profile("""
+    command_profile(
+        """
         print("I think it passes.")
-    """, max_repairs=1)
+    """,
+        max_repairs=1,
+    )
     run = run_now(hello_feature([("VAL-1", None)], validator="cmd"))
     assert run.status == RunStatus.ERROR and run.verdict is None
     assert [d["verdict"] for d in decisions(run)] == ["repair", "rejected"]
@@ -86,10 +91,13 @@ def test_prose_is_not_a_verdict_and_repairs_run_out(command_profile, hello_featu
 
 
 def test_hanging_command_is_killed_and_the_run_errors(command_profile, hello_feature):
-    command_profile("""
+    command_profile(
+        """
         import time
         time.sleep(60)
-    """, timeout=2)
+    """,
+        timeout=2,
+    )
     run = run_now(hello_feature([("VAL-1", None)], validator="cmd"))
     assert run.status == RunStatus.ERROR
     assert run.error.startswith("timeout: the validator command did not finish within 2s")
@@ -108,24 +116,30 @@ def test_failing_command_is_a_validator_error(command_profile, hello_feature):
 def test_the_command_gets_a_scrubbed_environment(command_profile, hello_feature, monkeypatch):
     monkeypatch.setenv("FUSION_SECRET_FOR_TEST", "do-not-leak-me")
     monkeypatch.setenv("AGENT_CLI_KEY", "the-agent-key")
-    command_profile(f"""
+    command_profile(
+        f"""
         import os
         assert "FUSION_SECRET_FOR_TEST" not in os.environ
         assert os.environ["AGENT_CLI_KEY"] == "the-agent-key"
         print(json.dumps({GOOD!r}))
-    """, api_key_env="AGENT_CLI_KEY")
+    """,
+        api_key_env="AGENT_CLI_KEY",
+    )
     run = run_now(hello_feature([("VAL-1", None)], validator="cmd"))
     assert run.status == RunStatus.PASSED, run.error
 
 
-@pytest.mark.parametrize("text, parse", [
-    ('{"a": 1}', "json"),
-    ('  \n{"a": 1}\n', "json"),
-    ('x\n```json\n{"a": 1}\n```\ny', "fenced"),
-    ('```json\n{"a": 1}\n```\n```json\n{"a": 2}\n```', "text"),  # two blocks: ambiguous
-    ('{"a": NaN}', "text"),
-    ('{"a": 1, "a": 2}', "text"),
-    ('```\n{"a": 1}\n```', "text"),  # only a ```json block counts
-])
+@pytest.mark.parametrize(
+    "text, parse",
+    [
+        ('{"a": 1}', "json"),
+        ('  \n{"a": 1}\n', "json"),
+        ('x\n```json\n{"a": 1}\n```\ny', "fenced"),
+        ('```json\n{"a": 1}\n```\n```json\n{"a": 2}\n```', "text"),  # two blocks: ambiguous
+        ('{"a": NaN}', "text"),
+        ('{"a": 1, "a": 2}', "text"),
+        ('```\n{"a": 1}\n```', "text"),  # only a ```json block counts
+    ],
+)
 def test_read_stdout_is_strict(text, parse):
     assert read_stdout(text)[1] == parse

@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.models import Feature, Mission, MissionEvent, Task
+from missions.models import Mission, MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_create
 from tests.conftest import is_postgres
 from validation.models import FixLineage, RunStatus, ValidatorRun
@@ -41,7 +41,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 BAD_GREETING = {"file": "hello.py", "contains": r"def never_there\("}
-
 
 
 def race(*fns, timeout: float = 60) -> list:
@@ -68,17 +67,18 @@ def race(*fns, timeout: float = 60) -> list:
     return results
 
 
-def features(build_mission, git_repo, n: int, *, check=GREETING, **kwargs) -> list[Feature]:
+def features(build_mission, git_repo, n: int, *, check=GREETING, **kwargs) -> list[MissionFeature]:
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     build_mission({f"f{i}": [(f"VAL-{i}", check)] for i in range(n)}, **kwargs)
-    return list(Feature.objects.order_by("order"))
+    return list(MissionFeature.objects.order_by("order"))
 
 
-def started_events(feature: Feature) -> int:
+def started_events(feature: MissionFeature) -> int:
     return MissionEvent.objects.filter(type="validator-run:started", payload__feature=feature.pk).count()
 
 
 # --- the racers really are concurrent sessions -------------------------------------------
+
 
 @pytest.mark.skipif(not is_postgres(), reason="PostgreSQL only: SQLite has no server sessions (see the SQLite variant)")
 def test_racers_hold_distinct_postgresql_sessions():
@@ -107,9 +107,13 @@ def test_racers_hold_distinct_sqlite_connections():
 
 # --- admission ------------------------------------------------------------------------
 
-def test_two_concurrent_validate_requests_give_one_202_and_one_409(idle_broker, build_mission, git_repo, alice, api_for):
+
+def test_two_concurrent_validate_requests_give_one_202_and_one_409(
+    idle_broker, build_mission, git_repo, alice, api_for
+):
     """Five rounds, one fresh feature each, so that a lucky interleaving cannot hide a race."""
     for feature in features(build_mission, git_repo, 5):
+
         def validate():
             response = api_for(alice).post(f"/api/features/{feature.pk}/validate/", {}, format="json")
             return response.status_code, response.json()
@@ -126,8 +130,9 @@ def test_two_concurrent_validate_requests_give_one_202_and_one_409(idle_broker, 
         assert started_events(feature) == 1
 
 
-def test_an_admission_held_open_makes_the_second_request_wait_then_409(idle_broker, build_mission, git_repo, alice,
-                                                                      api_for, monkeypatch):
+def test_an_admission_held_open_makes_the_second_request_wait_then_409(
+    idle_broker, build_mission, git_repo, alice, api_for, monkeypatch
+):
     """Staged: the first admission holds its transaction open after creating the run; the
     second request must wait for it (row lock / IMMEDIATE) and then see the running run."""
     feature = features(build_mission, git_repo, 1)[0]
@@ -162,7 +167,9 @@ def test_an_admission_held_open_makes_the_second_request_wait_then_409(idle_brok
     assert ValidatorRun.objects.filter(feature=feature).count() == 1 and started_events(feature) == 1
 
 
-def test_the_database_allows_one_running_run_per_feature_even_without_the_row_lock(idle_broker, build_mission, git_repo):
+def test_the_database_allows_one_running_run_per_feature_even_without_the_row_lock(
+    idle_broker, build_mission, git_repo
+):
     """Two workers that skipped admission's row lock both try to create a running run:
     the partial unique index lets one in and the other gets a Conflict, not a second run."""
     feature = features(build_mission, git_repo, 1)[0]
@@ -176,9 +183,18 @@ def test_the_database_allows_one_running_run_per_feature_even_without_the_row_lo
 
     def bypass():
         with transaction.atomic():
-            stale = Feature.objects.select_related("mission", "slice").get(pk=feature.pk)  # no row lock
-            return start_run(feature=stale, trigger="manual", cause="validate", profile=profile, revision=revision,
-                             fingerprint=fingerprint, actor_id=None, assertions=assertions, protection={})
+            stale = MissionFeature.objects.select_related("mission", "slice").get(pk=feature.pk)  # no row lock
+            return start_run(
+                feature=stale,
+                trigger="manual",
+                cause="validate",
+                profile=profile,
+                revision=revision,
+                fingerprint=fingerprint,
+                actor_id=None,
+                assertions=assertions,
+                protection={},
+            )
 
     results = race(bypass, bypass)
     runs = [r for r in results if isinstance(r, ValidatorRun)]
@@ -193,7 +209,8 @@ def test_the_database_allows_one_running_run_per_feature_even_without_the_row_lo
 
 # --- fix idempotency ------------------------------------------------------------------
 
-def failed_feature(build_mission, git_repo, **kwargs) -> tuple[Feature, ValidatorRun]:
+
+def failed_feature(build_mission, git_repo, **kwargs) -> tuple[MissionFeature, ValidatorRun]:
     """A report-only mission whose feature failed: `needs_fix`, no fix yet."""
     feature = features(build_mission, git_repo, 1, check=BAD_GREETING, auto_fix=False, **kwargs)[0]
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
@@ -207,12 +224,17 @@ def failed_feature(build_mission, git_repo, **kwargs) -> tuple[Feature, Validato
 def test_fix_create_from_concurrent_workers_makes_one_fix(idle_broker, build_mission, git_repo, workers):
     feature, run = failed_feature(build_mission, git_repo)
     results = race(*[lambda: fix_create(source_id=feature.pk, run_id=run.pk)] * workers)
-    assert all(isinstance(r, Feature) for r in results), results
+    assert all(isinstance(r, MissionFeature) for r in results), results
     assert len({r.pk for r in results}) == 1
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     assert results[0].pk == fix.pk and fix.title == f"Fix: {feature.title}"
     lineage = FixLineage.objects.get()
-    assert (lineage.root_id, lineage.source_id, lineage.fix_id, lineage.run_id) == (feature.pk, feature.pk, fix.pk, run.pk)
+    assert (lineage.root_id, lineage.source_id, lineage.fix_id, lineage.run_id) == (
+        feature.pk,
+        feature.pk,
+        fix.pk,
+        run.pk,
+    )
     assert list(lineage.failed_assertions.values_list("key", flat=True)) == ["VAL-0"]
     feature.refresh_from_db()
     assert feature.fix_rounds == 1 and feature.loop_state == "implementing"  # charged once, moved once
@@ -220,7 +242,9 @@ def test_fix_create_from_concurrent_workers_makes_one_fix(idle_broker, build_mis
     assert MissionEvent.objects.filter(type="feature:updated", payload__cause="fix_created").count() == 1
 
 
-def test_fix_create_racing_the_operator_and_the_sweep_makes_one_fix(idle_broker, build_mission, git_repo, alice, api_for):
+def test_fix_create_racing_the_operator_and_the_sweep_makes_one_fix(
+    idle_broker, build_mission, git_repo, alice, api_for
+):
     """The operator's `create_fix` (report-only mission) against a recovery sweep that
     re-drives `needs_fix` once auto-fix was switched on: one fix; the operator gets it
     (201) or is told it exists (409)."""
@@ -234,7 +258,7 @@ def test_fix_create_racing_the_operator_and_the_sweep_makes_one_fix(idle_broker,
         return response.status_code, response.json()
 
     (code, body), report = race(operator, redrive_features)
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     assert FixLineage.objects.count() == 1
     if code == 201:
         assert body["id"] == fix.pk
@@ -247,14 +271,16 @@ def test_fix_create_racing_the_operator_and_the_sweep_makes_one_fix(idle_broker,
 
 # --- duplicate task completions --------------------------------------------------------
 
+
 def test_twenty_simultaneous_completions_of_one_task_make_one_run(worker, build_mission, git_repo, alice, api_for):
     feature = features(build_mission, git_repo, 1)[0]
     task = task_create(user=alice, feature=feature)
     revision = git_repo.git("rev-parse", "HEAD").strip()
 
     def complete():
-        response = api_for(alice).post(f"/api/tasks/{task.pk}/complete/", {"revision": revision, "summary": "done"},
-                                       format="json")
+        response = api_for(alice).post(
+            f"/api/tasks/{task.pk}/complete/", {"revision": revision, "summary": "done"}, format="json"
+        )
         return response.status_code
 
     codes = race(*[complete] * 20)
@@ -282,18 +308,26 @@ def test_twenty_simultaneous_deliveries_of_one_task_outcome_make_one_run(idle_br
 
 # --- the reaper against a late completion ------------------------------------------------
 
+
 def pass_verdict(key: str) -> Verdict:
-    return Verdict(status="pass", summary="late but fine", assertions=[
-        AssertionVerdict(key=key, verdict="pass", message="ok", evidence=[Evidence(kind="other", text="late answer")])])
+    return Verdict(
+        status="pass",
+        summary="late but fine",
+        assertions=[
+            AssertionVerdict(
+                key=key, verdict="pass", message="ok", evidence=[Evidence(kind="other", text="late answer")]
+            )
+        ],
+    )
 
 
-def expired_run(feature: Feature) -> ValidatorRun:
+def expired_run(feature: MissionFeature) -> ValidatorRun:
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     ValidatorRun.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
     return run
 
 
-def assert_one_terminal_write(feature: Feature, run: ValidatorRun, *, reaped: bool) -> None:
+def assert_one_terminal_write(feature: MissionFeature, run: ValidatorRun, *, reaped: bool) -> None:
     run.refresh_from_db()
     feature.refresh_from_db()
     completed = MissionEvent.objects.filter(type="validator-run:completed", payload__run=run.pk)
@@ -302,7 +336,9 @@ def assert_one_terminal_write(feature: Feature, run: ValidatorRun, *, reaped: bo
         assert run.status == RunStatus.ERROR and run.verdict is None and run.error.startswith("timeout:")
         assert completed.get().payload["status"] == "error"
         retry = ValidatorRun.objects.exclude(pk=run.pk).get(feature=feature)
-        assert retry.status == RunStatus.RUNNING and feature.last_run_id == retry.pk and feature.loop_state == "validating"
+        assert (
+            retry.status == RunStatus.RUNNING and feature.last_run_id == retry.pk and feature.loop_state == "validating"
+        )
     else:
         assert run.status == RunStatus.PASSED and run.error == "" and run.verdict["status"] == "pass"
         assert completed.get().payload["status"] == "passed"
@@ -347,6 +383,7 @@ def test_the_side_that_commits_second_writes_nothing(idle_broker, build_mission,
         def call():
             assert holding.wait(timeout=20)
             return fn()
+
         return call
 
     if first == "reaper":

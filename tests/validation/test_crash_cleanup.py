@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from missions.models import Feature, MissionEvent
+from fusion_site.base.snapshots import snapshot, snapshot_root
+from missions.models import MissionEvent, MissionFeature
 from validation.context import ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
 from validation.services import runner
 from validation.services.admission import feature_admit
 from validation.services.recovery import recover
-from validation.snapshots import snapshot, snapshot_root
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,11 +31,10 @@ GREETING = {"file": "hello.py", "contains": r"def hello\("}
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
-def hello_feature(build_mission, git_repo) -> Feature:
+def hello_feature(build_mission, git_repo) -> MissionFeature:
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     build_mission({"hello": [("VAL-1", GREETING)]})
-    return Feature.objects.get(key="hello")
+    return MissionFeature.objects.get(key="hello")
 
 
 def worktrees(repo) -> list[str]:
@@ -62,14 +61,18 @@ def crashing(exc: BaseException, seen: list[Path]):
     return judge
 
 
-@pytest.mark.parametrize("exc, code", [
-    (Boom("the judge fell over"), "host_defect"),
-    (KeyError("assertions"), "host_defect"),
-    (ZeroDivisionError("division by zero"), "host_defect"),
-    (ValidatorCrashed("model went away", code="validator_error"), "validator_error"),
-])
-def test_a_crash_inside_the_snapshot_ends_the_run_and_removes_the_worktree(idle_broker, build_mission, git_repo,
-                                                                          monkeypatch, exc, code):
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (Boom("the judge fell over"), "host_defect"),
+        (KeyError("assertions"), "host_defect"),
+        (ZeroDivisionError("division by zero"), "host_defect"),
+        (ValidatorCrashed("model went away", code="validator_error"), "validator_error"),
+    ],
+)
+def test_a_crash_inside_the_snapshot_ends_the_run_and_removes_the_worktree(
+    idle_broker, build_mission, git_repo, monkeypatch, exc, code
+):
     feature = hello_feature(build_mission, git_repo)
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     seen: list[Path] = []
@@ -107,8 +110,9 @@ def test_a_crash_while_building_the_context_also_cleans_up(idle_broker, build_mi
     assert run.status == RunStatus.ERROR and run.error.startswith("host_defect:") and "No space left" in run.error
 
 
-def test_an_unexpected_crash_on_a_real_worker_ends_promptly_and_blocks_after_three(worker, build_mission, git_repo,
-                                                                                 monkeypatch):
+def test_an_unexpected_crash_on_a_real_worker_ends_promptly_and_blocks_after_three(
+    worker, build_mission, git_repo, monkeypatch
+):
     """Before the fix the exception escaped to Dramatiq: the message was retried with
     backoff on the same still-running run, which then waited for the reaper."""
     feature = hello_feature(build_mission, git_repo)
@@ -139,7 +143,7 @@ HOLDER = textwrap.dedent("""
     import sys, time
     from django.conf import settings
     settings.configure(FUSION_SNAPSHOT_DIR=sys.argv[4])
-    from validation.snapshots import snapshot
+    from fusion_site.base.snapshots import snapshot
     with snapshot(sys.argv[1], sys.argv[2], label=sys.argv[3]) as checkout:
         print(checkout, flush=True)
         time.sleep(120)
@@ -153,9 +157,14 @@ def test_a_worktree_of_a_killed_worker_is_swept_with_its_git_record(idle_broker,
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(git_repo.path), run.revision, f"run-{run.pk}",
-                              str(snapshot_root())],
-                             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(git_repo.path), run.revision, f"run-{run.pk}", str(snapshot_root())],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         checkout = Path(child.stdout.readline().strip())
         assert checkout.is_dir() and len(worktrees(git_repo)) == 2
@@ -184,6 +193,7 @@ def test_a_record_left_locked_by_a_worker_killed_inside_worktree_add_is_dropped(
     record = Path(git_repo.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip()) / "worktrees"
     (record := next(record.iterdir())).joinpath("locked").write_text("initializing")
     import shutil
+
     shutil.rmtree(folder)  # the folder went (or never got its files); the locked record stayed
     git_repo.git("worktree", "prune")
     assert len(worktrees(git_repo)) == 2  # prune spares a locked record
@@ -204,10 +214,10 @@ def test_the_sweep_never_removes_anything_outside_the_snapshot_root(idle_broker,
     (victim / "keep.txt").write_text("mine")
     records = Path(git_repo.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip()) / "worktrees"
     forged = {
-        "up": f"{root}/../.git",                                           # the data dir above the root
-        "through": f"{root}/run-6-0123456789ab/../../victim/.git",         # climbs out by name
-        "elsewhere": f"{victim}/run-5-0123456789ab/.git",                  # a snapshot's name, not under the root
-        "relative": "../../../../victim/.git",                             # relative to the record
+        "up": f"{root}/../.git",  # the data dir above the root
+        "through": f"{root}/run-6-0123456789ab/../../victim/.git",  # climbs out by name
+        "elsewhere": f"{victim}/run-5-0123456789ab/.git",  # a snapshot's name, not under the root
+        "relative": "../../../../victim/.git",  # relative to the record
     }
     for name, gitdir in forged.items():
         (records / name).mkdir(parents=True)

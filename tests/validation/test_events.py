@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 
 from missions import events
-from missions.models import Feature, Mission, MissionEvent
+from missions.models import Mission, MissionEvent, MissionFeature
 from missions.services.tasks import task_complete, task_create
 
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
@@ -61,44 +61,59 @@ def loop_states(seq: int = 0) -> list[tuple[str, str, str]]:
 class TestLoopEvents:
     def test_task_create_and_complete(self, sent, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]})
-        feature = Feature.objects.get(key="hello")
+        feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
         assert types_after() == ["task:updated", "feature:updated"]
         assert loop_states() == [("idle", "implementing", "task_linked")]
         created = MissionEvent.objects.get(type="task:updated")
-        assert created.payload == {"task": task.pk, "feature": feature.pk, "status": "todo", "revision": "",
-                                   "change": "created"}
+        assert created.payload == {
+            "task": task.pk,
+            "feature": feature.pk,
+            "status": "todo",
+            "revision": "",
+            "change": "created",
+        }
         assert created.actor_id == alice.pk
         seq = last_seq()
         rev = git_repo.commit(GOOD)
         task_complete(user=alice, task=task, revision=rev)
         assert types_after(seq) == ["task:updated"]
         done = MissionEvent.objects.get(seq=seq + 1)
-        assert done.payload["status"] == "done" and done.payload["revision"] == rev and done.payload["change"] == "completed"
+        assert (
+            done.payload["status"] == "done"
+            and done.payload["revision"] == rev
+            and done.payload["change"] == "completed"
+        )
         assert [s for s, _t in sent.seqs()] == [1, 2, 3]
         assert sent.seqs() == rows()
         dramatiq.get_broker().flush_all()  # process_task_outcome was queued; no worker here
 
     def test_a_pass(self, sent, worker, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]})
-        feature = Feature.objects.get(key="hello")
+        feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
         task_complete(user=alice, task=task, revision=git_repo.commit(GOOD))
         seq = last_seq()
         worker.drain()
         assert types_after(seq) == [
-            "feature:updated",              # implementing -> validating
+            "feature:updated",  # implementing -> validating
             "validator-run:started",
             "milestone:validation:updated",  # the assertion's new status rolls up (same transaction)
             "validator-run:completed",
-            "feature:updated",              # validating -> passed
+            "feature:updated",  # validating -> passed
         ]
         assert loop_states(seq) == [("implementing", "validating", "task_done"), ("validating", "passed", "pass")]
         by_type = {e.type: e.payload for e in MissionEvent.objects.filter(seq__gt=seq)}
         run_id = by_type["validator-run:started"]["run"]
         assert by_type["validator-run:completed"] == {
-            "run": run_id, "feature": feature.pk, "milestone": feature.slice.milestone_id, "scope": "feature",
-            "status": "passed", "counts": {"pass": 1, "fail": 0, "blocked": 0}, "tokens": 0}
+            "run": run_id,
+            "feature": feature.pk,
+            "milestone": feature.slice.milestone_id,
+            "scope": "feature",
+            "status": "passed",
+            "counts": {"pass": 1, "fail": 0, "blocked": 0},
+            "tokens": 0,
+        }
         assert by_type["milestone:validation:updated"]["state"] == "passed"
         # Every row was sent exactly once, with its own seq.
         assert sent.seqs() == rows()
@@ -107,47 +122,62 @@ class TestLoopEvents:
 
     def test_a_fail_with_auto_fix(self, sent, worker, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]})
-        feature = Feature.objects.get(key="hello")
+        feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
         task_complete(user=alice, task=task, revision=git_repo.commit(BAD))
         seq = last_seq()
         worker.drain()
         assert types_after(seq) == [
-            "feature:updated",              # implementing -> validating
+            "feature:updated",  # implementing -> validating
             "validator-run:started",
             "milestone:validation:updated",
             "validator-run:completed",
             "validator-run:failures-recorded",
-            "feature:updated",              # validating -> needs_fix
-            "feature:updated",              # needs_fix -> implementing (the fix exists)
+            "feature:updated",  # validating -> needs_fix
+            "feature:updated",  # needs_fix -> implementing (the fix exists)
             "fix-feature:created",
         ]
-        assert loop_states(seq) == [("implementing", "validating", "task_done"), ("validating", "needs_fix", "fail"),
-                                    ("needs_fix", "implementing", "fix_created")]
-        fix = Feature.objects.get(generated_from=feature)
+        assert loop_states(seq) == [
+            ("implementing", "validating", "task_done"),
+            ("validating", "needs_fix", "fail"),
+            ("needs_fix", "implementing", "fix_created"),
+        ]
+        fix = MissionFeature.objects.get(generated_from=feature)
         recorded = MissionEvent.objects.get(type="validator-run:failures-recorded").payload
         assert recorded["count"] == 1 and recorded["assertions"] == ["VAL-1"]
         created = MissionEvent.objects.get(type="fix-feature:created").payload
-        assert created == {"feature": fix.pk, "source": feature.pk, "root": feature.pk, "run": recorded["run"],
-                           "round": 1, "budget_left": 2, "assertions": ["VAL-1"]}
+        assert created == {
+            "feature": fix.pk,
+            "source": feature.pk,
+            "root": feature.pk,
+            "run": recorded["run"],
+            "round": 1,
+            "budget_left": 2,
+            "assertions": ["VAL-1"],
+        }
         assert sent.seqs() == rows()
 
     def test_a_fail_report_only(self, sent, worker, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]}, auto_fix=False)
-        feature = Feature.objects.get(key="hello")
+        feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
         task_complete(user=alice, task=task, revision=git_repo.commit(BAD))
         seq = last_seq()
         worker.drain()
         assert types_after(seq) == [
-            "feature:updated", "validator-run:started", "milestone:validation:updated", "validator-run:completed",
-            "validator-run:failures-recorded", "feature:updated", "mission:updated",
+            "feature:updated",
+            "validator-run:started",
+            "milestone:validation:updated",
+            "validator-run:completed",
+            "validator-run:failures-recorded",
+            "feature:updated",
+            "mission:updated",
         ]
         assert MissionEvent.objects.get(type="mission:updated").payload["change"] == "report_only_failure"
 
     def test_nothing_is_sent_before_commit(self, sent, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]})
-        feature = Feature.objects.get(key="hello")
+        feature = MissionFeature.objects.get(key="hello")
         before = last_seq()
         with transaction.atomic():
             task_create(user=alice, feature=feature)
@@ -157,7 +187,7 @@ class TestLoopEvents:
 
     def test_a_rolled_back_change_sends_nothing_and_leaves_no_row(self, sent, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]})
-        feature = Feature.objects.get(key="hello")
+        feature = MissionFeature.objects.get(key="hello")
         before = last_seq()
         with pytest.raises(RuntimeError):
             with transaction.atomic():
@@ -170,9 +200,11 @@ class TestLoopEvents:
 
 
 @pytest.mark.django_db
-def test_on_commit_callbacks_carry_the_rows_seq(sent, build_mission, git_repo, alice, django_capture_on_commit_callbacks):
+def test_on_commit_callbacks_carry_the_rows_seq(
+    sent, build_mission, git_repo, alice, django_capture_on_commit_callbacks
+):
     build_mission({"hello": [("VAL-1", GREETING)]})
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         task = task_create(user=alice, feature=feature)
         task_complete(user=alice, task=task, revision=git_repo.commit(GOOD))

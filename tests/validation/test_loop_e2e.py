@@ -7,7 +7,7 @@ import shutil
 import pytest
 from django.db import transaction
 
-from missions.models import Feature, MissionEvent, Task
+from missions.models import MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_complete, task_create
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
 
@@ -17,8 +17,10 @@ GREETING = {"file": "hello.py", "contains": r"def hello\("}
 
 
 def test_task_completion_drives_feature_to_passed(worker, build_mission, git_repo, alice):
-    mission = build_mission({"hello": [("VAL-1", GREETING), ("VAL-2", {"run": "python hello.py", "expect_output": "hi"})]})
-    feature = Feature.objects.get(key="hello")
+    mission = build_mission(
+        {"hello": [("VAL-1", GREETING), ("VAL-2", {"run": "python hello.py", "expect_output": "hi"})]}
+    )
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     feature.refresh_from_db()
     assert feature.loop_state == "implementing" and feature.implementation_attempts == 1
@@ -31,12 +33,16 @@ def test_task_completion_drives_feature_to_passed(worker, build_mission, git_rep
     assert run.status == RunStatus.PASSED and run.revision == rev and run.verdict["status"] == "pass"
     assert {a["key"]: a["verdict"] for a in run.verdict["assertions"]} == {"VAL-1": "pass", "VAL-2": "pass"}
     assert set(mission.assertions.values_list("status", flat=True)) == {"passed"}
-    assert not list((git_repo.path.parent.parent / "snapshots").glob("*")) if (git_repo.path.parent.parent / "snapshots").exists() else True
+    assert (
+        not list((git_repo.path.parent.parent / "snapshots").glob("*"))
+        if (git_repo.path.parent.parent / "snapshots").exists()
+        else True
+    )
 
 
 def test_failure_generates_fix_then_root_revalidated(worker, build_mission, git_repo, alice):
     build_mission({"hello": [("VAL-1", GREETING)]}, autopilot=False)
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     bad = git_repo.commit({"hello.py": "def goodbye():\n    pass\n"})
     task_complete(user=alice, task=task, revision=bad)
@@ -46,7 +52,7 @@ def test_failure_generates_fix_then_root_revalidated(worker, build_mission, git_
     assert run.status == RunStatus.FAILED
     failure = ValidatorFailure.objects.get(run=run)
     assert failure.assertion_key == "VAL-1" and failure.expected and failure.actual == "no match"
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     assert fix.title == "Fix: Feature hello" and "## Validation cause" in fix.description and "VAL-1" in fix.description
     assert list(fix.assertions.values_list("key", flat=True)) == ["VAL-1"]
     assert FixLineage.objects.filter(source=feature, fix=fix, run=run, root=feature).count() == 1
@@ -68,7 +74,7 @@ def test_duplicate_delivery_makes_one_run(worker, build_mission, git_repo, alice
     from validation.tasks import process_task_outcome
 
     build_mission({"hello": [("VAL-1", GREETING)]})
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     rev = git_repo.commit({"hello.py": "def hello():\n    pass\n"})
     task_complete(user=alice, task=task, revision=rev)
@@ -80,11 +86,11 @@ def test_duplicate_delivery_makes_one_run(worker, build_mission, git_repo, alice
 
 def test_budget_exhausted_blocks_root(worker, build_mission, git_repo, alice):
     build_mission({"hello": [("VAL-1", GREETING)]}, retry_budget=1)
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     task_complete(user=alice, task=task, revision=git_repo.commit({"hello.py": "x = 1\n"}))
     worker.drain()
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     fix_task = task_create(user=alice, feature=fix)
     task_complete(user=alice, task=fix_task, revision=git_repo.commit({"hello.py": "x = 2\n"}))
     worker.drain()
@@ -92,18 +98,18 @@ def test_budget_exhausted_blocks_root(worker, build_mission, git_repo, alice):
     fix.refresh_from_db()
     assert feature.loop_state == "blocked" and feature.stop_reason == "budget_exhausted"
     assert fix.loop_state == "blocked"
-    assert Feature.objects.filter(generated_from=fix).count() == 0  # no second round
+    assert MissionFeature.objects.filter(generated_from=fix).count() == 0  # no second round
     assert MissionEvent.objects.filter(type="mission:updated", payload__change="retry_budget_exhausted").count() == 1
 
 
 def test_report_only_mission_records_failure_without_fix(worker, build_mission, git_repo, alice, api_for):
     build_mission({"hello": [("VAL-1", GREETING)]}, auto_fix=False)
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     task_complete(user=alice, task=task, revision=git_repo.commit({"hello.py": "x = 1\n"}))
     worker.drain()
     feature.refresh_from_db()
-    assert feature.loop_state == "needs_fix" and not Feature.objects.filter(generated_from=feature).exists()
+    assert feature.loop_state == "needs_fix" and not MissionFeature.objects.filter(generated_from=feature).exists()
     response = api_for(alice).post(f"/api/features/{feature.pk}/create_fix/")
     assert response.status_code == 201, response.json()
     assert response.json()["generated_from"] == feature.pk
@@ -115,7 +121,7 @@ def test_a_revision_the_workspace_cannot_resolve_is_refused_at_once(worker, buil
     plain = tmp_path / "plain"
     plain.mkdir()
     build_mission({"hello": [("VAL-1", GREETING)]}, workspace=plain)
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     response = api_for(alice).post(f"/api/tasks/{task.pk}/complete/", {"revision": "abc123"}, format="json")
     assert response.status_code == 400 and response.json()["code"] == "unknown_revision", response.json()
@@ -126,7 +132,7 @@ def test_a_revision_the_workspace_cannot_resolve_is_refused_at_once(worker, buil
 
 def test_a_workspace_gone_after_completion_blocks_with_clear_reason(worker, build_mission, git_repo, alice):
     build_mission({"hello": [("VAL-1", GREETING)]})
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     revision = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     with transaction.atomic():
@@ -141,7 +147,7 @@ def test_a_workspace_gone_after_completion_blocks_with_clear_reason(worker, buil
 
 def test_assertion_without_check_is_blocked_by_checks(worker, build_mission, git_repo, alice):
     build_mission({"hello": [("VAL-1", None)]})
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     task_complete(user=alice, task=task, revision=git_repo.commit({"a.txt": "a"}))
     worker.drain()

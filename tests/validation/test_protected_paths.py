@@ -15,16 +15,16 @@ import subprocess
 import pytest
 import yaml
 
+from fusion_site.base.snapshots import snapshot_root
+from missions.checks_spec import pattern_problems
 from missions.errors import Invalid
-from missions.models import Feature, Mission
+from missions.models import Mission, MissionFeature
 from missions.services.files import mission_export, mission_import
 from validation import protect
-from validation.checks_spec import pattern_problems
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
 from validation.services import runner
 from validation.services.admission import feature_admit
-from validation.snapshots import snapshot_root
 
 TEST_CALC = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n"
 BASE = {
@@ -42,7 +42,6 @@ CHANGED = ["tests/data.bin", "tests/test_calc.py", "tests/test_new.py", "tests/t
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
 
-
 @pytest.fixture
 def base(git_repo) -> str:
     for rel, text in BASE.items():
@@ -55,18 +54,25 @@ def implement(git_repo, calc: str = WRONG) -> str:
     """An implementation that rewrites its tests until they pass, adds one, deletes one."""
     (git_repo.path / "tests/test_other.py").unlink()
     (git_repo.path / "tests/data.bin").write_bytes(b"changed")
-    return git_repo.commit({"calc.py": calc, "tests/test_new.py": "import unittest\n", "docs/notes.md": "done\n",
-                            "tests/test_calc.py": TEST_CALC + "        self.assertEqual(add(2, 2), 0)\n"})
+    return git_repo.commit(
+        {
+            "calc.py": calc,
+            "tests/test_new.py": "import unittest\n",
+            "docs/notes.md": "done\n",
+            "tests/test_calc.py": TEST_CALC + "        self.assertEqual(add(2, 2), 0)\n",
+        }
+    )
 
 
 def protected_mission(build_mission, base: str, checks: list[dict], *, paths=("tests/**",), on_change="fail"):
     mission = build_mission({"calc": [(f"VAL-{i}", c) for i, c in enumerate(checks, 1)]})
-    Mission.objects.filter(pk=mission.pk).update(protected_paths=list(paths), base_revision=base,
-                                                 on_protected_change=on_change)
-    return Feature.objects.get(key="calc")
+    Mission.objects.filter(pk=mission.pk).update(
+        protected_paths=list(paths), base_revision=base, on_protected_change=on_change
+    )
+    return MissionFeature.objects.get(key="calc")
 
 
-def execute(feature: Feature):
+def execute(feature: MissionFeature):
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     runner.execute_run(run.pk)
     run.refresh_from_db()
@@ -112,11 +118,14 @@ def test_restore_passes_right_code_whose_tests_were_touched(build_mission, git_r
     run, verdicts = execute(feature)
     assert run.status == RunStatus.PASSED, verdicts
     assert verdicts["VAL-1"]["evidence"][-1] == {
-        "kind": "other", "text": "the implementation changed protected files: " + ", ".join(CHANGED)}
+        "kind": "other",
+        "text": "the implementation changed protected files: " + ", ".join(CHANGED),
+    }
 
 
-def test_the_validators_see_the_restored_snapshot_and_the_repository_is_untouched(build_mission, git_repo, base,
-                                                                                  monkeypatch):
+def test_the_validators_see_the_restored_snapshot_and_the_repository_is_untouched(
+    build_mission, git_repo, base, monkeypatch
+):
     implement(git_repo)
     feature = protected_mission(build_mission, base, [UNITTEST])
     seen = {}
@@ -124,24 +133,40 @@ def test_the_validators_see_the_restored_snapshot_and_the_repository_is_untouche
 
     def spying(ctx):
         root = ctx.checkout
-        seen.update(calc=(root / "tests/test_calc.py").read_text(), new=(root / "tests/test_new.py").exists(),
-                    other=(root / "tests/test_other.py").read_text(), data=(root / "tests/data.bin").read_bytes(),
-                    notes=(root / "docs/notes.md").read_text(), changed=ctx.protection.changed,
-                    writable=[rel for rel in ("tests/test_calc.py", "tests/test_other.py", "tests/data.bin")
-                              if (root / rel).stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)])
+        seen.update(
+            calc=(root / "tests/test_calc.py").read_text(),
+            new=(root / "tests/test_new.py").exists(),
+            other=(root / "tests/test_other.py").read_text(),
+            data=(root / "tests/data.bin").read_bytes(),
+            notes=(root / "docs/notes.md").read_text(),
+            changed=ctx.protection.changed,
+            writable=[
+                rel
+                for rel in ("tests/test_calc.py", "tests/test_other.py", "tests/data.bin")
+                if (root / rel).stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+            ],
+        )
         return real_judge(ctx)
 
     monkeypatch.setattr(runner, "judge", spying)
     execute(feature)
-    assert seen == {"calc": BASE["tests/test_calc.py"], "new": False, "other": BASE["tests/test_other.py"],
-                    "data": BINARY, "notes": "done\n", "changed": tuple(CHANGED), "writable": []}
+    assert seen == {
+        "calc": BASE["tests/test_calc.py"],
+        "new": False,
+        "other": BASE["tests/test_other.py"],
+        "data": BINARY,
+        "notes": "done\n",
+        "changed": tuple(CHANGED),
+        "writable": [],
+    }
     assert git_repo.git("status", "--porcelain") == ""
     assert "assertEqual(add(2, 2), 0)" in (git_repo.path / "tests/test_calc.py").read_text()
     assert sorted(snapshot_root().iterdir()) == []
 
 
-def test_a_protected_folder_replaced_by_a_symlink_is_restored_inside_the_snapshot(build_mission, git_repo, base,
-                                                                                 tmp_path, monkeypatch):
+def test_a_protected_folder_replaced_by_a_symlink_is_restored_inside_the_snapshot(
+    build_mission, git_repo, base, tmp_path, monkeypatch
+):
     outside = tmp_path / "outside"
     outside.mkdir()
     git_repo.git("rm", "-rq", "tests")
@@ -178,8 +203,10 @@ def test_a_checks_own_protect_applies_to_that_check_only(build_mission, git_repo
 
 def test_a_file_check_whose_file_is_protected_judges_the_base_content(build_mission, git_repo, base):
     implement(git_repo)
-    checks = [{"file": "tests/test_calc.py", "contains": r"add\(2, 2\), 4", "protect": ["tests/**"]},
-              {"file": "tests/test_calc.py", "contains": r"add\(2, 2\), 4"}]
+    checks = [
+        {"file": "tests/test_calc.py", "contains": r"add\(2, 2\), 4", "protect": ["tests/**"]},
+        {"file": "tests/test_calc.py", "contains": r"add\(2, 2\), 4"},
+    ]
     feature = protected_mission(build_mission, base, checks, paths=(), on_change="restore")
     run, verdicts = execute(feature)
     assert verdicts["VAL-1"]["verdict"] == "pass"
@@ -204,15 +231,18 @@ def test_nothing_changed_means_no_note(build_mission, git_repo, base):
 # ------------------------------------------------------------------ patterns
 
 
-@pytest.mark.parametrize(("pattern", "yes", "no"), [
-    ("tests/**", ["tests/a.py", "tests/a/b/c.py"], ["tests", "testsx/a.py", "src/tests/a.py"]),
-    ("**/test_*.py", ["test_a.py", "a/b/test_c.py"], ["a/b/c_test.py", "test_a.pyc"]),
-    ("*.py", ["a.py"], ["a/b.py"]),
-    ("docs/", ["docs/x", "docs/x/y.md"], ["docs", "mydocs/x"]),
-    ("src/*/fixtures/**", ["src/a/fixtures/x.json"], ["src/a/b/fixtures/x.json"]),
-    ("data/[!x]?.csv", ["data/ab.csv"], ["data/xb.csv", "data/a/b.csv"]),
-    ("./tests/**", ["tests/a.py"], []),
-])
+@pytest.mark.parametrize(
+    ("pattern", "yes", "no"),
+    [
+        ("tests/**", ["tests/a.py", "tests/a/b/c.py"], ["tests", "testsx/a.py", "src/tests/a.py"]),
+        ("**/test_*.py", ["test_a.py", "a/b/test_c.py"], ["a/b/c_test.py", "test_a.pyc"]),
+        ("*.py", ["a.py"], ["a/b.py"]),
+        ("docs/", ["docs/x", "docs/x/y.md"], ["docs", "mydocs/x"]),
+        ("src/*/fixtures/**", ["src/a/fixtures/x.json"], ["src/a/b/fixtures/x.json"]),
+        ("data/[!x]?.csv", ["data/ab.csv"], ["data/xb.csv", "data/a/b.csv"]),
+        ("./tests/**", ["tests/a.py"], []),
+    ],
+)
 def test_glob_semantics(pattern, yes, no):
     assert [p for p in yes if protect.matches(p, [pattern])] == yes
     assert [p for p in no if protect.matches(p, [pattern])] == []
@@ -238,8 +268,17 @@ def test_api_reads_and_validates_the_mission_fields(api_for, staff):
     refused = api.post("/api/missions/", {"key": "p", "title": "P", "protected_paths": ["tests/**"]}, format="json")
     assert refused.status_code == 400 and refused.json()["code"] == "base_revision_required", refused.json()
     assert "base_revision" in refused.json()["fields"]
-    created = api.post("/api/missions/", {"key": "p", "title": "P", "protected_paths": ["tests/**"],
-                                          "base_revision": "main", "on_protected_change": "restore"}, format="json")
+    created = api.post(
+        "/api/missions/",
+        {
+            "key": "p",
+            "title": "P",
+            "protected_paths": ["tests/**"],
+            "base_revision": "main",
+            "on_protected_change": "restore",
+        },
+        format="json",
+    )
     assert created.status_code == 201, created.json()
     body = created.json()
     assert (body["protected_paths"], body["on_protected_change"]) == (["tests/**"], "restore")
@@ -254,8 +293,16 @@ def test_api_reads_and_validates_the_mission_fields(api_for, staff):
     assert Mission.objects.get(pk=body["id"]).protected_paths == []
 
 
-DOCUMENT = {"mission": {"key": "pf", "title": "Protected", "base_revision": "abc123", "protected_paths": ["tests/**"],
-                        "on_protected_change": "restore"}, "milestones": []}
+DOCUMENT = {
+    "mission": {
+        "key": "pf",
+        "title": "Protected",
+        "base_revision": "abc123",
+        "protected_paths": ["tests/**"],
+        "on_protected_change": "restore",
+    },
+    "milestones": [],
+}
 
 
 def test_mission_file_imports_and_exports_the_fields():
@@ -269,14 +316,21 @@ def test_mission_file_imports_and_exports_the_fields():
     assert (plain.protected_paths, plain.on_protected_change) == ([], "fail")
 
 
-@pytest.mark.parametrize(("fields", "error"), [
-    ({"base_revision": ""}, "mission.base_revision: required when protected_paths is set (protected files are "
-                            "restored from it)"),
-    ({"protected_paths": ["ok", "/abs"]}, "mission.protected_paths[1]: must be relative to the workspace, not "
-                                          "an absolute path"),
-    ({"protected_paths": "tests/**"}, "mission.protected_paths: must be a list of glob patterns"),
-    ({"on_protected_change": "ignore"}, "mission.on_protected_change: must be one of fail, restore"),
-])
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        (
+            {"base_revision": ""},
+            "mission.base_revision: required when protected_paths is set (protected files are restored from it)",
+        ),
+        (
+            {"protected_paths": ["ok", "/abs"]},
+            "mission.protected_paths[1]: must be relative to the workspace, not an absolute path",
+        ),
+        ({"protected_paths": "tests/**"}, "mission.protected_paths: must be a list of glob patterns"),
+        ({"on_protected_change": "ignore"}, "mission.on_protected_change: must be one of fail, restore"),
+    ],
+)
 def test_mission_file_errors_name_the_path(fields, error):
     with pytest.raises(Invalid) as caught:
         mission_import(document={**DOCUMENT, "mission": {**DOCUMENT["mission"], **fields}})
@@ -308,8 +362,9 @@ def test_admin_validates_the_fields(admin_client, admin_user):
     assert "Set a base revision: protected paths are restored from it." in refused.content.decode()
     refused = admin_client.post(url, {**data, "protected_paths": '["../x"]', "base_revision": "main"})
     assert refused.status_code == 200 and "protected_paths[0]: must not contain `..`" in refused.content.decode()
-    saved = admin_client.post(url, {**data, "protected_paths": '["tests/**"]', "base_revision": "main",
-                                    "on_protected_change": "restore"})
+    saved = admin_client.post(
+        url, {**data, "protected_paths": '["tests/**"]', "base_revision": "main", "on_protected_change": "restore"}
+    )
     assert saved.status_code == 302
     mission.refresh_from_db()
     assert (mission.protected_paths, mission.on_protected_change) == (["tests/**"], "restore")
@@ -323,6 +378,10 @@ def test_the_demo_mission_protects_its_tests(tmp_path, alice):
     from missions.management.commands.demo import create_demo
 
     mission = create_demo(directory=tmp_path / "demo-repo", user=alice)
-    first = subprocess.run(["git", "-C", mission.workspace, "rev-list", "--max-parents=0", "HEAD"], check=True,
-                           capture_output=True, text=True).stdout.strip()
+    first = subprocess.run(
+        ["git", "-C", mission.workspace, "rev-list", "--max-parents=0", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert (mission.protected_paths, mission.base_revision) == (["tests/**"], first)

@@ -8,14 +8,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from missions.models import Feature, Mission, MissionEvent, Task
+from fusion_site.base.snapshots import snapshot_root
+from missions.models import Mission, MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_create
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services import admission
 from validation.services.admission import feature_admit
 from validation.services.outcomes import run_complete, run_error
 from validation.services.recovery import recover
-from validation.snapshots import snapshot_root
 from validation.verdict import AssertionVerdict, Evidence, Verdict
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,19 +23,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 
 
-
-def hello_feature(build_mission, git_repo, *, good=True, **kwargs) -> Feature:
+def hello_feature(build_mission, git_repo, *, good=True, **kwargs) -> MissionFeature:
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n" if good else "def goodbye():\n    pass\n"})
     build_mission({"hello": [("VAL-1", GREETING)]}, **kwargs)
-    return Feature.objects.get(key="hello")
+    return MissionFeature.objects.get(key="hello")
 
 
 def world() -> dict:
     """Everything a sweep could change."""
     return {
         "runs": sorted(ValidatorRun.objects.values_list("pk", "status", "lease_until")),
-        "features": sorted(Feature.objects.values_list("pk", "loop_state", "status", "last_run_id", "validator_attempts",
-                                                       "fix_rounds", "stop_reason")),
+        "features": sorted(
+            MissionFeature.objects.values_list(
+                "pk", "loop_state", "status", "last_run_id", "validator_attempts", "fix_rounds", "stop_reason"
+            )
+        ),
         "events": MissionEvent.objects.count(),
         "lineage": FixLineage.objects.count(),
         "failures": ValidatorFailure.objects.count(),
@@ -52,15 +54,22 @@ def assert_second_sweep_changes_nothing(worker=None) -> None:
     assert world() == before
 
 
-def start_run_now(feature: Feature) -> ValidatorRun:
+def start_run_now(feature: MissionFeature) -> ValidatorRun:
     admitted = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate")
     assert admitted.outcome == "started"
     return admitted.run
 
 
 def pass_verdict(key: str = "VAL-1") -> Verdict:
-    return Verdict(status="pass", summary="late", assertions=[
-        AssertionVerdict(key=key, verdict="pass", message="ok", evidence=[Evidence(kind="other", text="late answer")])])
+    return Verdict(
+        status="pass",
+        summary="late",
+        assertions=[
+            AssertionVerdict(
+                key=key, verdict="pass", message="ok", evidence=[Evidence(kind="other", text="late answer")]
+            )
+        ],
+    )
 
 
 def test_expired_lease_is_reaped_and_retried(idle_broker, build_mission, git_repo):
@@ -110,7 +119,7 @@ def test_needs_fix_without_a_fix_gets_one(worker, build_mission, git_repo):
     report = recover()
     worker.drain()
     assert report["needs_fix"] == [feature.pk]
-    fix = Feature.objects.get(generated_from=feature)
+    fix = MissionFeature.objects.get(generated_from=feature)
     lineage = FixLineage.objects.get()
     assert (lineage.source_id, lineage.fix_id, lineage.run_id) == (feature.pk, fix.pk, feature.last_run_id)
     feature.refresh_from_db()
@@ -138,7 +147,7 @@ def test_implementing_feature_whose_task_is_done_is_validated(worker, build_miss
 
 def test_stranded_done_feature_is_validated(worker, build_mission, git_repo):
     feature = hello_feature(build_mission, git_repo)
-    Feature.objects.filter(pk=feature.pk).update(status="done")  # done, never validated
+    MissionFeature.objects.filter(pk=feature.pk).update(status="done")  # done, never validated
     report = recover()
     assert report["stranded_done"] == [feature.pk]
     worker.drain()
@@ -151,7 +160,7 @@ def test_stranded_done_feature_is_validated(worker, build_mission, git_repo):
 
 def test_inactive_missions_are_left_alone(idle_broker, build_mission, git_repo):
     feature = hello_feature(build_mission, git_repo, status="paused")
-    Feature.objects.filter(pk=feature.pk).update(status="done")
+    MissionFeature.objects.filter(pk=feature.pk).update(status="done")
     before = world()
     report = recover()
     assert report["stranded_done"] == [] and world() == before
@@ -215,9 +224,9 @@ def test_leftover_snapshots_of_finished_runs_are_removed(idle_broker, build_miss
     assert_second_sweep_changes_nothing()
 
 
-def build_mission_feature(git_repo, feature: Feature) -> Feature:
+def build_mission_feature(git_repo, feature: MissionFeature) -> MissionFeature:
     """A second feature in the same slice, linked to the same assertion."""
-    other = Feature(slice=feature.slice, key="other", title="Other", description="Other.", order=1)
+    other = MissionFeature(slice=feature.slice, key="other", title="Other", description="Other.", order=1)
     other.save()
     other.assertions.add(*feature.assertions.all())
     return other

@@ -54,7 +54,11 @@ def test_replay_of_a_repaired_run_judges_each_candidate_again(scripted, hello_fe
     run = run_now(hello_feature(TWO))
     assert run.status == RunStatus.PASSED
     assert [e.payload["verdict"] for e in JournalEntry.objects.filter(run=run, kind="decision").order_by("seq")] == [
-        "repair", "repair", "accepted", "accepted"]
+        "repair",
+        "repair",
+        "accepted",
+        "accepted",
+    ]
     report = replay_run(run.pk)
     assert report.ok, report.problems
     assert len(fn.calls) == 3
@@ -69,8 +73,12 @@ def test_replay_of_an_error_run_reproduces_the_error(scripted, hello_feature):
 
 
 def test_replay_of_a_checks_run(hello_feature):
-    run = run_now(hello_feature([("VAL-1", {"file": "hello.py", "contains": "def hello"}),
-                                 ("VAL-2", {"run": "python hello.py"})], validator="checks"))
+    run = run_now(
+        hello_feature(
+            [("VAL-1", {"file": "hello.py", "contains": "def hello"}), ("VAL-2", {"run": "python hello.py"})],
+            validator="checks",
+        )
+    )
     assert run.status == RunStatus.PASSED
     report = replay_run(run.pk)
     assert report.ok, report.problems
@@ -106,8 +114,9 @@ def test_replay_of_a_composite_run_with_an_agent(scripted, hello_feature, settin
 
     fn = scripted([("verdict", verdict(item("VAL-2")))])
     add_profile(settings, "mixed", {"kind": "composite", "agent": "scripted"})
-    run = run_now(hello_feature([("VAL-1", {"file": "hello.py", "contains": "def hello"}), ("VAL-2", None)],
-                                validator="mixed"))
+    run = run_now(
+        hello_feature([("VAL-1", {"file": "hello.py", "contains": "def hello"}), ("VAL-2", None)], validator="mixed")
+    )
     assert run.status == RunStatus.PASSED, run.error
     assert [a["key"] for a in run.verdict["assertions"]] == ["VAL-1", "VAL-2"]
     assert JournalEntry.objects.filter(run=run, kind="check", key="VAL-1").exists()

@@ -22,12 +22,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.models import Feature, MissionEvent
+from missions.models import MissionEvent, MissionFeature
 from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import events, wait_for
+from tests.reliability.conftest import race
 from tests.support.agent_env import add_profile, hello_feature, scripted  # noqa: F401 — fixtures
 from tests.support.verdicts import item, verdict
-from tests.reliability.conftest import race
 from validation.models import JournalEntry, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.operator import feature_repair, feature_validate
@@ -40,7 +40,6 @@ GREETING = {"file": "hello.py", "contains": r"def hello\("}
 GOOD = {"hello.py": "def hello():\n    return 'hi'\n"}
 BAD = {"hello.py": "def goodbye():\n    pass\n"}
 FULL_ID = re.compile(r"^[0-9a-f]{40}$")
-
 
 
 class _Recorder(dramatiq.Middleware):
@@ -60,11 +59,11 @@ def sent(idle_broker):
     idle_broker.middleware.remove(recorder)
 
 
-def hello() -> Feature:
-    return Feature.objects.get(key="hello")
+def hello() -> MissionFeature:
+    return MissionFeature.objects.get(key="hello")
 
 
-def runs_of(feature: Feature) -> list[ValidatorRun]:
+def runs_of(feature: MissionFeature) -> list[ValidatorRun]:
     return list(ValidatorRun.objects.filter(feature=feature).order_by("id"))
 
 
@@ -130,8 +129,9 @@ def test_an_unknown_revision_is_refused_and_changes_nothing(worker, build_missio
 # --- 2. reuse honours newer evidence; a blocked feature stays blocked --------------------------
 
 
-def test_a_failing_re_run_on_the_same_input_is_newer_evidence_than_the_pass(worker, build_mission, git_repo, alice,
-                                                                             tmp_path):
+def test_a_failing_re_run_on_the_same_input_is_newer_evidence_than_the_pass(
+    worker, build_mission, git_repo, alice, tmp_path
+):
     outcome = tmp_path / "outcome.txt"  # outside the repository: the input stays the same
     outcome.write_text("ok")
     judge = tmp_path / "judge.py"
@@ -203,8 +203,11 @@ def test_a_blocked_feature_is_never_moved_out_of_blocked_by_a_reuse(worker, buil
     assert feature.loop_state == "implementing"
     left = [e for e in events(mission, "feature:updated") if e.seq > events_before]
     assert [(e.payload["from"], e.payload["loop_state"], e.payload["cause"]) for e in left] == [
-        ("blocked", "validating", "re_run"), ("validating", "needs_fix", "fail"),
-        ("needs_fix", "blocked", "budget_exhausted"), ("blocked", "implementing", "clear")]
+        ("blocked", "validating", "re_run"),
+        ("validating", "needs_fix", "fail"),
+        ("needs_fix", "blocked", "budget_exhausted"),
+        ("blocked", "implementing", "clear"),
+    ]
 
 
 # --- 3. a run judges exactly its admitted assertion set ----------------------------------------
@@ -236,7 +239,7 @@ def test_nothing_to_judge_is_never_a_pass(idle_broker, build_mission, git_repo, 
     assert admission.outcome == "blocked" and admission.run is None
     feature.refresh_from_db()
     assert (feature.loop_state, feature.stop_reason) == ("blocked", "no_assertions")
-    other = Feature.objects.get(key="other")
+    other = MissionFeature.objects.get(key="other")
     response = api_for(alice).post(f"/api/features/{other.pk}/validate/", {}, format="json")
     assert response.status_code == 400 and response.json()["code"] == "no_assertions", response.json()
     assert response.json()["detail"]
@@ -253,29 +256,37 @@ MIXED = [
     ("VAL-2", None),  # no check: the model decides
     ("VAL-3", GREETING),  # the check passes; the model says fail
 ]
-MODEL_SAYS = verdict(item("VAL-1"), item("VAL-2", message="the model looked"),
-                     item("VAL-3", "fail", expected="a friendly hello", actual="a curt hello"))
+MODEL_SAYS = verdict(
+    item("VAL-1"),
+    item("VAL-2", message="the model looked"),
+    item("VAL-3", "fail", expected="a friendly hello", actual="a curt hello"),
+)
 
 
 def assert_checks_outrank_the_model(run: ValidatorRun) -> None:
     assert run.status == RunStatus.FAILED, run.error
     judged = {a["key"]: a for a in run.verdict["assertions"]}
     assert {k: a["verdict"] for k, a in judged.items()} == {"VAL-1": "fail", "VAL-2": "pass", "VAL-3": "fail"}
-    assert judged["VAL-1"]["expected"] == "hello.py matches /def missing\\(/" and judged["VAL-1"]["actual"] == "no match"
+    assert (
+        judged["VAL-1"]["expected"] == "hello.py matches /def missing\\(/" and judged["VAL-1"]["actual"] == "no match"
+    )
     assert judged["VAL-2"]["message"] == "the model looked"
     assert (judged["VAL-3"]["expected"], judged["VAL-3"]["actual"]) == ("a friendly hello", "a curt hello")
     failures = {f.assertion_key: f for f in ValidatorFailure.objects.filter(run=run)}
     assert sorted(failures) == ["VAL-1", "VAL-3"] and failures["VAL-1"].actual == "no match"
-    feature = Feature.objects.get(pk=run.feature_id)
-    fix = Feature.objects.get(generated_from=feature)  # auto_fix: the failures come back as a fix
+    feature = MissionFeature.objects.get(pk=run.feature_id)
+    fix = MissionFeature.objects.get(generated_from=feature)  # auto_fix: the failures come back as a fix
     assert feature.loop_state == "implementing" and "VAL-1" in fix.description and "VAL-3" in fix.description
 
 
 def test_a_command_validators_pass_cannot_override_a_failing_check(settings, tmp_path, hello_feature):
     script = tmp_path / "says_pass.py"
-    script.write_text("import json, sys\nsys.stdin.read()\n" + textwrap.dedent(f"""
+    script.write_text(
+        "import json, sys\nsys.stdin.read()\n"
+        + textwrap.dedent(f"""
         print(json.dumps({MODEL_SAYS!r}))
-    """))
+    """)
+    )
     add_profile(settings, "cmd", {"kind": "command", "command": [sys.executable, str(script)]})
     feature = hello_feature(MIXED, validator="cmd")
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
@@ -302,7 +313,7 @@ def test_a_root_is_judged_at_its_fixs_revision_afterwards(worker, build_mission,
     r1 = git_repo.commit(BAD, "r1: wrong")
     task_complete(user=alice, task=task_create(user=alice, feature=root), revision=r1)
     worker.drain()
-    fix = Feature.objects.get(generated_from=root)
+    fix = MissionFeature.objects.get(generated_from=root)
     r2 = git_repo.commit(GOOD, "r2: the fix")
     task_complete(user=alice, task=task_create(user=alice, feature=fix), revision=r2)
     worker.drain()
@@ -336,14 +347,16 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(sent, settings, build_
     settings.FUSION_RUN_HEARTBEAT_SECONDS = 0.2
     flag = tmp_path / "go.flag"
     waiter = tmp_path / "waiter.py"
-    waiter.write_text(textwrap.dedent(f"""
+    waiter.write_text(
+        textwrap.dedent(f"""
         import os, sys, time
         deadline = time.monotonic() + 120
         while not os.path.exists({str(flag)!r}):
             if time.monotonic() > deadline:
                 sys.exit(3)
             time.sleep(0.05)
-    """))
+    """)
+    )
     git_repo.commit(GOOD)
     build_mission({"hello": [("VAL-1", {"run": f"{sys.executable} {waiter}", "expect_exit": 0, "timeout": 900})]})
     feature = hello()
@@ -362,6 +375,7 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(sent, settings, build_
     thread = threading.Thread(target=judge, daemon=True)
     thread.start()
     try:
+
         def lease():
             return ValidatorRun.objects.filter(pk=run.pk).values_list("lease_until", flat=True).get()
 
@@ -399,7 +413,7 @@ def _root_failed_and_fix_in_flight(build_mission, git_repo, alice, **mission_fie
     assert task_outcome_process(task_id=task.pk) == "started"
     root.refresh_from_db()
     assert execute_run(root.last_run_id) == RunStatus.FAILED
-    fix = Feature.objects.get(generated_from=root)
+    fix = MissionFeature.objects.get(generated_from=root)
     fix_task = task_create(user=alice, feature=fix)
     r2 = git_repo.commit(GOOD, "r2: the fix")
     task_complete(user=alice, task=fix_task, revision=r2)
@@ -410,8 +424,9 @@ def _root_failed_and_fix_in_flight(build_mission, git_repo, alice, **mission_fie
     return root, fix, fix.last_run, r1, r2
 
 
-def test_a_fix_passing_while_its_root_is_validating_re_judges_the_root_at_the_fix(idle_broker, build_mission, git_repo,
-                                                                                    alice):
+def test_a_fix_passing_while_its_root_is_validating_re_judges_the_root_at_the_fix(
+    idle_broker, build_mission, git_repo, alice
+):
     root, fix, fix_run, r1, r2 = _root_failed_and_fix_in_flight(build_mission, git_repo, alice)
     busy = feature_admit(feature_id=root.pk, trigger="manual", cause="re_run", force=True)
     assert busy.outcome == "started" and busy.run.revision == r1
@@ -483,7 +498,7 @@ def test_a_claim_is_exclusive_until_its_lease_passes(idle_broker, build_mission,
 
 def test_two_deliveries_at_once_judge_a_run_once(idle_broker, build_mission, git_repo):
     git_repo.commit(GOOD)
-    slow = {"run": f"{sys.executable} -c \"import time; time.sleep(1)\"", "expect_exit": 0, "timeout": 60}
+    slow = {"run": f'{sys.executable} -c "import time; time.sleep(1)"', "expect_exit": 0, "timeout": 60}
     build_mission({"hello": [("VAL-1", GREETING), ("VAL-2", slow)]})
     feature = hello()
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run

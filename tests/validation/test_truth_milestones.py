@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from missions.models import ContractAssertion, Feature, Milestone, Mission, Slice, Task
+from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice, Task
 from missions.services.lifecycle import mission_activate
 from missions.services.milestones import milestone_ready
 from missions.services.tasks import task_complete, task_create
@@ -30,7 +30,6 @@ REOPENED = ["slice_reopened", "milestone_reopened", "reopened"]
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 GOOD = {"hello.py": "def hello():\n    return 'hi'\n"}
 BAD = {"hello.py": "def goodbye():\n    pass\n"}
-
 
 
 def changes(mission: Mission, *, after: int = 0) -> list[str]:
@@ -52,8 +51,14 @@ def milestone_runs(mission: Mission) -> list[ValidatorRun]:
 
 def milestone_assertion(mission: Mission, check: dict) -> ContractAssertion:
     milestone = Milestone.objects.get(mission=mission, key="m1")
-    assertion = ContractAssertion(milestone=milestone, key="VAL-M", title="the whole", statement="the milestone holds",
-                                  scope="milestone", check_spec=check)
+    assertion = ContractAssertion(
+        milestone=milestone,
+        key="VAL-M",
+        title="the whole",
+        statement="the milestone holds",
+        scope="milestone",
+        check_spec=check,
+    )
     assertion.save()
     return assertion
 
@@ -88,7 +93,9 @@ def assert_reopened(mission: Mission, *, after: int, cause: str) -> None:
     reopened = [e for e in events(mission, "mission:updated") if e.seq > after and e.payload.get("change") in REOPENED]
     assert [e.payload["change"] for e in reopened] == REOPENED
     assert {e.payload["cause"] for e in reopened} == {cause}
-    assert "completed" not in changes(mission, after=after) and "milestone_completed" not in changes(mission, after=after)
+    assert "completed" not in changes(mission, after=after) and "milestone_completed" not in changes(
+        mission, after=after
+    )
 
 
 # --- 6. complete only while everything under it is done -------------------------------------
@@ -117,7 +124,7 @@ def test_a_failed_manual_validation_leaves_the_mission_incomplete(worker, alice,
     flaky check); with auto_fix off the feature waits in needs_fix, and the milestone it
     belongs to is not completed, whatever a milestone run would say."""
     flag = tmp_path / "broken-flag"
-    flaky = {"run": f"python -c \"import os, sys; sys.exit(os.path.exists({str(flag)!r}))\""}
+    flaky = {"run": f'python -c "import os, sys; sys.exit(os.path.exists({str(flag)!r}))"'}
     mission = make_mission(alice, git_repo.path, status="active", auto_fix=False)
     add_slice(mission, "m1", "s1", ["a"], extra_check=flaky)
     task_create(user=alice, feature=feature(mission, "a"))
@@ -131,7 +138,7 @@ def test_a_failed_manual_validation_leaves_the_mission_incomplete(worker, alice,
     run = ValidatorRun.objects.get(pk=admission.run.pk)
     assert run.status == RunStatus.FAILED and run.revision == a.last_run.revision
     a.refresh_from_db()
-    assert a.loop_state == "needs_fix" and not Feature.objects.filter(generated_from=a).exists()
+    assert a.loop_state == "needs_fix" and not MissionFeature.objects.filter(generated_from=a).exists()
     assert "report_only_failure" in changes(mission)
     with transaction.atomic():
         assert milestone_ready(milestone=Milestone.objects.get(mission=mission)) == "waiting"
@@ -233,14 +240,17 @@ def test_a_milestone_regression_without_auto_fix_waits_for_an_operators_fix(work
     assert list(run.failures.values_list("assertion_key", flat=True)) == ["VAL-a"]
     a = feature(mission, "a")
     assert a.loop_state == "needs_fix" and a.last_run_id == run.pk
-    assert not Feature.objects.filter(generated_from=a).exists()  # report only: nothing made by itself
+    assert not MissionFeature.objects.filter(generated_from=a).exists()  # report only: nothing made by itself
     moved = [e for e in events(mission, "feature:updated") if e.payload.get("feature") == a.pk][-1]
     assert (moved.payload["from"], moved.payload["loop_state"], moved.payload["cause"]) == (
-        "passed", "needs_fix", "milestone_regression")
+        "passed",
+        "needs_fix",
+        "milestone_regression",
+    )
 
     response = api_for(alice).post(f"/api/features/{a.pk}/create_fix/")
     assert response.status_code == 201, response.json()
-    fix = Feature.objects.get(pk=response.json()["id"])
+    fix = MissionFeature.objects.get(pk=response.json()["id"])
     assert fix.generated_from_id == a.pk and fix.generated_from_run_id == run.pk
     assert "## Validation cause" in fix.description and f"Validator run {run.pk}" in fix.description
     assert "### VAL-a" in fix.description
@@ -258,15 +268,17 @@ def test_a_fix_in_flight_when_its_root_passes_is_superseded(idle_broker, build_m
 
     mission = build_mission({"hello": [("VAL-1", GREETING)]}, autopilot=True)
     assert autopilot_advance(mission_id=mission.pk) == "activated"
-    root = Feature.objects.get(key="hello")
+    root = MissionFeature.objects.get(key="hello")
     task = Task.objects.get(feature=root)
     task_complete(user=alice, task=task, revision=git_repo.commit(BAD, "wrong"))
     assert task_outcome_process(task_id=task.pk) == "started"
     root.refresh_from_db()
     assert execute_run(root.last_run_id) == RunStatus.FAILED
-    fix = Feature.objects.get(generated_from=root)
+    fix = MissionFeature.objects.get(generated_from=root)
     fix_task = Task.objects.get(feature=fix)  # the autopilot's
-    task_complete(user=alice, task=fix_task, revision=git_repo.commit({"hello.py": "def hullo():\n    pass\n"}, "fix attempt"))
+    task_complete(
+        user=alice, task=fix_task, revision=git_repo.commit({"hello.py": "def hullo():\n    pass\n"}, "fix attempt")
+    )
     assert task_outcome_process(task_id=fix_task.pk) == "started"
     fix.refresh_from_db()
     fix_run = fix.last_run
@@ -288,15 +300,18 @@ def test_a_fix_in_flight_when_its_root_passes_is_superseded(idle_broker, build_m
     assert ValidatorRun.objects.get(pk=fix_run.pk).status == RunStatus.CANCELLED
     closed = [e for e in events(mission, "feature:updated") if e.payload.get("feature") == fix.pk][-1]
     assert (closed.payload["from"], closed.payload["loop_state"], closed.payload["cause"]) == (
-        "validating", "superseded", "superseded")
+        "validating",
+        "superseded",
+        "superseded",
+    )
 
     # The cancelled run's late delivery changes nothing.
-    features, runs, seq = Feature.objects.count(), ValidatorRun.objects.count(), last_seq(mission)
+    features, runs, seq = MissionFeature.objects.count(), ValidatorRun.objects.count(), last_seq(mission)
     assert execute_run(fix_run.pk) == "stale"
     fix.refresh_from_db()
     root.refresh_from_db()
     assert fix.loop_state == "superseded" and ValidatorRun.objects.get(pk=fix_run.pk).status == RunStatus.CANCELLED
-    assert (Feature.objects.count(), ValidatorRun.objects.count(), last_seq(mission)) == (features, runs, seq)
+    assert (MissionFeature.objects.count(), ValidatorRun.objects.count(), last_seq(mission)) == (features, runs, seq)
     assert root.fix_rounds == rounds and FixLineage.objects.filter(root=root).count() == 1
 
     # The autopilot counts the slice done: the milestone is judged, then the mission completes.
@@ -311,6 +326,7 @@ def test_a_fix_in_flight_when_its_root_passes_is_superseded(idle_broker, build_m
 
 # --- 6. a changed contract is judged again ----------------------------------------------------
 
+
 def test_an_assertion_linked_to_a_passed_feature_reopens_and_judges_it_again(worker, alice, git_repo):
     from missions.services.hierarchy import assertion_create, assertion_link
 
@@ -319,17 +335,28 @@ def test_an_assertion_linked_to_a_passed_feature_reopens_and_judges_it_again(wor
     a = feature(mission, "a")
     passed_run = a.last_run_id
     with transaction.atomic():
-        extra = assertion_create(user=alice, milestone=Milestone.objects.get(mission=mission), key="VAL-a-more",
-                                 title="a says more", statement="a.txt says more", check_spec=None)
+        extra = assertion_create(
+            user=alice,
+            milestone=Milestone.objects.get(mission=mission),
+            key="VAL-a-more",
+            title="a says more",
+            statement="a.txt says more",
+            check_spec=None,
+        )
         assertion_link(user=alice, feature=a, assertion=extra)
     # the milestone was judged over another set: not complete; `a` is judged over its new set
     assert statuses(mission)[1:] == ("active", "active")
-    milestone_reopened = [e for e in events(mission, "mission:updated") if e.seq > before
-                          and e.payload.get("change") == "milestone_reopened"]
+    milestone_reopened = [
+        e
+        for e in events(mission, "mission:updated")
+        if e.seq > before and e.payload.get("change") == "milestone_reopened"
+    ]
     assert milestone_reopened and milestone_reopened[0].payload["cause"] == "assertion_created"
     moved = [e.payload for e in events(mission, "feature:updated") if e.seq > before and e.payload["feature"] == a.pk]
     assert [(p["from"], p["loop_state"], p["cause"]) for p in moved][:2] == [
-        ("passed", "idle", "contract_changed"), ("idle", "validating", "contract_changed")]
+        ("passed", "idle", "contract_changed"),
+        ("idle", "validating", "contract_changed"),
+    ]
     worker.drain()
     a.refresh_from_db()
     run = a.last_run

@@ -36,17 +36,37 @@ import dramatiq
 import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, Phase, settings, strategies as st
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import note as _note
+from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
 )
 
+import missions.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
+import validation.tasks  # noqa: E402,F401
 from missions import events
 from missions.errors import DomainError, IllegalTransition
 from missions.models import (
-    AssertionScope, ContractAssertion, Feature, FeatureAssertion, LoopState, Milestone, MilestoneStatus, Mission,
-    MissionEvent, MissionStatus, Slice, SliceStatus, Task, TaskStatus,
+    AssertionScope,
+    ContractAssertion,
+    FeatureAssertion,
+    LoopState,
+    Milestone,
+    MilestoneStatus,
+    Mission,
+    MissionEvent,
+    MissionFeature,
+    MissionStatus,
+    Slice,
+    SliceStatus,
+    Task,
+    TaskStatus,
 )
 from missions.services import hierarchy, lifecycle
 from missions.services.autopilot import autopilot_advance
@@ -56,9 +76,7 @@ from tests.validation import truth_model as model
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.selectors import feature_revision
 from validation.services import operator, runner
-from validation.services.recovery import recover, reap_runs
-import missions.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
-import validation.tasks  # noqa: E402,F401
+from validation.services.recovery import reap_runs, recover
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,7 +104,7 @@ class Message:
 
 
 class _Sink:
-    machine: "TruthMachine | None" = None
+    machine: TruthMachine | None = None
 
 
 STATS: Counter = Counter()  # what the examples reached, printed at the end
@@ -110,6 +128,7 @@ def _counted(fn):
             return fn(self, *args, **kwargs)
         finally:
             TIMES[fn.__name__] += time.monotonic() - started
+
     return step
 
 
@@ -150,7 +169,9 @@ class TruthMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ set-up and teardown
 
     @initialize(
-        autopilot=st.sampled_from((True, True, False)), auto_fix=st.booleans(), budget=st.integers(1, 3),
+        autopilot=st.sampled_from((True, True, False)),
+        auto_fix=st.booleans(),
+        budget=st.integers(1, 3),
         active=st.sampled_from((True, True, False)),
         per_slice=st.sampled_from(((1, 1), (1, 1), (1, 2), (2, 1), (2, 2))),
         per_feature=st.lists(st.integers(1, 2), min_size=4, max_size=4),
@@ -159,14 +180,32 @@ class TruthMachine(RuleBasedStateMachine):
         spare=st.sampled_from((False, False, True)),  # an unlinked assertion: the milestone never passes
         may_finish=st.booleans(),
     )
-    def setup(self, autopilot, auto_fix, budget, active, per_slice, per_feature, variants, milestone_check, spare,
-              may_finish=True):
+    def setup(
+        self,
+        autopilot,
+        auto_fix,
+        budget,
+        active,
+        per_slice,
+        per_feature,
+        variants,
+        milestone_check,
+        spare,
+        may_finish=True,
+    ):
         self.finished = not may_finish  # `finish` in half of the examples (it costs a dozen runs)
         self.history = self.template.clone(self.tmp / "repo")
         self.mission = Mission.objects.create(
-            key=f"truth-{uuid.uuid4().hex[:12]}", title="Truth", status=MissionStatus.ACTIVE if active else MissionStatus.PLANNING,
-            autopilot=autopilot, auto_fix=auto_fix, retry_budget=budget, workspace=str(self.history.repo.path),
-            base_revision=self.template.base, protected_paths=["tests/**"])
+            key=f"truth-{uuid.uuid4().hex[:12]}",
+            title="Truth",
+            status=MissionStatus.ACTIVE if active else MissionStatus.PLANNING,
+            autopilot=autopilot,
+            auto_fix=auto_fix,
+            retry_budget=budget,
+            workspace=str(self.history.repo.path),
+            base_revision=self.template.base,
+            protected_paths=["tests/**"],
+        )
         milestone = Milestone.objects.create(mission=self.mission, key="m1", title="Milestone 1")
         keys = iter(model.ASSERTION_KEYS[:8])
         n = 0
@@ -175,7 +214,9 @@ class TruthMachine(RuleBasedStateMachine):
             slice_.save()
             for i in range(count):
                 n += 1
-                feature = Feature(slice=slice_, key=f"f{n}", title=f"Feature f{n}", description=f"Build f{n}.", order=i)
+                feature = MissionFeature(
+                    slice=slice_, key=f"f{n}", title=f"Feature f{n}", description=f"Build f{n}.", order=i
+                )
                 feature.save()
                 for _ in range(per_feature[n - 1]):
                     key = next(keys)
@@ -190,8 +231,14 @@ class TruthMachine(RuleBasedStateMachine):
             self.pending.append(Message("autopilot_advance", (self.mission.pk,)))
 
     def _assertion(self, milestone, key, variant, scope=AssertionScope.FEATURE) -> ContractAssertion:
-        assertion = ContractAssertion(milestone=milestone, key=key, title=f"{key} holds", statement=f"{key}.txt says done {key}",
-                                      scope=scope, check_spec=model.check_spec(key, variant))
+        assertion = ContractAssertion(
+            milestone=milestone,
+            key=key,
+            title=f"{key} holds",
+            statement=f"{key}.txt says done {key}",
+            scope=scope,
+            check_spec=model.check_spec(key, variant),
+        )
         assertion.save()
         return assertion
 
@@ -218,21 +265,27 @@ class TruthMachine(RuleBasedStateMachine):
         if Mission.objects.filter(pk=self.mission.pk).exclude(status_reason="").exists():
             reason = Mission.objects.get(pk=self.mission.pk).status_reason
             STATS[f"autopilot stopped: {reason.split(':')[0][:60]}"] += 1
-        for state in Feature.objects.filter(mission=self.mission).values_list("loop_state", flat=True):
+        for state in MissionFeature.objects.filter(mission=self.mission).values_list("loop_state", flat=True):
             STATS[f"feature {state}"] += 1
-        STATS["fix features"] += Feature.objects.filter(mission=self.mission, generated_from__isnull=False).count()
+        STATS["fix features"] += MissionFeature.objects.filter(
+            mission=self.mission, generated_from__isnull=False
+        ).count()
         STATS["slices complete"] += Slice.objects.filter(mission=self.mission, status=SliceStatus.COMPLETE).count()
-        STATS["milestones complete"] += Milestone.objects.filter(mission=self.mission, status=MilestoneStatus.COMPLETE).count()
+        STATS["milestones complete"] += Milestone.objects.filter(
+            mission=self.mission, status=MilestoneStatus.COMPLETE
+        ).count()
         STATS["missions complete"] += Mission.objects.filter(pk=self.mission.pk, status=MissionStatus.COMPLETE).count()
         STATS["refusals"] += len(self.refused)
         for line in self.refused:
             what, _, rest = line.partition(": ")
             STATS[f"refused {what.split()[0]} {rest.split()[0]}"] += 1
-        for p in MissionEvent.objects.filter(mission=self.mission, type="mission:updated",
-                                             payload__change="follow_up_refused").values_list("payload", flat=True):
+        for p in MissionEvent.objects.filter(
+            mission=self.mission, type="mission:updated", payload__change="follow_up_refused"
+        ).values_list("payload", flat=True):
             STATS[f"follow-up refused: {p.get('step')} {p.get('code')}"] += 1
-        for p in MissionEvent.objects.filter(mission=self.mission, type="task:updated",
-                                             payload__has_key="warning").values_list("payload", flat=True):
+        for p in MissionEvent.objects.filter(
+            mission=self.mission, type="task:updated", payload__has_key="warning"
+        ).values_list("payload", flat=True):
             STATS[f"task outcome not judged: {p['warning'].split(';')[0][:50]}"] += 1
         STATS["illegal transitions"] += len(self.illegal)
         for line in self.illegal:
@@ -243,17 +296,19 @@ class TruthMachine(RuleBasedStateMachine):
     def _has(self, qs, field: str = "mission") -> bool:
         return self.mission is not None and qs.filter(**{field: self.mission.pk}).exists()
 
-    def _feature(self, data, **filters) -> Feature | None:
-        keys = list(Feature.objects.filter(mission=self.mission, **filters).order_by("id").values_list("key", flat=True))
+    def _feature(self, data, **filters) -> MissionFeature | None:
+        keys = list(
+            MissionFeature.objects.filter(mission=self.mission, **filters).order_by("id").values_list("key", flat=True)
+        )
         if not keys:
             return None
         key = data.draw(st.sampled_from(keys), label="feature")
-        return Feature.objects.select_related("mission").get(mission=self.mission, key=key)
+        return MissionFeature.objects.select_related("mission").get(mission=self.mission, key=key)
 
     def _refused(self, what: str, exc: DomainError) -> None:
         (self.illegal if isinstance(exc, IllegalTransition) else self.refused).append(f"{what}: {exc.code} {exc}")
 
-    def _linked(self, feature: Feature) -> list[ContractAssertion]:
+    def _linked(self, feature: MissionFeature) -> list[ContractAssertion]:
         return list(feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("key"))
 
     def _describe(self, message: Message) -> str:
@@ -261,8 +316,10 @@ class TruthMachine(RuleBasedStateMachine):
             run = ValidatorRun.objects.filter(pk=message.args[0]).select_related("feature", "milestone").first()
             if run is not None:
                 what = run.feature.key if run.feature_id else f"milestone {run.milestone.key}"
-                return (f"run_validator(run {run.pk} of {what} at {run.revision[:8]} "
-                        f"[{self.kinds.get(run.revision, 'base')}], now {run.status})")
+                return (
+                    f"run_validator(run {run.pk} of {what} at {run.revision[:8]} "
+                    f"[{self.kinds.get(run.revision, 'base')}], now {run.status})"
+                )
         if message.actor == "process_task_outcome":
             task = Task.objects.filter(pk=message.args[0]).select_related("feature").first()
             if task is not None:
@@ -286,8 +343,11 @@ class TruthMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ implementation and tasks
 
-    @rule(data=st.data(), kind=st.sampled_from(("correct", "correct", "correct", "wrong", "rewrite")),
-          naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")))
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(("correct", "correct", "correct", "wrong", "rewrite")),
+        naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")),
+    )
     @_counted
     def complete(self, data, kind, naming):
         """Complete the open task of a feature (made first with `task_create` when it has
@@ -295,8 +355,11 @@ class TruthMachine(RuleBasedStateMachine):
         to always pass and leaves the implementation wrong; named by its commit id, `main`
         or `HEAD`, or (`old`) an earlier commit id of the repository."""
         tasked = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).values_list("feature_id", flat=True)
-        feature = (self._feature(data, pk__in=list(tasked)) if tasked and data.draw(st.booleans(), label="an open task")
-                   else self._feature(data, loop_state__in=[s for s in LoopState.values if s != LoopState.SUPERSEDED]))
+        feature = (
+            self._feature(data, pk__in=list(tasked))
+            if tasked and data.draw(st.booleans(), label="an open task")
+            else self._feature(data, loop_state__in=[s for s in LoopState.values if s != LoopState.SUPERSEDED])
+        )
         if feature is None:
             return
         task = feature.tasks.filter(status__in=OPEN_TASK).order_by("-id").first()
@@ -320,7 +383,7 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"complete task {task.pk}", exc)
 
-    def _implementation(self, data, feature: Feature, kind: str) -> dict[str, str]:
+    def _implementation(self, data, feature: MissionFeature, kind: str) -> dict[str, str]:
         linked = self._linked(feature)
         keys = [a.key for a in linked]
         changes = dict(model.PROTECTED)  # an implementation that does not tamper restores the tests
@@ -329,12 +392,17 @@ class TruthMachine(RuleBasedStateMachine):
             for a in linked:
                 changes[f"{a.key}.txt"] = model.correct_text(a.key, model.variant_of(a.check_spec))
             if milestone is not None:
-                changes[f"{milestone.key}.txt"] = model.correct_text(milestone.key, model.variant_of(milestone.check_spec))
+                changes[f"{milestone.key}.txt"] = model.correct_text(
+                    milestone.key, model.variant_of(milestone.check_spec)
+                )
         elif kind == "wrong":
             wrong = data.draw(st.sets(st.sampled_from(keys), min_size=1), label="wrong keys") if keys else set()
             for a in linked:
-                changes[f"{a.key}.txt"] = (model.wrong_text(a.key) if a.key in wrong
-                                           else model.correct_text(a.key, model.variant_of(a.check_spec)))
+                changes[f"{a.key}.txt"] = (
+                    model.wrong_text(a.key)
+                    if a.key in wrong
+                    else model.correct_text(a.key, model.variant_of(a.check_spec))
+                )
             if milestone is not None and data.draw(st.booleans(), label="break the milestone assertion"):
                 changes[f"{milestone.key}.txt"] = model.wrong_text(milestone.key)
         else:
@@ -348,7 +416,9 @@ class TruthMachine(RuleBasedStateMachine):
     def _create_task(self, data):
         """`task_create` for a feature without an open task (roots and fixes alike)."""
         busy = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).values_list("feature_id", flat=True)
-        feature = self._feature(data, **{"pk__in": Feature.objects.filter(mission=self.mission).exclude(pk__in=list(busy))})
+        feature = self._feature(
+            data, **{"pk__in": MissionFeature.objects.filter(mission=self.mission).exclude(pk__in=list(busy))}
+        )
         if feature is None:
             return
         try:
@@ -371,9 +441,17 @@ class TruthMachine(RuleBasedStateMachine):
             self._activate(None)
         for _ in range(3):
             progressed = False
-            for feature in Feature.objects.filter(mission=mission).exclude(loop_state__in=[*DONE, LoopState.BLOCKED]).order_by("id"):
+            for feature in (
+                MissionFeature.objects.filter(mission=mission)
+                .exclude(loop_state__in=[*DONE, LoopState.BLOCKED])
+                .order_by("id")
+            ):
                 task = feature.tasks.filter(status__in=OPEN_TASK).order_by("-id").first()
-                if task is None and not mission.autopilot and feature.loop_state in (LoopState.IDLE, LoopState.NEEDS_FIX):
+                if (
+                    task is None
+                    and not mission.autopilot
+                    and feature.loop_state in (LoopState.IDLE, LoopState.NEEDS_FIX)
+                ):
                     try:
                         task = task_create(user=None, feature=feature)
                     except DomainError as exc:
@@ -397,8 +475,17 @@ class TruthMachine(RuleBasedStateMachine):
     # One rule draws the action, so that these (always possible) actions do not crowd out
     # the ones that make progress: hypothesis still chooses every one of them.
 
-    OPERATIONS = ("validate", "create_task", "repair_clear", "repair_re_run", "link", "unlink", "edit_check", "activate",
-                  "advance")
+    OPERATIONS = (
+        "validate",
+        "create_task",
+        "repair_clear",
+        "repair_re_run",
+        "link",
+        "unlink",
+        "edit_check",
+        "activate",
+        "advance",
+    )
 
     @rule(data=st.data(), action=st.sampled_from(OPERATIONS))
     @_counted
@@ -428,11 +515,17 @@ class TruthMachine(RuleBasedStateMachine):
 
     def _link(self, data):
         feature = self._feature(data)
-        free = list(ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.FEATURE)
-                    .exclude(feature_links__feature=feature).order_by("key").values_list("key", flat=True))
+        free = list(
+            ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.FEATURE)
+            .exclude(feature_links__feature=feature)
+            .order_by("key")
+            .values_list("key", flat=True)
+        )
         if not free:
             return
-        assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(free), label="assertion"))
+        assertion = ContractAssertion.objects.get(
+            mission=self.mission, key=data.draw(st.sampled_from(free), label="assertion")
+        )
         try:
             hierarchy.assertion_link(user=None, feature=feature, assertion=assertion)
         except DomainError as exc:
@@ -443,15 +536,21 @@ class TruthMachine(RuleBasedStateMachine):
         linked = [a.key for a in self._linked(feature)]
         if not linked:
             return
-        assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(linked), label="assertion"))
+        assertion = ContractAssertion.objects.get(
+            mission=self.mission, key=data.draw(st.sampled_from(linked), label="assertion")
+        )
         try:
             hierarchy.assertion_unlink(user=None, feature=feature, assertion=assertion)
         except DomainError as exc:
             self._refused(f"unlink {assertion.key} from {feature.key}", exc)
 
     def _edit_check(self, data):
-        keys = list(ContractAssertion.objects.filter(mission=self.mission).order_by("key").values_list("key", flat=True))
-        assertion = ContractAssertion.objects.get(mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion"))
+        keys = list(
+            ContractAssertion.objects.filter(mission=self.mission).order_by("key").values_list("key", flat=True)
+        )
+        assertion = ContractAssertion.objects.get(
+            mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion")
+        )
         variants = [v for v in model.VARIANTS if model.check_spec(assertion.key, v) != assertion.check_spec]
         spec = model.check_spec(assertion.key, data.draw(st.sampled_from(variants), label="new check"))
         try:
@@ -524,8 +623,11 @@ class TruthMachine(RuleBasedStateMachine):
 
     def _worker_death(self, data):
         """A worker claims a running run and dies before judging it."""
-        runs = list(ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, claim_token="")
-                    .order_by("id").values_list("pk", flat=True))
+        runs = list(
+            ValidatorRun.objects.filter(mission=self.mission, status=RunStatus.RUNNING, claim_token="")
+            .order_by("id")
+            .values_list("pk", flat=True)
+        )
         if not runs:
             return
         # Drawn by position: run ids differ from one example to the next.
@@ -574,14 +676,17 @@ class TruthMachine(RuleBasedStateMachine):
         STATS["steps"] += 1
         self.steps += 1
         mission = Mission.objects.get(pk=self.mission.pk)
-        features = list(Feature.objects.filter(mission=mission).select_related("last_run").order_by("id"))
+        features = list(MissionFeature.objects.filter(mission=mission).select_related("last_run").order_by("id"))
         links: dict[int, dict[str, dict]] = {f.pk: {} for f in features}
         for feature_id, key, check in FeatureAssertion.objects.filter(
-                feature__mission=mission, assertion__scope=AssertionScope.FEATURE).values_list(
-                "feature_id", "assertion__key", "assertion__check_spec"):
+            feature__mission=mission, assertion__scope=AssertionScope.FEATURE
+        ).values_list("feature_id", "assertion__key", "assertion__check_spec"):
             links[feature_id][key] = check
-        runs = list(ValidatorRun.objects.filter(mission=mission).values_list(
-            "pk", "feature_id", "status", "assertions", "revision", "error"))
+        runs = list(
+            ValidatorRun.objects.filter(mission=mission).values_list(
+                "pk", "feature_id", "status", "assertions", "revision", "error"
+            )
+        )
         self._passed_means_true(features, links)
         self._complete_means_done(mission, features, links)
         self._one_running_run(features, runs)
@@ -589,7 +694,7 @@ class TruthMachine(RuleBasedStateMachine):
         self._budgets(mission, features)
         self._runs_are_frozen(runs)
 
-    def _passed_means_true(self, features: list[Feature], links) -> None:
+    def _passed_means_true(self, features: list[MissionFeature], links) -> None:
         """(a) A passed feature: its last run passed, over the feature's current contract
         (a contract change takes a passed feature out of `passed`: operator.
         revalidate_changed_contracts), at the revision it stands on, and every check it was
@@ -598,37 +703,55 @@ class TruthMachine(RuleBasedStateMachine):
             if f.loop_state != LoopState.PASSED:
                 continue
             run = f.last_run
-            self._check("passed_run", run is not None and run.status == RunStatus.PASSED,
-                        f"{f.key} is passed but its last run is {run and (run.pk, run.status)}")
+            self._check(
+                "passed_run",
+                run is not None and run.status == RunStatus.PASSED,
+                f"{f.key} is passed but its last run is {run and (run.pk, run.status)}",
+            )
             if run is None:
                 continue
             judged = {a["key"]: a["check"] for a in run.assertions}
-            self._check("stale_pass", judged == links[f.pk],
-                        f"{f.key} is passed by run {run.pk} over {judged}, but its contract is now {links[f.pk]}")
+            self._check(
+                "stale_pass",
+                judged == links[f.pk],
+                f"{f.key} is passed by run {run.pk} over {judged}, but its contract is now {links[f.pk]}",
+            )
             tree = self.history.tree(run.revision)
             false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
-            self._check("false_pass", not false,
-                        f"FALSE PASS: {f.key} passed at {run.revision[:10]} (run {run.pk}, trigger {run.trigger}) "
-                        f"although {false} do not hold there ({self.kinds.get(run.revision, 'base')})")
+            self._check(
+                "false_pass",
+                not false,
+                f"FALSE PASS: {f.key} passed at {run.revision[:10]} (run {run.pk}, trigger {run.trigger}) "
+                f"although {false} do not hold there ({self.kinds.get(run.revision, 'base')})",
+            )
             stands_on = feature_revision(f)
             if stands_on and stands_on != run.revision:
                 tree = self.history.tree(stands_on)
                 false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], tree)]
-                self._check("false_pass_standing", not false,
-                            f"FALSE PASS: {f.key} is passed (run {run.pk} at {run.revision[:10]}) and stands on "
-                            f"{stands_on[:10]} ({self.kinds.get(stands_on, 'base')}) where {false} do not hold")
-                self._check("stands_on", False,
-                            f"{f.key} passed at {run.revision[:10]} (run {run.pk}, {self.kinds.get(run.revision, 'base')}) "
-                            f"but stands on {stands_on[:10]} ({self.kinds.get(stands_on, 'base')})")
+                self._check(
+                    "false_pass_standing",
+                    not false,
+                    f"FALSE PASS: {f.key} is passed (run {run.pk} at {run.revision[:10]}) and stands on "
+                    f"{stands_on[:10]} ({self.kinds.get(stands_on, 'base')}) where {false} do not hold",
+                )
+                self._check(
+                    "stands_on",
+                    False,
+                    f"{f.key} passed at {run.revision[:10]} (run {run.pk}, {self.kinds.get(run.revision, 'base')}) "
+                    f"but stands on {stands_on[:10]} ({self.kinds.get(stands_on, 'base')})",
+                )
 
-    def _complete_means_done(self, mission: Mission, features: list[Feature], links) -> None:
+    def _complete_means_done(self, mission: Mission, features: list[MissionFeature], links) -> None:
         """(b) Nothing is complete while a feature under it is not passed or superseded. And
         (docs/TRUTH.md, the code owners' rule) a passed feature whose linked set or checks
         changed after its pass does not count for the completion of its milestone or
         mission, and a complete milestone has a passed milestone run over exactly its
         current assertion set, at a revision where they truly hold."""
-        slices = list(Slice.objects.filter(mission=mission).values_list("pk", "key", "status", "milestone_id",
-                                                                         "milestone__status"))
+        slices = list(
+            Slice.objects.filter(mission=mission).values_list(
+                "pk", "key", "status", "milestone_id", "milestone__status"
+            )
+        )
         for pk, key, status, _m, _ms in slices:
             if status == SliceStatus.COMPLETE:
                 open_ = [(f.key, f.loop_state) for f in features if f.slice_id == pk and f.loop_state not in DONE]
@@ -644,42 +767,74 @@ class TruthMachine(RuleBasedStateMachine):
             under = [f for f in features if slice_milestone[f.slice_id] == m.pk]
             open_ = [(f.key, f.loop_state) for f in under if f.loop_state not in DONE]
             self._check("complete_done", not open_, f"{what} is complete with {open_} not done")
-            self._check("complete_done", m.status == MilestoneStatus.COMPLETE, f"the mission is complete, {what} is not")
-            stale = [f.key for f in under if f.loop_state == LoopState.PASSED and
-                     {a["key"]: a["check"] for a in f.last_run.assertions} != links[f.pk]]
-            self._check("stale_completion", not stale,
-                        f"{what} counts {stale} as passed although their linked assertions or checks changed since "
-                        f"their pass")
+            self._check(
+                "complete_done", m.status == MilestoneStatus.COMPLETE, f"the mission is complete, {what} is not"
+            )
+            stale = [
+                f.key
+                for f in under
+                if f.loop_state == LoopState.PASSED
+                and {a["key"]: a["check"] for a in f.last_run.assertions} != links[f.pk]
+            ]
+            self._check(
+                "stale_completion",
+                not stale,
+                f"{what} counts {stale} as passed although their linked assertions or checks changed since their pass",
+            )
             current = {a.key: a.check_spec for a in m.assertions.all()}
             if not current:
                 continue
-            passed = ValidatorRun.objects.filter(milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED).order_by("-id")
+            passed = ValidatorRun.objects.filter(
+                milestone=m, scope=RunScope.MILESTONE, status=RunStatus.PASSED
+            ).order_by("-id")
             matching = [r for r in passed if {a["key"]: a["check"] for a in r.assertions} == current]
-            self._check("milestone_run_current", bool(matching),
-                        f"{what} is complete without a passed milestone run over its current assertions {sorted(current)}")
+            self._check(
+                "milestone_run_current",
+                bool(matching),
+                f"{what} is complete without a passed milestone run over its current assertions {sorted(current)}",
+            )
             for run in matching[:1]:
-                false = [a["key"] for a in run.assertions if not model.check_holds(a["check"], self.history.tree(run.revision))]
-                self._check("false_pass", not false, f"FALSE PASS: milestone run {run.pk} passed at {run.revision[:10]} "
-                            f"although {false} do not hold there")
+                false = [
+                    a["key"]
+                    for a in run.assertions
+                    if not model.check_holds(a["check"], self.history.tree(run.revision))
+                ]
+                self._check(
+                    "false_pass",
+                    not false,
+                    f"FALSE PASS: milestone run {run.pk} passed at {run.revision[:10]} "
+                    f"although {false} do not hold there",
+                )
 
-    def _one_running_run(self, features: list[Feature], runs) -> None:
+    def _one_running_run(self, features: list[MissionFeature], runs) -> None:
         """(c) At most one running run per feature; and a feature is `validating` exactly
         while its last run is running (no orphan run, no feature waiting for nothing)."""
-        running = [(pk, feature_id) for pk, feature_id, status, *_ in runs
-                   if status == RunStatus.RUNNING and feature_id is not None]
+        running = [
+            (pk, feature_id)
+            for pk, feature_id, status, *_ in runs
+            if status == RunStatus.RUNNING and feature_id is not None
+        ]
         by_feature = [f for _, f in running]
-        self._check("one_running", len(by_feature) == len(set(by_feature)), f"two running runs for one feature: {running}")
+        self._check(
+            "one_running", len(by_feature) == len(set(by_feature)), f"two running runs for one feature: {running}"
+        )
         for f in features:
             if f.loop_state == LoopState.VALIDATING:
-                self._check("validating_has_run", f.last_run is not None and f.last_run.status == RunStatus.RUNNING,
-                            f"{f.key} is validating but its last run is {f.last_run and (f.last_run.pk, f.last_run.status)}")
+                self._check(
+                    "validating_has_run",
+                    f.last_run is not None and f.last_run.status == RunStatus.RUNNING,
+                    f"{f.key} is validating but its last run is {f.last_run and (f.last_run.pk, f.last_run.status)}",
+                )
         last = {f.pk: (f.key, f.last_run_id, f.loop_state) for f in features}
         for run_id, feature_id in running:
             key, last_run, state = last[feature_id]
-            self._check("validating_has_run", last_run == run_id and state == LoopState.VALIDATING,
-                        f"run {run_id} of {key} is running but {key} is {state} with last run {last_run}")
+            self._check(
+                "validating_has_run",
+                last_run == run_id and state == LoopState.VALIDATING,
+                f"run {run_id} of {key} is running but {key} is {state} with last run {last_run}",
+            )
 
-    def _failure_has_fix(self, mission: Mission, features: list[Feature]) -> None:
+    def _failure_has_fix(self, mission: Mission, features: list[MissionFeature]) -> None:
         """(d) With auto_fix, a feature whose last run failed and that waits for a fix
         (needs_fix, or implementing it) has exactly one fix lineage for that failure, or is
         blocked with its budget used up (then it is not waiting). Adapted to the code: a
@@ -688,24 +843,36 @@ class TruthMachine(RuleBasedStateMachine):
         if not mission.auto_fix:
             return
         for f in features:
-            if f.loop_state not in (LoopState.NEEDS_FIX, LoopState.IMPLEMENTING) or f.last_run is None \
-                    or f.last_run.status != RunStatus.FAILED:
+            if (
+                f.loop_state not in (LoopState.NEEDS_FIX, LoopState.IMPLEMENTING)
+                or f.last_run is None
+                or f.last_run.status != RunStatus.FAILED
+            ):
                 continue
             lineages = FixLineage.objects.filter(source=f, run_id=f.last_run_id).count()
             if lineages == 1:
                 continue
-            last = (MissionEvent.objects.filter(mission=mission, type="feature:updated", payload__feature=f.pk,
-                                                payload__has_key="cause").order_by("-seq").first())
+            last = (
+                MissionEvent.objects.filter(
+                    mission=mission, type="feature:updated", payload__feature=f.pk, payload__has_key="cause"
+                )
+                .order_by("-seq")
+                .first()
+            )
             cause = last.payload["cause"] if last else ""
-            self._check("fix_for_failure", lineages == 0 and cause == "clear",
-                        f"{f.key} ({f.loop_state}, entered by {cause!r}) failed in run {f.last_run_id} "
-                        f"({f.last_run.scope}) and has {lineages} fix lineages for that failure")
+            self._check(
+                "fix_for_failure",
+                lineages == 0 and cause == "clear",
+                f"{f.key} ({f.loop_state}, entered by {cause!r}) failed in run {f.last_run_id} "
+                f"({f.last_run.scope}) and has {lineages} fix lineages for that failure",
+            )
 
-    def _budgets(self, mission: Mission, features: list[Feature]) -> None:
+    def _budgets(self, mission: Mission, features: list[MissionFeature]) -> None:
         """(e) 0 <= fix_rounds <= retry_budget, and fix_rounds counts the fix rounds the
         audit log shows created for the root since its last `clear`."""
-        events = MissionEvent.objects.filter(mission=mission, seq__gt=self.seen_seq,
-                                             type__in=["fix-feature:created", "feature:updated"]).order_by("seq")
+        events = MissionEvent.objects.filter(
+            mission=mission, seq__gt=self.seen_seq, type__in=["fix-feature:created", "feature:updated"]
+        ).order_by("seq")
         for seq, type_, p in events.values_list("seq", "type", "payload"):
             self.seen_seq = seq
             if type_ == "fix-feature:created":
@@ -716,20 +883,30 @@ class TruthMachine(RuleBasedStateMachine):
         budget = mission.retry_budget
         for f in features:
             created = self.rounds.get(f.pk, 0)
-            self._check("budget", 0 <= f.fix_rounds <= budget, f"{f.key} has fix_rounds {f.fix_rounds} > budget {budget}")
-            self._check("budget", created == f.fix_rounds and created <= budget,
-                        f"{f.key}: {created} fix rounds created since its last clear, fix_rounds {f.fix_rounds}, "
-                        f"budget {budget}")
+            self._check(
+                "budget", 0 <= f.fix_rounds <= budget, f"{f.key} has fix_rounds {f.fix_rounds} > budget {budget}"
+            )
+            self._check(
+                "budget",
+                created == f.fix_rounds and created <= budget,
+                f"{f.key}: {created} fix rounds created since its last clear, fix_rounds {f.fix_rounds}, "
+                f"budget {budget}",
+            )
 
     def _runs_are_frozen(self, runs) -> None:
         """(f) Every run froze a non-empty assertion set and a full commit id the test made;
         no run ended in a crash of the host's own code; every done task is pinned."""
         for pk, _feature, _status, assertions, revision, error in runs:
             self._check("frozen", bool(assertions), f"run {pk} froze no assertions")
-            self._check("frozen", bool(model.HEX40.match(revision)) and revision in self.history.trees,
-                        f"run {pk} has revision {revision!r}")
+            self._check(
+                "frozen",
+                bool(model.HEX40.match(revision)) and revision in self.history.trees,
+                f"run {pk} has revision {revision!r}",
+            )
             self._check("host_defect", not error.startswith("host_defect"), f"run {pk} crashed: {error[:800]}")
-        for pk, revision in Task.objects.filter(mission=self.mission, status=TaskStatus.DONE).values_list("pk", "revision"):
+        for pk, revision in Task.objects.filter(mission=self.mission, status=TaskStatus.DONE).values_list(
+            "pk", "revision"
+        ):
             self._check("frozen", bool(model.HEX40.match(revision)), f"task {pk} done at {revision!r}")
 
 
@@ -748,11 +925,17 @@ def test_a_feature_passes_only_where_its_implementation_is_true(monkeypatch, tmp
     _no_worker(monkeypatch, tmp_path)
     started = time.monotonic()
     try:
-        run_state_machine_as_test(TruthMachine, settings=settings(
-            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
-            phases=list(Phase) if SHRINK else [Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-        ))
+        run_state_machine_as_test(
+            TruthMachine,
+            settings=settings(
+                max_examples=EXAMPLES,
+                stateful_step_count=STEPS,
+                deadline=None,
+                derandomize=False,
+                phases=list(Phase) if SHRINK else [Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+            ),
+        )
     finally:
         print(f"\ntruth property: {EXAMPLES} examples x {STEPS} steps in {time.monotonic() - started:.1f}s")
         for name, count in sorted(STATS.items()):
@@ -815,9 +998,22 @@ def by_hand(monkeypatch, tmp_path):
 
 def _set_up(m: TruthMachine, **shape) -> None:
     """One milestone, f1 {a1} in s1 and f2 {a2} in s2, file checks, unless `shape` says otherwise."""
-    TruthMachine.setup(m, **{"autopilot": False, "auto_fix": False, "budget": 1, "active": True, "per_slice": (1, 1),
-                             "per_feature": [1, 1, 1, 1], "variants": ["file"] * 9, "milestone_check": None,
-                             "spare": False, "may_finish": False, **shape})
+    TruthMachine.setup(
+        m,
+        **{
+            "autopilot": False,
+            "auto_fix": False,
+            "budget": 1,
+            "active": True,
+            "per_slice": (1, 1),
+            "per_feature": [1, 1, 1, 1],
+            "variants": ["file"] * 9,
+            "milestone_check": None,
+            "spare": False,
+            "may_finish": False,
+            **shape,
+        },
+    )
     m.truth()
 
 
@@ -826,12 +1022,12 @@ def test_found_a_task_landing_while_its_feature_is_validating_is_judged(by_hand)
     validating, so nothing judged R2; the run of R1 passed f1, which stood on R2."""
     do, m = by_hand, by_hand.m
     _set_up(m)
-    do.land("f1", "correct")                         # task 1 made, completed at R1
-    do.deliver("process_task_outcome")               # f1 validating at R1
-    do(m._create_task, Scripted("f1"))               # task 2, while f1 is validating
-    do.land("f1", "wrong", "a1")                     # completed at R2: a1 wrong
-    do.deliver("process_task_outcome")               # task 2's outcome
-    do.deliver("run_validator")                      # the run of R1
+    do.land("f1", "correct")  # task 1 made, completed at R1
+    do.deliver("process_task_outcome")  # f1 validating at R1
+    do(m._create_task, Scripted("f1"))  # task 2, while f1 is validating
+    do.land("f1", "wrong", "a1")  # completed at R2: a1 wrong
+    do.deliver("process_task_outcome")  # task 2's outcome
+    do.deliver("run_validator")  # the run of R1
     do(m.deliver_all, 20)
 
 
@@ -841,10 +1037,10 @@ def test_found_a_late_outcome_of_an_older_task_is_not_judged_at_its_old_revision
     f1 was `passed` while it stood on R2, where a1 does not hold."""
     do, m = by_hand, by_hand.m
     _set_up(m)
-    do.land("f1", "correct")                         # task 1 at R1
-    do(m.deliver_all, 20)                            # f1 passed at R1
-    do(m._create_task, Scripted("f1"))               # task 2
-    do.land("f1", "wrong", "a1")                     # task 2 at R2: a1 wrong
+    do.land("f1", "correct")  # task 1 at R1
+    do(m.deliver_all, 20)  # f1 passed at R1
+    do(m._create_task, Scripted("f1"))  # task 2
+    do.land("f1", "wrong", "a1")  # task 2 at R2: a1 wrong
     do(m._late_delivery, Scripted("process_task_outcome", 0))  # task 1's outcome, again
     do(m.deliver_all, 20)
 
@@ -856,11 +1052,11 @@ def test_found_a_run_admitted_before_a_contract_edit_does_not_pass_the_old_contr
     whose pass was over a contract that no longer exists."""
     do, m = by_hand, by_hand.m
     _set_up(m, autopilot=True)
-    do(m._link, Scripted("f2", "a1"))                # a1 is f2's too
-    do(m.deliver_all, 40)                            # the autopilot: s1 active, a task for f1
-    do.land("f1", "correct")                         # f1 at R1: done a1
-    do.deliver("process_task_outcome")               # f1's run queued
-    do(m._edit_check, Scripted("a1", "file_v2"))     # a1 now wants `done a1 v2`
-    do(m.deliver_all, 40)                            # f1's run; the autopilot
-    do.land("f2", "correct")                         # f2 at R2: done a1 v2, done a2
-    do(m.deliver_all, 40)                            # f2's run, the milestone run
+    do(m._link, Scripted("f2", "a1"))  # a1 is f2's too
+    do(m.deliver_all, 40)  # the autopilot: s1 active, a task for f1
+    do.land("f1", "correct")  # f1 at R1: done a1
+    do.deliver("process_task_outcome")  # f1's run queued
+    do(m._edit_check, Scripted("a1", "file_v2"))  # a1 now wants `done a1 v2`
+    do(m.deliver_all, 40)  # f1's run; the autopilot
+    do.land("f2", "correct")  # f2 at R2: done a1 v2, done a2
+    do(m.deliver_all, 40)  # f2's run, the milestone run

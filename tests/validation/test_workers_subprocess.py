@@ -33,11 +33,11 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from missions.models import Feature, MissionEvent
+from fusion_site.base.snapshots import snapshot_root
+from missions.models import MissionEvent, MissionFeature
 from missions.services.tasks import task_complete, task_create
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.recovery import recover
-from validation.snapshots import snapshot_root
 
 pytestmark = [
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL: runs in the PostgreSQL+Redis pass of .ci/run"),
@@ -92,9 +92,22 @@ class Workers:
         }
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "rundramatiq", "--processes", str(processes), "--threads", str(threads),
-                 "--worker-shutdown-timeout", "5000"],
-                cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "manage.py",
+                    "rundramatiq",
+                    "--processes",
+                    str(processes),
+                    "--threads",
+                    str(threads),
+                    "--worker-shutdown-timeout",
+                    "5000",
+                ],
+                cwd=ROOT,
+                env=child_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: the master and its forked workers
             )
         self.procs.append((proc, log))
@@ -117,7 +130,9 @@ class Workers:
             pass
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for _, log in self.procs if log.exists())
+        return "\n".join(
+            f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for _, log in self.procs if log.exists()
+        )
 
     def stop_all(self) -> None:
         for proc, _ in self.procs:
@@ -152,20 +167,22 @@ def worktrees(repo) -> list[str]:
 
 
 def test_rundramatiq_workers_validate_completed_tasks(workers, build_mission, git_repo, alice):
-    build_mission({
-        "hello": [("VAL-1", GREETING), ("VAL-2", {"run": "python hello.py", "expect_output": "hi"})],
-        "readme": [("VAL-3", {"file": "README.md", "contains": "project"})],
-        "missing": [("VAL-4", {"file": "missing.txt", "exists": True})],
-    })
+    build_mission(
+        {
+            "hello": [("VAL-1", GREETING), ("VAL-2", {"run": "python hello.py", "expect_output": "hi"})],
+            "readme": [("VAL-3", {"file": "README.md", "contains": "project"})],
+            "missing": [("VAL-4", {"file": "missing.txt", "exists": True})],
+        }
+    )
     rev = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\nprint(hello())\n"})
-    feats = {f.key: f for f in Feature.objects.all()}
+    feats = {f.key: f for f in MissionFeature.objects.all()}
     tasks = [task_create(user=alice, feature=f) for f in feats.values()]
     workers.start(processes=2, threads=2)
     for task in tasks:
         task_complete(user=alice, task=task, revision=rev, summary="landed")
 
     def settled():
-        states = dict(Feature.objects.filter(generated_from__isnull=True).values_list("key", "loop_state"))
+        states = dict(MissionFeature.objects.filter(generated_from__isnull=True).values_list("key", "loop_state"))
         return states if states == {"hello": "passed", "readme": "passed", "missing": "implementing"} else None
 
     wait_for(settled, timeout=45, what="every feature to pass or get a fix", workers=workers)
@@ -175,7 +192,7 @@ def test_rundramatiq_workers_validate_completed_tasks(workers, build_mission, gi
         assert run.lease_until is not None  # claimed by a worker process
     failed = ValidatorRun.objects.get(feature=feats["missing"])
     assert failed.status == RunStatus.FAILED and failed.failures.get().assertion_key == "VAL-4"
-    fix = Feature.objects.get(generated_from=feats["missing"])
+    fix = MissionFeature.objects.get(generated_from=feats["missing"])
     assert FixLineage.objects.filter(source=feats["missing"], fix=fix, run=failed).count() == 1
     # The workers published through the same audit log.
     assert MissionEvent.objects.filter(type="feature:updated", payload__cause="pass").count() == 2
@@ -184,8 +201,10 @@ def test_rundramatiq_workers_validate_completed_tasks(workers, build_mission, gi
     assert worktrees(git_repo) == [str(git_repo.path)]
 
 
-SLOW_ONCE = ("import os, sys, time; marker = sys.argv[1]; first = not os.path.exists(marker); "
-             "open(marker, 'a').close(); time.sleep(30 if first else 0); print('ok')")
+SLOW_ONCE = (
+    "import os, sys, time; marker = sys.argv[1]; first = not os.path.exists(marker); "
+    "open(marker, 'a').close(); time.sleep(30 if first else 0); print('ok')"
+)
 
 
 def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_mission, git_repo, alice, tmp_path):
@@ -193,7 +212,7 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
     slow = {"run": f'python -c "{SLOW_ONCE}" {marker}', "expect_output": "ok", "timeout": 60}
     build_mission({"hello": [("VAL-1", GREETING), ("VAL-2", slow)]})
     rev = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
-    feature = Feature.objects.get(key="hello")
+    feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     lease_env = {"FUSION_RUN_LEASE_SECONDS": 3}
     first = workers.start(**lease_env)
@@ -213,13 +232,21 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
     assert run.status == RunStatus.RUNNING and all(p.is_dir() for p in leftover)  # nobody finished or cleaned up
 
     workers.start(**lease_env)
-    wait_for(lambda: ValidatorRun.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(), timeout=10,
-             what="the dead worker's lease to expire", workers=workers)
+    wait_for(
+        lambda: ValidatorRun.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(),
+        timeout=10,
+        what="the dead worker's lease to expire",
+        workers=workers,
+    )
     from validation.tasks import recovery_sweep
 
     recovery_sweep.send()  # the periodic sweep's tick, executed by the new worker
-    wait_for(lambda: Feature.objects.filter(pk=feature.pk, loop_state="passed").exists(), timeout=40,
-             what="the feature to pass after recovery", workers=workers)
+    wait_for(
+        lambda: MissionFeature.objects.filter(pk=feature.pk, loop_state="passed").exists(),
+        timeout=40,
+        what="the feature to pass after recovery",
+        workers=workers,
+    )
 
     run.refresh_from_db()
     assert run.status == RunStatus.ERROR and run.error.startswith("timeout:") and run.completed_at is not None

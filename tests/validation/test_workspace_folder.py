@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import pytest
 
-from missions.models import Feature
+from fusion_site.base.snapshots import SnapshotError, snapshot
+from missions.models import MissionFeature
 from validation.models import RunStatus
 from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
-from validation.snapshots import SnapshotError, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_checks_run_in_the_workspace_folder_of_the_snapshot(build_mission, git_repo):
     git_repo.commit({"app/hello.py": "print('hi from app')\n", "app/VERSION": "2\n", "VERSION": "1\n"})
-    build_mission({"hello": [("VAL-file", {"file": "VERSION", "contains": "^2$"}),
-                             ("VAL-run", {"run": "python hello.py", "expect_output": "hi from app"})]},
-                  workspace=git_repo.path / "app")
-    feature = Feature.objects.get(key="hello")
+    build_mission(
+        {
+            "hello": [
+                ("VAL-file", {"file": "VERSION", "contains": "^2$"}),
+                ("VAL-run", {"run": "python hello.py", "expect_output": "hi from app"}),
+            ]
+        },
+        workspace=git_repo.path / "app",
+    )
+    feature = MissionFeature.objects.get(key="hello")
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     assert execute_run(run.pk) == RunStatus.PASSED
     run.refresh_from_db()

@@ -135,8 +135,12 @@ class History:
         if all(p in self.files for p in changes):  # only tracked files change: one git process
             for rel, text in changes.items():
                 self.repo.write(rel, text)
-            subprocess.run(["git", "-C", str(self.repo.path), "commit", "-q", "-a", "--allow-empty", "-m", message],
-                           check=True, capture_output=True, env=git_env())
+            subprocess.run(
+                ["git", "-C", str(self.repo.path), "commit", "-q", "-a", "--allow-empty", "-m", message],
+                check=True,
+                capture_output=True,
+                env=git_env(),
+            )
             sha = (self.repo.path / ".git" / "refs" / "heads" / "main").read_text().strip()
         else:
             sha = self.repo.commit(changes, message)

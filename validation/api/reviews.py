@@ -27,8 +27,9 @@ from validation.review.preflight import review_create
 from validation.review.state import review_cancel
 
 PROFILE_PARAM = OpenApiParameter("profile", str, description="Review profile (default: `default`).")
-KEY_PARAM = OpenApiParameter("Idempotency-Key", str, location=OpenApiParameter.HEADER,
-                             description="Same key and same body: the same review.")
+KEY_PARAM = OpenApiParameter(
+    "Idempotency-Key", str, location=OpenApiParameter.HEADER, description="Same key and same body: the same review."
+)
 
 
 class ArtifactRefSerializer(serializers.ModelSerializer):
@@ -44,10 +45,32 @@ class ReviewSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Review
-        fields = ["id", "mission", "feature", "state", "source", "profile", "revision", "request", "request_sha256",
-                  "canonical_request", "label_map", "evaluator_attempts", "tokens_in", "tokens_out", "failure_code",
-                  "failure_stage", "failure_reason", "created_by", "created_at", "updated_at", "completed_at",
-                  "result_url", "events_url", "artifacts"]
+        fields = [
+            "id",
+            "mission",
+            "feature",
+            "state",
+            "source",
+            "profile",
+            "revision",
+            "request",
+            "request_sha256",
+            "canonical_request",
+            "label_map",
+            "evaluator_attempts",
+            "tokens_in",
+            "tokens_out",
+            "failure_code",
+            "failure_stage",
+            "failure_reason",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "completed_at",
+            "result_url",
+            "events_url",
+            "artifacts",
+        ]
         read_only_fields = fields
 
     def get_result_url(self, obj) -> str:
@@ -65,8 +88,9 @@ class ReviewRequestSerializer(serializers.Serializer):
     changeSummary = serializers.CharField()
     scope = serializers.ListField(child=serializers.CharField(), min_length=1)
     acceptanceCriteria = serializers.ListField(child=serializers.CharField(), min_length=1)
-    verification = serializers.JSONField(help_text="{status: provided, evidence: [{check, outcome}]} or "
-                                                   "{status: not_run, reason}")
+    verification = serializers.JSONField(
+        help_text="{status: provided, evidence: [{check, outcome}]} or {status: not_run, reason}"
+    )
     knownLimitations = serializers.ListField(child=serializers.CharField(), required=False)
     exclusions = serializers.ListField(child=serializers.CharField(), required=False)
     mission = serializers.JSONField(required=False, help_text="Mission id or key.")
@@ -96,12 +120,19 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         visible = selectors.visible_missions(user=user).values("pk")
         return self.queryset.filter(Q(mission__in=visible) | Q(mission__isnull=True, created_by=user))
 
-    @extend_schema(request=ReviewRequestSerializer, parameters=[PROFILE_PARAM, KEY_PARAM],
-                   responses={202: OpenApiResponse(description="Receipt: id, state, result_url, events_url.")})
+    @extend_schema(
+        request=ReviewRequestSerializer,
+        parameters=[PROFILE_PARAM, KEY_PARAM],
+        responses={202: OpenApiResponse(description="Receipt: id, state, result_url, events_url.")},
+    )
     def create(self, request):
-        preflight = review_create(body=request.data, user=request.user, source="api",
-                                  idempotency_key=request.headers.get("Idempotency-Key"),
-                                  profile=request.query_params.get("profile"))
+        preflight = review_create(
+            body=request.data,
+            user=request.user,
+            source="api",
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            profile=request.query_params.get("profile"),
+        )
         return _receipt_response(preflight)
 
     @extend_schema(responses={200: OpenApiResponse(description="State, or the verified report and accounting.")})
@@ -109,14 +140,18 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def result(self, request, pk=None):
         return Response(results.review_result(self.get_object()))
 
-    @extend_schema(parameters=[OpenApiParameter("name", str, required=True)],
-                   responses={(200, "text/plain"): str})
+    @extend_schema(parameters=[OpenApiParameter("name", str, required=True)], responses={(200, "text/plain"): str})
     @action(detail=True, methods=["get"])
     def artifact(self, request, pk=None):
         review = self.get_object()
         row = results.verified_artifact(review, request.query_params.get("name", ""))
-        kind = "text/markdown" if row.name.endswith(".md") else "application/json" \
-            if row.name.endswith(".json") else "text/plain"
+        kind = (
+            "text/markdown"
+            if row.name.endswith(".md")
+            else "application/json"
+            if row.name.endswith(".json")
+            else "text/plain"
+        )
         response = HttpResponse(row.content.encode("utf-8"), content_type=f"{kind}; charset=utf-8")
         response["X-Content-SHA256"] = row.sha256
         response["Content-Disposition"] = f'inline; filename="review-{review.pk}-{row.name}"'
@@ -129,16 +164,22 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         return Response(self.get_serializer(review).data)
 
 
-@extend_schema(request=None, parameters=[PROFILE_PARAM, KEY_PARAM],
-               responses={202: OpenApiResponse(description="Receipt of the review of this feature's change.")})
+@extend_schema(
+    request=None,
+    parameters=[PROFILE_PARAM, KEY_PARAM],
+    responses={202: OpenApiResponse(description="Receipt of the review of this feature's change.")},
+)
 @action(detail=True, methods=["post"])
 def review(self, request, pk=None):
     """Advisory review of the feature's change, its request filled from the feature."""
     from validation.review.feature import feature_review
 
-    preflight = feature_review(feature=self.get_object(), user=request.user,
-                               idempotency_key=request.headers.get("Idempotency-Key"),
-                               profile=request.query_params.get("profile"))
+    preflight = feature_review(
+        feature=self.get_object(),
+        user=request.user,
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        profile=request.query_params.get("profile"),
+    )
     return _receipt_response(preflight)
 
 

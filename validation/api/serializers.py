@@ -17,10 +17,32 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ValidatorRun
-        fields = ["id", "mission", "feature", "milestone", "scope", "status", "trigger", "implementation_attempt",
-                  "validator_attempt", "validator", "validator_config", "revision", "input_fingerprint", "summary",
-                  "blocked_reason", "error", "verdict", "reused_from", "tokens_in", "tokens_out", "started_at",
-                  "completed_at", "duration_seconds", "failures"]
+        fields = [
+            "id",
+            "mission",
+            "feature",
+            "milestone",
+            "scope",
+            "status",
+            "trigger",
+            "implementation_attempt",
+            "validator_attempt",
+            "validator",
+            "validator_config",
+            "revision",
+            "input_fingerprint",
+            "summary",
+            "blocked_reason",
+            "error",
+            "verdict",
+            "reused_from",
+            "tokens_in",
+            "tokens_out",
+            "started_at",
+            "completed_at",
+            "duration_seconds",
+            "failures",
+        ]
         read_only_fields = fields
 
 

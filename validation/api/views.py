@@ -13,8 +13,8 @@ from rest_framework.response import Response
 
 from missions import selectors
 from missions.api.serializers import FeatureSerializer, MissionSerializer
-from validation.api import serializers as s
 from missions.errors import Conflict
+from validation.api import serializers as s
 from validation.journal import JournalIntegrityError
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.replay import replay_run
@@ -83,13 +83,24 @@ class LineageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
 def loop_snapshot(feature) -> dict:
     runs = ValidatorRun.objects.filter(feature=feature).prefetch_related("failures").order_by("-id")
-    lineage = FixLineage.objects.filter(root=feature) | FixLineage.objects.filter(fix=feature) | FixLineage.objects.filter(source=feature)
+    lineage = (
+        FixLineage.objects.filter(root=feature)
+        | FixLineage.objects.filter(fix=feature)
+        | FixLineage.objects.filter(source=feature)
+    )
     return {
-        "feature": feature.pk, "key": feature.key, "loop_state": feature.loop_state, "status": feature.status,
-        "implementation_attempts": feature.implementation_attempts, "validator_attempts": feature.validator_attempts,
-        "fix_rounds": feature.fix_rounds, "retry_budget": feature.mission.retry_budget,
+        "feature": feature.pk,
+        "key": feature.key,
+        "loop_state": feature.loop_state,
+        "status": feature.status,
+        "implementation_attempts": feature.implementation_attempts,
+        "validator_attempts": feature.validator_attempts,
+        "fix_rounds": feature.fix_rounds,
+        "retry_budget": feature.mission.retry_budget,
         "budget_left": max(feature.mission.retry_budget - feature.fix_rounds, 0),
-        "stop_reason": feature.stop_reason, "stop_detail": feature.stop_detail, "last_run": feature.last_run_id,
+        "stop_reason": feature.stop_reason,
+        "stop_detail": feature.stop_detail,
+        "last_run": feature.last_run_id,
         "runs": s.RunSerializer(runs, many=True).data,
         "lineage": s.LineageSerializer(lineage.distinct().order_by("id"), many=True).data,
     }
@@ -103,8 +114,9 @@ class FeatureLoopActions:
     def validate(self, request, pk=None):
         body = s.ValidateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        admission = operator.feature_validate(feature=self.get_object(), user=request.user,
-                                              profile=body.validated_data.get("validator"))
+        admission = operator.feature_validate(
+            feature=self.get_object(), user=request.user, profile=body.validated_data.get("validator")
+        )
         return _admission_response(admission)
 
     @extend_schema(request=s.RepairSerializer, responses={200: FeatureSerializer, 202: s.RunSerializer})
@@ -131,11 +143,18 @@ class FeatureLoopActions:
 
 
 def _admission_response(admission) -> Response:
-    body = {"outcome": admission.outcome, "detail": admission.detail,
-            "run": s.RunSerializer(admission.run).data if admission.run else None}
+    body = {
+        "outcome": admission.outcome,
+        "detail": admission.detail,
+        "run": s.RunSerializer(admission.run).data if admission.run else None,
+    }
     if admission.run is not None:
-        body.update(id=admission.run.pk, status=admission.run.status, validator_attempt=admission.run.validator_attempt,
-                    implementation_attempt=admission.run.implementation_attempt)
+        body.update(
+            id=admission.run.pk,
+            status=admission.run.status,
+            validator_attempt=admission.run.validator_attempt,
+            implementation_attempt=admission.run.implementation_attempt,
+        )
     return Response(body, status=status.HTTP_202_ACCEPTED if admission.outcome == "started" else status.HTTP_200_OK)
 
 

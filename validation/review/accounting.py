@@ -112,8 +112,11 @@ def candidate_problems(doc: Any) -> tuple[dict[str, Any], list[str]]:
         if finding.get("severity") is not None and finding["severity"] not in SEVERITIES:
             problems.append(f"findings[{i}].severity must be one of {', '.join(SEVERITIES)}")
         findings.append(finding)
-    report = {"findings": findings, "verified": _strings(doc.get("verified", []), "verified", problems),
-              "limitations": _strings(doc.get("limitations", []), "limitations", problems)}
+    report = {
+        "findings": findings,
+        "verified": _strings(doc.get("verified", []), "verified", problems),
+        "limitations": _strings(doc.get("limitations", []), "limitations", problems),
+    }
     return report, problems
 
 
@@ -132,15 +135,20 @@ def parse_candidate(text: str | None, *, max_bytes: int) -> ParsedCandidate:
             return ParsedCandidate(False, problems=[str(strict_error)])
         preamble_bytes = len(match["preamble"].encode("utf-8"))
         if preamble_bytes > MAX_PREAMBLE_BYTES:
-            return ParsedCandidate(False, problems=[f"the prose before the JSON fence is {preamble_bytes} bytes, "
-                                                    f"more than {MAX_PREAMBLE_BYTES}"])
+            return ParsedCandidate(
+                False,
+                problems=[f"the prose before the JSON fence is {preamble_bytes} bytes, more than {MAX_PREAMBLE_BYTES}"],
+            )
         try:
             doc = strict_json(match["body"])
         except Unparseable as exc:
             return ParsedCandidate(False, problems=[f"the fenced block: {exc}"])
         recovered = True
-        recovery = {"rule": "single ```json fence", "preamble_bytes": preamble_bytes,
-                    "body_bytes": len(match["body"].encode("utf-8"))}
+        recovery = {
+            "rule": "single ```json fence",
+            "preamble_bytes": preamble_bytes,
+            "body_bytes": len(match["body"].encode("utf-8")),
+        }
     report, problems = candidate_problems(doc)
     if problems:
         return ParsedCandidate(False, problems=problems)
@@ -170,7 +178,7 @@ class _Collector:
         out: list[str] = []
         total = 0
         for message in self.items:
-            message = message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS - 1] + "…"
+            message = message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"
             if len(out) >= MAX_ERRORS or total + len(message) > MAX_ERRORS_TOTAL:
                 out.append(f"… and {len(self.items) - len(out)} more violations")
                 break
@@ -205,8 +213,10 @@ def _check_findings(acc: dict, host: list[dict], errors: _Collector) -> None:
             errors.add(f"validation_accounting.findings lists {sid} more than once")
         elif _key(item) != _key(host_by_id[sid]):
             fields = sorted(k for k in set(item) | set(host_by_id[sid]) if item.get(k) != host_by_id[sid].get(k))
-            errors.add(f"validation_accounting.findings[{i}] ({sid}) is not an exact copy of the source finding "
-                       f"(differs in {', '.join(map(str, fields))})")
+            errors.add(
+                f"validation_accounting.findings[{i}] ({sid}) is not an exact copy of the source finding "
+                f"(differs in {', '.join(map(str, fields))})"
+            )
         if isinstance(sid, str):
             seen.add(sid)
     for sid in host_by_id:
@@ -241,8 +251,10 @@ def _check_decisions(acc: dict, known: set[str], errors: _Collector) -> dict[str
         elif decision == "include" and not _nonblank(item.get("group_id")):
             errors.add(f"{where} ({sid}) is included without a group_id: an included finding names its group")
         elif decision == "exclude" and item.get("group_id") is not None:
-            errors.add(f"{where} ({sid}) is excluded but names group {item.get('group_id')!r}: "
-                       "an excluded finding has no group_id")
+            errors.add(
+                f"{where} ({sid}) is excluded but names group {item.get('group_id')!r}: "
+                "an excluded finding has no group_id"
+            )
         if not _nonblank(item.get("rationale")):
             errors.add(f"{where} ({sid}) needs a non-blank rationale")
     for sid in sorted(known - set(decided)):
@@ -250,8 +262,9 @@ def _check_decisions(acc: dict, known: set[str], errors: _Collector) -> dict[str
     return decided
 
 
-def _check_groups(acc: dict, known: set[str], decided: dict[str, dict], host: dict[str, dict],
-                  errors: _Collector) -> None:
+def _check_groups(
+    acc: dict, known: set[str], decided: dict[str, dict], host: dict[str, dict], errors: _Collector
+) -> None:
     groups = acc.get("groups")
     if not isinstance(groups, list):
         errors.add("validation_accounting.groups must be an array")
@@ -266,8 +279,10 @@ def _check_groups(acc: dict, known: set[str], decided: dict[str, dict], host: di
         if not isinstance(group, dict):
             errors.add(f"{where} must be an object")
             continue
-        for key in sorted(set(group) - {"group_id", "source_ids", "severity", "summary", "location", "evidence",
-                                        "impact", "rationale"}):
+        for key in sorted(
+            set(group)
+            - {"group_id", "source_ids", "severity", "summary", "location", "evidence", "impact", "rationale"}
+        ):
             errors.add(f"{where} has unknown key {key!r}")
         gid = group.get("group_id")
         if not _nonblank(gid):
@@ -289,8 +304,10 @@ def _check_groups(acc: dict, known: set[str], decided: dict[str, dict], host: di
             errors.add(f"{where} ({gid}): source_ids repeat an id")
         expected = sorted(members.get(gid, []))
         if sorted(map(str, ids)) != expected:
-            errors.add(f"{where} ({gid}): source_ids {sorted(map(str, ids))} must be exactly the included findings "
-                       f"that name this group, {expected}")
+            errors.add(
+                f"{where} ({gid}): source_ids {sorted(map(str, ids))} must be exactly the included findings "
+                f"that name this group, {expected}"
+            )
         elif expected and group.get("severity") in SEVERITIES:
             worst = min((host[s]["severity"] for s in expected), key=SEVERITY_RANK.__getitem__)
             if group["severity"] != worst:
@@ -308,8 +325,9 @@ def _check_group_fields(group: dict, where: str, errors: _Collector) -> None:
 
 
 def _check_envelope(doc: dict, labels: tuple[str, ...], errors: _Collector) -> None:
-    for key in sorted(set(doc) - {"candidate_assessments", "agreements", "conflicts", "synthesis_plan",
-                                  "validation_accounting"}):
+    for key in sorted(
+        set(doc) - {"candidate_assessments", "agreements", "conflicts", "synthesis_plan", "validation_accounting"}
+    ):
         errors.add(f"unknown top-level key {key!r}")
     assessments = doc.get("candidate_assessments")
     if not isinstance(assessments, list):
@@ -359,8 +377,11 @@ def parse_evaluation(text: str | None) -> tuple[Any, list[str]]:
         return strict_json(text), []
     except Unparseable as exc:
         match = FENCE.match(text)
-        if match and "```" not in match["preamble"] + match["body"] and \
-                len(match["preamble"].encode()) <= MAX_PREAMBLE_BYTES:
+        if (
+            match
+            and "```" not in match["preamble"] + match["body"]
+            and len(match["preamble"].encode()) <= MAX_PREAMBLE_BYTES
+        ):
             try:
                 return strict_json(match["body"]), []
             except Unparseable as inner:

@@ -45,8 +45,9 @@ def store(review_id: int, *, kind: str, name: str, content: str) -> ReviewArtifa
     length, sha = digest(content)
     try:
         with transaction.atomic():
-            return ReviewArtifact.objects.create(review_id=review_id, kind=kind, name=name, content=content,
-                                                 byte_length=length, sha256=sha)
+            return ReviewArtifact.objects.create(
+                review_id=review_id, kind=kind, name=name, content=content, byte_length=length, sha256=sha
+            )
     except IntegrityError:  # a concurrent delivery of the same stage stored it first
         return ReviewArtifact.objects.get(review_id=review_id, name=name)
 
@@ -69,8 +70,12 @@ def exists(review_id: int, name: str) -> bool:
 
 
 def ref(artifact: ReviewArtifact) -> dict[str, Any]:
-    return {"name": artifact.name, "kind": artifact.kind, "byte_length": artifact.byte_length,
-            "sha256": artifact.sha256}
+    return {
+        "name": artifact.name,
+        "kind": artifact.kind,
+        "byte_length": artifact.byte_length,
+        "sha256": artifact.sha256,
+    }
 
 
 # --- verification -------------------------------------------------------------------------

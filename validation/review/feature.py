@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from missions.errors import Conflict
-from missions.models import AssertionScope, Feature, Task, TaskStatus
+from missions.models import AssertionScope, MissionFeature, Task, TaskStatus
 from validation.models import RunStatus, ValidatorRun
 from validation.review.preflight import Preflight, review_create
 
@@ -20,10 +20,10 @@ MAX_ITEM = 2000
 
 def _clip(text: str) -> str:
     text = " ".join(text.split()) if "\n" not in text else text.strip()
-    return text if len(text) <= MAX_ITEM else text[:MAX_ITEM - 1] + "…"
+    return text if len(text) <= MAX_ITEM else text[: MAX_ITEM - 1] + "…"
 
 
-def _criteria(feature: Feature) -> list[str]:
+def _criteria(feature: MissionFeature) -> list[str]:
     assertions = feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")
     criteria = [_clip(f"{a.key}: {a.title}. {a.statement}") for a in assertions]
     if not criteria and feature.acceptance_criteria.strip():
@@ -31,30 +31,44 @@ def _criteria(feature: Feature) -> list[str]:
     return criteria
 
 
-def _task(feature: Feature) -> Task | None:
+def _task(feature: MissionFeature) -> Task | None:
     done = Task.objects.filter(feature=feature, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
     return done or Task.objects.filter(feature=feature).order_by("-id").first()
 
 
-def _verification(feature: Feature) -> dict[str, Any]:
-    run = (ValidatorRun.objects.filter(feature=feature, verdict__isnull=False)
-           .exclude(status__in=[RunStatus.RUNNING, RunStatus.CANCELLED]).order_by("-id").first())
+def _verification(feature: MissionFeature) -> dict[str, Any]:
+    run = (
+        ValidatorRun.objects.filter(feature=feature, verdict__isnull=False)
+        .exclude(status__in=[RunStatus.RUNNING, RunStatus.CANCELLED])
+        .order_by("-id")
+        .first()
+    )
     if run is None:
         last = ValidatorRun.objects.filter(feature=feature).order_by("-id").first()
-        reason = ("no validator run has judged this feature yet" if last is None
-                  else f"the latest validator run ({last.pk}) ended {last.status} without a verdict")
+        reason = (
+            "no validator run has judged this feature yet"
+            if last is None
+            else f"the latest validator run ({last.pk}) ended {last.status} without a verdict"
+        )
         return {"status": "not_run", "reason": reason}
     evidence = []
     for item in (run.verdict or {}).get("assertions", []):
         outcome = item.get("verdict", "?") + (f": {item['message']}" if item.get("message") else "")
-        evidence.append({"check": _clip(f"{item.get('key', '?')} ({run.validator} validator, run {run.pk}, "
-                                        f"revision {run.revision[:12] or 'unknown'})"), "outcome": _clip(outcome)})
+        evidence.append(
+            {
+                "check": _clip(
+                    f"{item.get('key', '?')} ({run.validator} validator, run {run.pk}, "
+                    f"revision {run.revision[:12] or 'unknown'})"
+                ),
+                "outcome": _clip(outcome),
+            }
+        )
     if not evidence:
         evidence.append({"check": f"{run.validator} validator, run {run.pk}", "outcome": run.status})
     return {"status": "provided", "evidence": evidence[:100]}
 
 
-def feature_review_body(feature: Feature) -> dict[str, Any]:
+def feature_review_body(feature: MissionFeature) -> dict[str, Any]:
     mission = feature.mission
     criteria = _criteria(feature)
     task = _task(feature)
@@ -72,7 +86,9 @@ def feature_review_body(feature: Feature) -> dict[str, Any]:
     if feature.acceptance_criteria.strip():
         background.append(_clip(f"Acceptance criteria as written on the feature: {feature.acceptance_criteria}"))
     body: dict[str, Any] = {
-        "objective": _clip(f"{feature.title}\n\n{feature.description}" if feature.description.strip() else feature.title),
+        "objective": _clip(
+            f"{feature.title}\n\n{feature.description}" if feature.description.strip() else feature.title
+        ),
         "background": background,
         "changeSummary": _clip(summary),
         "scope": [_clip(f"The change that implements feature {mission.key}/{feature.key} ({feature.title})")],
@@ -86,7 +102,19 @@ def feature_review_body(feature: Feature) -> dict[str, Any]:
     return body
 
 
-def feature_review(*, feature: Feature, user=None, idempotency_key: str | None = None, profile: str | None = None,
-                   source: str = "feature") -> Preflight:
-    return review_create(body=feature_review_body(feature), user=user, idempotency_key=idempotency_key,
-                         profile=profile, source=source, unrestricted=user is None or bool(getattr(user, "is_staff", False)))
+def feature_review(
+    *,
+    feature: MissionFeature,
+    user=None,
+    idempotency_key: str | None = None,
+    profile: str | None = None,
+    source: str = "feature",
+) -> Preflight:
+    return review_create(
+        body=feature_review_body(feature),
+        user=user,
+        idempotency_key=idempotency_key,
+        profile=profile,
+        source=source,
+        unrestricted=user is None or bool(getattr(user, "is_staff", False)),
+    )

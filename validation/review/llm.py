@@ -17,8 +17,9 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 TEST_MODELS: dict[str, Any] = {}
 POLL_SECONDS = 0.2
@@ -58,14 +59,23 @@ def build_model(spec: Any):
     key_env = spec.get("api_key_env")
     api_key = os.environ.get(key_env, "") if key_env else ""
     if key_env and not api_key:
-        raise ModelFailure(f"the environment variable {key_env} (API key of {spec['model']!r}) is not set",
-                           code="unavailable")
+        raise ModelFailure(
+            f"the environment variable {key_env} (API key of {spec['model']!r}) is not set", code="unavailable"
+        )
     provider = OpenAIProvider(base_url=spec["base_url"], api_key=api_key or "not-needed")
     return OpenAIChatModel(spec["model"], provider=provider)
 
 
-def run_text_agent(spec: Any, *, instructions: str, prompt: str, tools: Sequence[Callable] = (), timeout: float,
-                   request_limit: int = 40, should_stop: Callable[[], bool] = lambda: False) -> AgentAnswer:
+def run_text_agent(
+    spec: Any,
+    *,
+    instructions: str,
+    prompt: str,
+    tools: Sequence[Callable] = (),
+    timeout: float,
+    request_limit: int = 40,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> AgentAnswer:
     """Run one agent to its text answer, stoppable from the calling thread."""
     from pydantic_ai import Agent
     from pydantic_ai.usage import UsageLimits
@@ -118,9 +128,13 @@ def _answer(box: dict[str, Any], reason: str, timeout: float) -> AgentAnswer:
         raise ModelFailure(f"{type(exc).__name__}: {str(exc)[:1000]}", code="model_error") from exc
     result = box["result"]
     usage = result.usage
-    return AgentAnswer(text=result.output, transcript=_transcript(result),
-                       tokens_in=usage.input_tokens or 0, tokens_out=usage.output_tokens or 0,
-                       requests=usage.requests or 0)
+    return AgentAnswer(
+        text=result.output,
+        transcript=_transcript(result),
+        tokens_in=usage.input_tokens or 0,
+        tokens_out=usage.output_tokens or 0,
+        requests=usage.requests or 0,
+    )
 
 
 def _transcript(result) -> str:

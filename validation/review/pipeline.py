@@ -18,7 +18,8 @@ seen between stages (the compare-and-swap fails) and in flight (the model call s
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dramatiq
 from django.db import DatabaseError

@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from fusion_site.base import snapshots
 from missions import selectors
 from missions.errors import Conflict, Invalid
-from missions.models import Feature, Mission
-from validation import snapshots
+from missions.models import Mission, MissionFeature
 from validation.models import Review
 from validation.review import artifacts
 from validation.review.profiles import public_model, resolve_profile
@@ -39,7 +39,7 @@ def _visible(user, *, unrestricted: bool):
     return Mission.objects.all() if unrestricted else selectors.visible_missions(user=user)
 
 
-def _resolve(request: dict[str, Any], user, *, unrestricted: bool) -> tuple[Mission | None, Feature | None]:
+def _resolve(request: dict[str, Any], user, *, unrestricted: bool) -> tuple[Mission | None, MissionFeature | None]:
     missions = _visible(user, unrestricted=unrestricted)
     mission = feature = None
     ref = request.get("mission")
@@ -49,11 +49,14 @@ def _resolve(request: dict[str, Any], user, *, unrestricted: bool) -> tuple[Miss
             raise Invalid(f"no mission {ref!r}", code="unknown_reference", fields={"mission": ["no such mission"]})
     ref = request.get("feature")
     if ref is not None:
-        features = Feature.objects.filter(mission__in=missions).select_related("mission")
+        features = MissionFeature.objects.filter(mission__in=missions).select_related("mission")
         if isinstance(ref, str):
             if mission is None:
-                raise Invalid("a feature key needs the mission too", code="unknown_reference",
-                              fields={"feature": ["give a feature id, or the mission with the key"]})
+                raise Invalid(
+                    "a feature key needs the mission too",
+                    code="unknown_reference",
+                    fields={"feature": ["give a feature id, or the mission with the key"]},
+                )
             features = features.filter(mission=mission, key=ref)
         else:
             features = features.filter(pk=ref)
@@ -61,8 +64,11 @@ def _resolve(request: dict[str, Any], user, *, unrestricted: bool) -> tuple[Miss
         if feature is None:
             raise Invalid(f"no feature {ref!r}", code="unknown_reference", fields={"feature": ["no such feature"]})
         if mission is not None and feature.mission_id != mission.pk:
-            raise Invalid("the feature belongs to another mission", code="unknown_reference",
-                          fields={"feature": ["belongs to another mission"]})
+            raise Invalid(
+                "the feature belongs to another mission",
+                code="unknown_reference",
+                fields={"feature": ["belongs to another mission"]},
+            )
         mission = feature.mission
     return mission, feature
 
@@ -71,8 +77,11 @@ def _pin(mission: Mission | None, revision: str | None) -> str:
     """The full commit the reviewers will read ('' when no repository is attached)."""
     if mission is None or not mission.workspace:
         if revision:
-            raise Invalid("a revision needs a mission with a workspace", code="revision_unavailable",
-                          fields={"revision": ["no workspace to resolve it in"]})
+            raise Invalid(
+                "a revision needs a mission with a workspace",
+                code="revision_unavailable",
+                fields={"revision": ["no workspace to resolve it in"]},
+            )
         return ""
     try:
         repo = snapshots.repository(mission.workspace)
@@ -82,28 +91,45 @@ def _pin(mission: Mission | None, revision: str | None) -> str:
 
 
 def canonical_input(*, request_text: str, sha256: str, revision: str, source: str) -> dict[str, Any]:
-    return {"schema_version": INPUT_SCHEMA, "workflow": "review", "revision": revision,
-            "request": {"source": source, "authority": "user", "text": request_text, "sha256": sha256},
-            "context": {"kind": "clean_task", "declared_sources": []}}
+    return {
+        "schema_version": INPUT_SCHEMA,
+        "workflow": "review",
+        "revision": revision,
+        "request": {"source": source, "authority": "user", "text": request_text, "sha256": sha256},
+        "context": {"kind": "clean_task", "declared_sources": []},
+    }
 
 
 def _check_key(key: str | None) -> str:
     key = (key or "").strip()
     if key and not IDEMPOTENCY_KEY.match(key):
-        raise Invalid("the Idempotency-Key header must be 1-200 visible ASCII characters", code="invalid_idempotency_key",
-                      fields={"Idempotency-Key": ["1-200 visible ASCII characters"]})
+        raise Invalid(
+            "the Idempotency-Key header must be 1-200 visible ASCII characters",
+            code="invalid_idempotency_key",
+            fields={"Idempotency-Key": ["1-200 visible ASCII characters"]},
+        )
     return key
 
 
 def _replay(existing: Review, sha256: str, profile: str) -> Preflight:
     if existing.request_sha256 != sha256 or existing.profile != profile:
-        raise Conflict("this Idempotency-Key was used for a different review request", code="idempotency_key_reused",
-                       extra={"review": existing.pk})
+        raise Conflict(
+            "this Idempotency-Key was used for a different review request",
+            code="idempotency_key_reused",
+            extra={"review": existing.pk},
+        )
     return Preflight(existing, created=False)
 
 
-def review_create(*, body: Any, user=None, idempotency_key: str | None = None, profile: str | None = None,
-                  source: str = "api", unrestricted: bool = False) -> Preflight:
+def review_create(
+    *,
+    body: Any,
+    user=None,
+    idempotency_key: str | None = None,
+    profile: str | None = None,
+    source: str = "api",
+    unrestricted: bool = False,
+) -> Preflight:
     request = normalize_request(body)
     key = _check_key(idempotency_key)
     resolved = resolve_profile(profile)
@@ -118,9 +144,17 @@ def review_create(*, body: Any, user=None, idempotency_key: str | None = None, p
     try:
         with transaction.atomic():
             review = Review.objects.create(
-                mission=mission, feature=feature, request=request, canonical_request=text, request_sha256=sha256,
-                revision=revision, profile=resolved["name"], idempotency_key=key if owner else "",
-                created_by=owner, source=source)
+                mission=mission,
+                feature=feature,
+                request=request,
+                canonical_request=text,
+                request_sha256=sha256,
+                revision=revision,
+                profile=resolved["name"],
+                idempotency_key=key if owner else "",
+                created_by=owner,
+                source=source,
+            )
             _record_inputs(review, resolved, request)
             progress(review, "state", state=review.state)
             transaction.on_commit(lambda: _start(review.pk))
@@ -133,14 +167,23 @@ def review_create(*, body: Any, user=None, idempotency_key: str | None = None, p
 
 
 def _record_inputs(review: Review, profile: dict[str, Any], request: dict[str, Any]) -> None:
-    public = {"name": profile["name"], "candidates": [public_model(m) for m in profile["candidates"]],
-              "evaluator": public_model(profile["evaluator"]),
-              **{k: v for k, v in profile.items() if k not in ("name", "candidates", "evaluator")}}
+    public = {
+        "name": profile["name"],
+        "candidates": [public_model(m) for m in profile["candidates"]],
+        "evaluator": public_model(profile["evaluator"]),
+        **{k: v for k, v in profile.items() if k not in ("name", "candidates", "evaluator")},
+    }
     artifacts.store_json(review.pk, kind="request", name="request.json", value=request)
     artifacts.store_json(review.pk, kind="profile", name="profile.json", value=public)
     subject_text, subject_sha = request_digest(review_subject(request))
-    artifacts.store_json(review.pk, kind="input", name="canonical_input.json", value=canonical_input(
-        request_text=subject_text, sha256=subject_sha, revision=review.revision, source=review.source))
+    artifacts.store_json(
+        review.pk,
+        kind="input",
+        name="canonical_input.json",
+        value=canonical_input(
+            request_text=subject_text, sha256=subject_sha, revision=review.revision, source=review.source
+        ),
+    )
 
 
 def _start(review_id: int) -> None:

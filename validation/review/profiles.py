@@ -70,7 +70,9 @@ def profile_problems(name: str, profile: Any) -> list[str]:
     where = f"review profile {name!r}"
     if not isinstance(profile, dict):
         return [f"{where}: must be an object with candidates and evaluator"]
-    problems = [f"{where}: unknown option {key!r}" for key in sorted(set(profile) - {"candidates", "evaluator", *OPTIONS})]
+    problems = [
+        f"{where}: unknown option {key!r}" for key in sorted(set(profile) - {"candidates", "evaluator", *OPTIONS})
+    ]
     candidates = profile.get("candidates")
     if not isinstance(candidates, list) or len(candidates) != 3:
         problems.append(f"{where}: 'candidates' must name exactly 3 models")
@@ -83,8 +85,9 @@ def profile_problems(name: str, profile: Any) -> list[str]:
         problems += model_problems(f"{where} evaluator", profile["evaluator"])
     for option, (_default, minimum, maximum) in OPTIONS.items():
         value = profile.get(option)
-        if option in profile and (not isinstance(value, int) or isinstance(value, bool)
-                                  or not minimum <= value <= maximum):
+        if option in profile and (
+            not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum
+        ):
             problems.append(f"{where}: {option!r} must be an integer from {minimum} to {maximum}")
     return problems
 
@@ -97,8 +100,9 @@ def resolve_profile(name: str | None = None) -> dict[str, Any]:
     if not name:
         name = DEFAULT_NAME if DEFAULT_NAME in profiles or len(profiles) != 1 else next(iter(profiles))
     if name not in profiles:
-        raise UnknownReviewProfile(f"unknown review profile {name!r} (known: {', '.join(sorted(profiles))})",
-                                   fields={"profile": ["unknown"]})
+        raise UnknownReviewProfile(
+            f"unknown review profile {name!r} (known: {', '.join(sorted(profiles))})", fields={"profile": ["unknown"]}
+        )
     problems = profile_problems(name, profiles[name])
     if problems:
         raise ReviewProfileError("; ".join(problems))

@@ -48,10 +48,13 @@ that name it; a group's severity is the highest severity of its findings; each c
 names at least two distinct candidates. Write rationales about the findings, not about
 the reviewers."""
 
-REPAIR_INSTRUCTIONS = EVALUATOR_INSTRUCTIONS + """
+REPAIR_INSTRUCTIONS = (
+    EVALUATOR_INSTRUCTIONS
+    + """
 
 Your previous answer broke these rules. You get the original input, your invalid output
 and the list of violations: answer again with one corrected JSON object."""
+)
 
 
 def json_text(value: Any) -> str:
@@ -59,8 +62,11 @@ def json_text(value: Any) -> str:
 
 
 def candidate_prompt(canonical_input: dict[str, Any], *, has_repository: bool) -> str:
-    where = ("The repository at the pinned revision is available through the tools."
-             if has_repository else "No repository is attached to this review: judge from the request alone.")
+    where = (
+        "The repository at the pinned revision is available through the tools."
+        if has_repository
+        else "No repository is attached to this review: judge from the request alone."
+    )
     return f"{where}\n\nReview input (canonical JSON):\n{json_text(canonical_input)}"
 
 

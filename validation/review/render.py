@@ -56,8 +56,9 @@ def _group_key(group: dict[str, Any]):
     return SEVERITY_RANK[group["severity"]], group["location"], group["group_id"]
 
 
-def render_report(*, accounting: dict[str, Any], verified: list[str], limitations: list[str],
-                  revision: str = "") -> str:
+def render_report(
+    *, accounting: dict[str, Any], verified: list[str], limitations: list[str], revision: str = ""
+) -> str:
     out = [TITLE, ""]
     out.append("Advisory, read-only review" + (f" of revision `{revision}`." if revision else "."))
     out += ["", "## Findings", ""]
@@ -65,11 +66,15 @@ def render_report(*, accounting: dict[str, Any], verified: list[str], limitation
     if not groups:
         out += [NO_FINDINGS, ""]
     for group in groups:
-        out += [f"### {group['severity']}: {_line(sanitize(group['summary']))}", "",
-                f"- Location: {_line(sanitize(group['location']))}",
-                f"- Evidence: {_block(sanitize(group['evidence']))}",
-                f"- Impact: {_block(sanitize(group['impact']))}",
-                f"- Inclusion rationale: {_block(sanitize_rationale(group['rationale']))}", ""]
+        out += [
+            f"### {group['severity']}: {_line(sanitize(group['summary']))}",
+            "",
+            f"- Location: {_line(sanitize(group['location']))}",
+            f"- Evidence: {_block(sanitize(group['evidence']))}",
+            f"- Impact: {_block(sanitize(group['impact']))}",
+            f"- Inclusion rationale: {_block(sanitize_rationale(group['rationale']))}",
+            "",
+        ]
     out += ["## Excluded source findings", ""]
     findings = {f["source_id"]: f for f in accounting["findings"]}
     excluded = sorted((d for d in accounting["decisions"] if d["decision"] == "exclude"), key=lambda d: d["source_id"])
@@ -78,9 +83,11 @@ def render_report(*, accounting: dict[str, Any], verified: list[str], limitation
     else:
         for decision in excluded:
             finding = findings[decision["source_id"]]
-            out.append(f"- {finding['severity']}: {_line(sanitize(finding['summary']))} "
-                       f"({_line(sanitize(finding['location']))}). "
-                       f"Excluded: {_block(sanitize_rationale(decision['rationale']))}")
+            out.append(
+                f"- {finding['severity']}: {_line(sanitize(finding['summary']))} "
+                f"({_line(sanitize(finding['location']))}). "
+                f"Excluded: {_block(sanitize_rationale(decision['rationale']))}"
+            )
         out.append("")
     out += _bullets("## Verified", verified, NO_VERIFIED)
     out += _bullets("## Limitations", limitations, NO_LIMITATIONS)

@@ -26,8 +26,16 @@ MAX_CANONICAL_BYTES = 256 * 1024
 MAX_REVISION = 80
 MAX_ID = 2**63 - 1
 
-CORE_KEYS = ("objective", "background", "changeSummary", "scope", "acceptanceCriteria", "verification",
-             "knownLimitations", "exclusions")
+CORE_KEYS = (
+    "objective",
+    "background",
+    "changeSummary",
+    "scope",
+    "acceptanceCriteria",
+    "verification",
+    "knownLimitations",
+    "exclusions",
+)
 REFERENCE_KEYS = ("mission", "feature", "revision")
 ALLOWED_KEYS = frozenset(CORE_KEYS + REFERENCE_KEYS)
 STATUSES = ("provided", "not_run")
@@ -233,15 +241,21 @@ def normalize_request(body: Any) -> dict[str, Any]:
         raise _invalid(errors)
     ordered = {key: out[key] for key in (*CORE_KEYS, *REFERENCE_KEYS) if key in out}
     if len(canonical(ordered)) > MAX_CANONICAL_BYTES:
-        raise ReviewRequestInvalid(f"the review request is larger than {MAX_CANONICAL_BYTES} bytes",
-                                   code="review_request_too_large", fields={"": ["too large"]})
+        raise ReviewRequestInvalid(
+            f"the review request is larger than {MAX_CANONICAL_BYTES} bytes",
+            code="review_request_too_large",
+            fields={"": ["too large"]},
+        )
     return ordered
 
 
 def _invalid(errors: _Errors) -> ReviewRequestInvalid:
     listed = "; ".join(f"{path}: {message}" for path, message in errors.items)
-    return ReviewRequestInvalid(f"the review request is invalid: {listed}", fields=errors.as_fields(),
-                                extra={"errors": [{"path": p, "message": m} for p, m in errors.items]})
+    return ReviewRequestInvalid(
+        f"the review request is invalid: {listed}",
+        fields=errors.as_fields(),
+        extra={"errors": [{"path": p, "message": m} for p, m in errors.items]},
+    )
 
 
 def review_subject(request: dict[str, Any]) -> dict[str, Any]:

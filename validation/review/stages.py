@@ -13,19 +13,23 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
+from fusion_site.base.snapshots import SnapshotError, snapshot
 from validation.models import Review
 from validation.review import artifacts
 from validation.review.accounting import LABELS, check_evaluation, parse_candidate, parse_evaluation, source_findings
 from validation.review.llm import ModelFailure, run_text_agent
 from validation.review.prompts import (
-    CANDIDATE_INSTRUCTIONS, EVALUATOR_INSTRUCTIONS, REPAIR_INSTRUCTIONS, candidate_prompt, evaluator_prompt,
+    CANDIDATE_INSTRUCTIONS,
+    EVALUATOR_INSTRUCTIONS,
+    REPAIR_INSTRUCTIONS,
+    candidate_prompt,
+    evaluator_prompt,
     repair_prompt,
 )
 from validation.review.render import render_report, unique
 from validation.review.scheduling import enqueue_on_commit
 from validation.review.state import S, is_cancelled, progress, review_fail, transition
 from validation.review.tools import TOOL_NAMES, make_tools
-from validation.snapshots import SnapshotError, snapshot
 
 SLOTS = (1, 2, 3)
 
@@ -43,8 +47,9 @@ def _canonical_input(review: Review) -> dict[str, Any]:
 
 
 def _add_usage(review_id: int, tokens_in: int, tokens_out: int) -> None:
-    Review.objects.filter(pk=review_id).update(tokens_in=F("tokens_in") + tokens_in,
-                                               tokens_out=F("tokens_out") + tokens_out)
+    Review.objects.filter(pk=review_id).update(
+        tokens_in=F("tokens_in") + tokens_in, tokens_out=F("tokens_out") + tokens_out
+    )
 
 
 @contextmanager
@@ -99,13 +104,26 @@ def _run_candidate(review: Review, slot: int) -> dict[str, Any] | None:
     try:
         with _repository(review) as root:
             prompt = candidate_prompt(_canonical_input(review), has_repository=root is not None)
-            artifacts.store_json(review.pk, kind="prompt", name=f"candidate-{slot}.prompt.json", value={
-                "model": spec, "instructions": CANDIDATE_INSTRUCTIONS, "prompt": prompt,
-                "tools": list(TOOL_NAMES) if root is not None else []})
-            answer = run_text_agent(spec, instructions=CANDIDATE_INSTRUCTIONS, prompt=prompt,
-                                    tools=make_tools(root) if root is not None else (),
-                                    timeout=profile["timeout"], request_limit=profile["request_limit"],
-                                    should_stop=lambda: is_cancelled(review.pk))
+            artifacts.store_json(
+                review.pk,
+                kind="prompt",
+                name=f"candidate-{slot}.prompt.json",
+                value={
+                    "model": spec,
+                    "instructions": CANDIDATE_INSTRUCTIONS,
+                    "prompt": prompt,
+                    "tools": list(TOOL_NAMES) if root is not None else [],
+                },
+            )
+            answer = run_text_agent(
+                spec,
+                instructions=CANDIDATE_INSTRUCTIONS,
+                prompt=prompt,
+                tools=make_tools(root) if root is not None else (),
+                timeout=profile["timeout"],
+                request_limit=profile["request_limit"],
+                should_stop=lambda: is_cancelled(review.pk),
+            )
     except ModelFailure as exc:
         if exc.code == "cancelled":
             return None
@@ -115,8 +133,12 @@ def _run_candidate(review: Review, slot: int) -> dict[str, Any] | None:
     artifacts.store(review.pk, kind="transcript", name=f"candidate-{slot}.transcript.json", content=answer.transcript)
     artifacts.store(review.pk, kind="response", name=f"candidate-{slot}.response.txt", content=answer.text)
     _add_usage(review.pk, answer.tokens_in, answer.tokens_out)
-    return {"status": "answered", "requests": answer.requests, "tokens_in": answer.tokens_in,
-            "tokens_out": answer.tokens_out}
+    return {
+        "status": "answered",
+        "requests": answer.requests,
+        "tokens_in": answer.tokens_in,
+        "tokens_out": answer.tokens_out,
+    }
 
 
 def _complete_candidates(review_id: int) -> None:
@@ -157,20 +179,32 @@ def parse_candidates(review: Review, label_map: dict[str, str]) -> dict[str, Any
         reports[label] = parsed.report
         if parsed.recovered:
             recovered.append(label)
-            artifacts.store_json(review.pk, kind="recovery", name=f"candidate-{label}.recovery.json",
-                                 value={"candidate_id": label, **parsed.recovery})
+            artifacts.store_json(
+                review.pk,
+                kind="recovery",
+                name=f"candidate-{label}.recovery.json",
+                value={"candidate_id": label, **parsed.recovery},
+            )
         if not parsed.ok:
             unusable.append(label)
-            artifacts.store_json(review.pk, kind="event", name=f"candidate-{label}.unusable.json",
-                                 value={"candidate_id": label, "problems": parsed.problems[:24]})
+            artifacts.store_json(
+                review.pk,
+                kind="event",
+                name=f"candidate-{label}.unusable.json",
+                value={"candidate_id": label, "problems": parsed.problems[:24]},
+            )
         artifacts.store_json(review.pk, kind="candidate", name=f"candidate-{label}.json", value=parsed.report)
     limitations = []
     if unusable:
-        limitations.append(f"{_count(len(unusable))} of the three reviewers returned no usable report; "
-                           "it was replaced by an empty report.")
+        limitations.append(
+            f"{_count(len(unusable))} of the three reviewers returned no usable report; "
+            "it was replaced by an empty report."
+        )
     if recovered:
-        limitations.append(f"{_count(len(recovered))} reviewer report(s) had to be recovered from a fenced JSON "
-                           "block instead of a bare JSON answer.")
+        limitations.append(
+            f"{_count(len(recovered))} reviewer report(s) had to be recovered from a fenced JSON "
+            "block instead of a bare JSON answer."
+        )
     if not review.revision:
         limitations.append("No repository was attached to this review: the reviewers saw only the request.")
     return {"reports": reports, "unusable": unusable, "recovered": recovered, "host_limitations": limitations}
@@ -191,15 +225,21 @@ def stage_evaluate(review_id: int) -> str:
     artifacts.store_json(review_id, kind="candidates", name="candidates.json", value=candidates)
     if len(candidates["unusable"]) >= 2:
         first = artifacts.load_json(review_id, f"candidate-{candidates['unusable'][0]}.unusable.json")["problems"]
-        review_fail(review_id, code="evaluation_invalid", stage="candidate",
-                    reason=f"{len(candidates['unusable'])} of the three reviewers returned no usable report "
-                           f"(for example: {'; '.join(first)[:500]})")
+        review_fail(
+            review_id,
+            code="evaluation_invalid",
+            stage="candidate",
+            reason=f"{len(candidates['unusable'])} of the three reviewers returned no usable report "
+            f"(for example: {'; '.join(first)[:500]})",
+        )
         return "failed"
     findings = source_findings(candidates["reports"])
     artifacts.store_json(review_id, kind="findings", name="source_findings.json", value=findings)
-    blind = {"canonical_input": _canonical_input(review),
-             "candidates": [{"candidate_id": label, "response": candidates["reports"][label]} for label in LABELS],
-             "validation_source_findings": findings}
+    blind = {
+        "canonical_input": _canonical_input(review),
+        "candidates": [{"candidate_id": label, "response": candidates["reports"][label]} for label in LABELS],
+        "validation_source_findings": findings,
+    }
     artifacts.store_json(review_id, kind="input", name="evaluator.input.json", value=blind)
     return _evaluate(review, blind, findings)
 
@@ -234,8 +274,12 @@ def _evaluate(review: Review, blind: dict[str, Any], findings: list[dict]) -> st
                 return "cancelled"
             progress(review, "evaluation_retry", attempt=2, violations=len(errors))
             prompts[2] = (REPAIR_INSTRUCTIONS, repair_prompt(blind, text, errors))
-    review_fail(review.pk, code="evaluation_invalid", stage="evaluation",
-                reason="the evaluator's accounting was still invalid after one repair: " + "; ".join(errors)[:3000])
+    review_fail(
+        review.pk,
+        code="evaluation_invalid",
+        stage="evaluation",
+        reason="the evaluator's accounting was still invalid after one repair: " + "; ".join(errors)[:3000],
+    )
     return "failed"
 
 
@@ -244,15 +288,22 @@ def _evaluator_call(review: Review, attempt: int, spec: Any, instructions: str, 
     stored = artifacts.text(review.pk, f"evaluator.response-{attempt}.txt")
     if stored is not None:
         return stored
-    artifacts.store_json(review.pk, kind="prompt", name=f"evaluator.prompt-{attempt}.json",
-                         value={"model": spec, "instructions": instructions, "prompt": prompt, "tools": []})
-    answer = run_text_agent(spec, instructions=instructions, prompt=prompt, timeout=timeout,
-                            should_stop=lambda: is_cancelled(review.pk))
-    artifacts.store(review.pk, kind="transcript", name=f"evaluator.transcript-{attempt}.json",
-                    content=answer.transcript)
+    artifacts.store_json(
+        review.pk,
+        kind="prompt",
+        name=f"evaluator.prompt-{attempt}.json",
+        value={"model": spec, "instructions": instructions, "prompt": prompt, "tools": []},
+    )
+    answer = run_text_agent(
+        spec, instructions=instructions, prompt=prompt, timeout=timeout, should_stop=lambda: is_cancelled(review.pk)
+    )
+    artifacts.store(
+        review.pk, kind="transcript", name=f"evaluator.transcript-{attempt}.json", content=answer.transcript
+    )
     _add_usage(review.pk, answer.tokens_in, answer.tokens_out)
-    return artifacts.store(review.pk, kind="response", name=f"evaluator.response-{attempt}.txt",
-                           content=answer.text).content
+    return artifacts.store(
+        review.pk, kind="response", name=f"evaluator.response-{attempt}.txt", content=answer.text
+    ).content
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -268,21 +319,41 @@ def stage_render(review_id: int) -> str:
     candidates = artifacts.load_json(review_id, "candidates.json")
     accounting = evaluation["validation_accounting"]
     verified = unique([v for label in LABELS for v in candidates["reports"][label]["verified"]])
-    limitations = unique(candidates["host_limitations"]
-                         + [item for label in LABELS for item in candidates["reports"][label]["limitations"]])
-    report = render_report(accounting=accounting, verified=verified, limitations=limitations,
-                           revision=review.revision)
+    limitations = unique(
+        candidates["host_limitations"]
+        + [item for label in LABELS for item in candidates["reports"][label]["limitations"]]
+    )
+    report = render_report(accounting=accounting, verified=verified, limitations=limitations, revision=review.revision)
     report_row = artifacts.store(review_id, kind="report", name=artifacts.REPORT, content=report)
-    accounting_row = artifacts.store_json(review_id, kind="accounting", name=artifacts.ACCOUNTING, value={
-        "review": review_id, "revision": review.revision, "request_sha256": review.request_sha256,
-        "evaluator_attempts": review.evaluator_attempts, "findings": accounting["findings"],
-        "decisions": accounting["decisions"], "groups": accounting["groups"], "verified": verified,
-        "limitations": limitations})
+    accounting_row = artifacts.store_json(
+        review_id,
+        kind="accounting",
+        name=artifacts.ACCOUNTING,
+        value={
+            "review": review_id,
+            "revision": review.revision,
+            "request_sha256": review.request_sha256,
+            "evaluator_attempts": review.evaluator_attempts,
+            "findings": accounting["findings"],
+            "decisions": accounting["decisions"],
+            "groups": accounting["groups"],
+            "verified": verified,
+            "limitations": limitations,
+        },
+    )
     listed = [artifacts.ref(a) for a in review.artifacts.exclude(name=artifacts.MANIFEST).order_by("name")]
-    artifacts.store_json(review_id, kind="manifest", name=artifacts.MANIFEST, value={
-        "review": review_id, "request_sha256": review.request_sha256, "revision": review.revision,
-        "report": artifacts.ref(report_row), "accounting": artifacts.ref(accounting_row), "artifacts": listed})
+    artifacts.store_json(
+        review_id,
+        kind="manifest",
+        name=artifacts.MANIFEST,
+        value={
+            "review": review_id,
+            "request_sha256": review.request_sha256,
+            "revision": review.revision,
+            "report": artifacts.ref(report_row),
+            "accounting": artifacts.ref(accounting_row),
+            "artifacts": listed,
+        },
+    )
     transition(review_id, old=S.RENDERING, new=S.COMPLETED)
     return "completed"
-
-

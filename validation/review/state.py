@@ -9,7 +9,8 @@ another worker (or a cancel) won, and the caller stops.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -69,8 +70,9 @@ def _why(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def review_fail(review_id: int, *, code: str, stage: str, reason: str) -> bool:
-    return transition(review_id, old=ACTIVE, new=S.FAILED, failure_code=code, failure_stage=stage,
-                      failure_reason=reason[:4000])
+    return transition(
+        review_id, old=ACTIVE, new=S.FAILED, failure_code=code, failure_stage=stage, failure_reason=reason[:4000]
+    )
 
 
 def review_cancel(*, review: Review, user=None) -> Review:

@@ -9,8 +9,8 @@ anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from validation.validators import tools as confined
 

@@ -11,15 +11,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
-from missions.models import AssertionScope, Feature, LoopState, StopReason
+from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
 from validation import profiles
 from validation.journal import sha256_of
 from validation.loop import feature_transition
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.selectors import feature_revision, newest_judged_run
-from validation.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 
 IDENTICAL_FAILURE_LIMIT = 3
 
@@ -31,20 +31,33 @@ class Admission:
     detail: str = ""
 
 
-def feature_assertion_specs(feature: Feature) -> list[dict[str, Any]]:
+def feature_assertion_specs(feature: MissionFeature) -> list[dict[str, Any]]:
     """The feature's assertion set as a run freezes it: what it is judged by, nothing else."""
-    return [frozen_assertion(a) for a in feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")]
+    return [
+        frozen_assertion(a) for a in feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")
+    ]
 
 
 def frozen_assertion(a) -> dict[str, Any]:
     return {"key": a.key, "title": a.title, "statement": a.statement, "check": a.check_spec, "scope": a.scope}
 
 
-def input_fingerprint(*, revision: str, assertions: list[dict[str, Any]], profile: dict[str, Any],
-                      protection: dict[str, Any] | None = None) -> str:
+def input_fingerprint(
+    *,
+    revision: str,
+    assertions: list[dict[str, Any]],
+    profile: dict[str, Any],
+    protection: dict[str, Any] | None = None,
+) -> str:
     judged = [{"key": a["key"], "statement": a["statement"], "check": a["check"]} for a in assertions]
-    return sha256_of({"revision": revision, "assertions": judged, "validator": profiles.public_config(profile),
-                      **({"protection": protection} if protection else {})})
+    return sha256_of(
+        {
+            "revision": revision,
+            "assertions": judged,
+            "validator": profiles.public_config(profile),
+            **({"protection": protection} if protection else {}),
+        }
+    )
 
 
 def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,7 +70,7 @@ def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, A
     return {"paths": list(mission.protected_paths), "on_change": mission.on_protected_change, "base": base}
 
 
-def standing_revision(feature: Feature) -> str:
+def standing_revision(feature: MissionFeature) -> str:
     """`feature_revision`, or the workspace's HEAD pinned now for a feature never tasked."""
     revision = feature_revision(feature)
     if revision or not feature.mission.workspace:
@@ -68,15 +81,22 @@ def standing_revision(feature: Feature) -> str:
         return ""
 
 
-def _pinned(feature: Feature, revision: str) -> str:
+def _pinned(feature: MissionFeature, revision: str) -> str:
     if not revision or FULL_COMMIT.match(revision) or not feature.mission.workspace:
         return revision
     return pin_revision(feature.mission.workspace, revision)
 
 
-def _block(feature: Feature, *, cause: str, reason: str, detail: str, actor_id: int | None) -> Admission:
-    feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.BLOCKED, cause=cause, actor_id=actor_id,
-                       reason=detail, fields={"stop_reason": reason, "stop_detail": detail, "stopped_at": timezone.now()})
+def _block(feature: MissionFeature, *, cause: str, reason: str, detail: str, actor_id: int | None) -> Admission:
+    feature_transition(
+        feature=feature.pk,
+        old=feature.loop_state,
+        new=LoopState.BLOCKED,
+        cause=cause,
+        actor_id=actor_id,
+        reason=detail,
+        fields={"stop_reason": reason, "stop_detail": detail, "stopped_at": timezone.now()},
+    )
     return Admission("blocked", detail=detail)
 
 
@@ -85,18 +105,30 @@ UNBLOCKING_CAUSES = frozenset({"re_run", "resume"})
 
 
 @transaction.atomic
-def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | None = None, profile_name: str | None = None,
-                  revision: str | None = None, force: bool = False, raise_conflict: bool = False,
-                  reason: str = "") -> Admission:
+def feature_admit(
+    *,
+    feature_id: int,
+    trigger: str,
+    cause: str,
+    actor_id: int | None = None,
+    profile_name: str | None = None,
+    revision: str | None = None,
+    force: bool = False,
+    raise_conflict: bool = False,
+    reason: str = "",
+) -> Admission:
     """Start (or reuse, or refuse) a validation of one feature. `force` (operator re-run)
     skips fingerprint reuse and the identical-failure block."""
-    lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
-    feature = Feature.objects.select_for_update().select_related("mission").get(pk=feature_id)
+    lock_mission(MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
+    feature = MissionFeature.objects.select_for_update().select_related("mission").get(pk=feature_id)
     running = ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).first()
     if running is not None:
         if raise_conflict:
-            raise Conflict("a validation of this feature is already running", code="validation_already_running",
-                           extra={"run": running.pk})
+            raise Conflict(
+                "a validation of this feature is already running",
+                code="validation_already_running",
+                extra={"run": running.pk},
+            )
         return Admission("already_running", running)
     refused = _refusal(feature, cause)
     if refused is not None:
@@ -114,16 +146,28 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
     except SnapshotError as exc:
         if raise_conflict:
             raise Invalid(str(exc), code="workspace_unavailable") from exc
-        return _block(feature, cause="workspace_unavailable", reason=StopReason.WORKSPACE_UNAVAILABLE,
-                      detail=str(exc)[:2000], actor_id=actor_id)
+        return _block(
+            feature,
+            cause="workspace_unavailable",
+            reason=StopReason.WORKSPACE_UNAVAILABLE,
+            detail=str(exc)[:2000],
+            actor_id=actor_id,
+        )
     if not revision:
-        raise Invalid("nothing to validate: the feature has no landed task revision and the mission no workspace",
-                      code="no_revision")
+        raise Invalid(
+            "nothing to validate: the feature has no landed task revision and the mission no workspace",
+            code="no_revision",
+        )
     if not assertions:
         if raise_conflict:
             raise Invalid("the feature has no contract assertions to judge it by", code="no_assertions")
-        return _block(feature, cause="no_assertions", reason=StopReason.NO_ASSERTIONS,
-                      detail="no contract assertions are linked: a feature never passes without them", actor_id=actor_id)
+        return _block(
+            feature,
+            cause="no_assertions",
+            reason=StopReason.NO_ASSERTIONS,
+            detail="no contract assertions are linked: a feature never passes without them",
+            actor_id=actor_id,
+        )
     fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile, protection=protection)
     if not force:
         newest = newest_judged_run(feature_id=feature.pk, fingerprint=fingerprint)
@@ -131,64 +175,141 @@ def feature_admit(*, feature_id: int, trigger: str, cause: str, actor_id: int | 
             return _reuse(feature, newest, trigger=trigger, actor_id=actor_id)
         failed = ValidatorRun.objects.filter(feature=feature, input_fingerprint=fingerprint, status=RunStatus.FAILED)
         if failed.count() >= IDENTICAL_FAILURE_LIMIT:
-            return _block(feature, cause="fingerprint_failures", reason=StopReason.FINGERPRINT, actor_id=actor_id,
-                          detail=f"the same input failed {IDENTICAL_FAILURE_LIMIT} times; change the code or the assertions")
-    run = start_run(feature=feature, trigger=trigger, cause=cause, profile=profile, revision=revision,
-                    fingerprint=fingerprint, actor_id=actor_id, reason=reason, assertions=assertions,
-                    protection=protection)
+            return _block(
+                feature,
+                cause="fingerprint_failures",
+                reason=StopReason.FINGERPRINT,
+                actor_id=actor_id,
+                detail=f"the same input failed {IDENTICAL_FAILURE_LIMIT} times; change the code or the assertions",
+            )
+    run = start_run(
+        feature=feature,
+        trigger=trigger,
+        cause=cause,
+        profile=profile,
+        revision=revision,
+        fingerprint=fingerprint,
+        actor_id=actor_id,
+        reason=reason,
+        assertions=assertions,
+        protection=protection,
+    )
     return Admission("started", run)
 
 
-def _refusal(feature: Feature, cause: str) -> Conflict | None:
+def _refusal(feature: MissionFeature, cause: str) -> Conflict | None:
     if feature.loop_state == LoopState.BLOCKED and cause not in UNBLOCKING_CAUSES:
-        return Conflict(f"the feature is blocked ({feature.stop_reason or 'validator'}): clear or re-run it",
-                        code="feature_blocked", extra={"stop_reason": feature.stop_reason})
+        return Conflict(
+            f"the feature is blocked ({feature.stop_reason or 'validator'}): clear or re-run it",
+            code="feature_blocked",
+            extra={"stop_reason": feature.stop_reason},
+        )
     if feature.loop_state == LoopState.SUPERSEDED:
         return Conflict("the fix is superseded: its root passed", code="feature_superseded")
     return None
 
 
-def new_run(*, feature: Feature | None, milestone_id: int, trigger: str, validator: str, validator_config: dict[str, Any],
-            revision: str, assertions: list[dict[str, Any]], protection: dict[str, Any], fingerprint: str = "",
-            actor_id: int | None = None, mission_id: int | None = None, **fields: Any) -> ValidatorRun:
+def new_run(
+    *,
+    feature: MissionFeature | None,
+    milestone_id: int,
+    trigger: str,
+    validator: str,
+    validator_config: dict[str, Any],
+    revision: str,
+    assertions: list[dict[str, Any]],
+    protection: dict[str, Any],
+    fingerprint: str = "",
+    actor_id: int | None = None,
+    mission_id: int | None = None,
+    **fields: Any,
+) -> ValidatorRun:
     """The one place a ValidatorRun row is made: every run carries its frozen input."""
     return ValidatorRun.objects.create(
-        mission_id=feature.mission_id if feature else mission_id, feature=feature,
-        milestone_id=milestone_id, scope=RunScope.FEATURE if feature else RunScope.MILESTONE, trigger=trigger,
-        validator=validator, validator_config=validator_config, revision=revision,
-        input_fingerprint=fingerprint, assertions=assertions, protection=protection, requested_by_id=actor_id,
-        **({"implementation_attempt": feature.implementation_attempts} if feature else {}), **fields,
+        mission_id=feature.mission_id if feature else mission_id,
+        feature=feature,
+        milestone_id=milestone_id,
+        scope=RunScope.FEATURE if feature else RunScope.MILESTONE,
+        trigger=trigger,
+        validator=validator,
+        validator_config=validator_config,
+        revision=revision,
+        input_fingerprint=fingerprint,
+        assertions=assertions,
+        protection=protection,
+        requested_by_id=actor_id,
+        **({"implementation_attempt": feature.implementation_attempts} if feature else {}),
+        **fields,
     )
 
 
 def run_started_event(run: ValidatorRun, *, actor_id: int | None = None, **extra: Any) -> None:
-    publish_on_commit(run.mission_id, "validator-run:started", {
-        "run": run.pk, "feature": run.feature_id, "milestone": run.milestone_id, "scope": run.scope,
-        "trigger": run.trigger, "validator_attempt": run.validator_attempt,
-        "implementation_attempt": run.implementation_attempt, "revision": run.revision, **extra,
-    }, actor_id=actor_id)
+    publish_on_commit(
+        run.mission_id,
+        "validator-run:started",
+        {
+            "run": run.pk,
+            "feature": run.feature_id,
+            "milestone": run.milestone_id,
+            "scope": run.scope,
+            "trigger": run.trigger,
+            "validator_attempt": run.validator_attempt,
+            "implementation_attempt": run.implementation_attempt,
+            "revision": run.revision,
+            **extra,
+        },
+        actor_id=actor_id,
+    )
 
 
-def start_run(*, feature: Feature, trigger: str, cause: str, profile: dict[str, Any], revision: str, fingerprint: str,
-              actor_id: int | None, assertions: list[dict[str, Any]], protection: dict[str, Any],
-              reason: str = "") -> ValidatorRun:
+def start_run(
+    *,
+    feature: MissionFeature,
+    trigger: str,
+    cause: str,
+    profile: dict[str, Any],
+    revision: str,
+    fingerprint: str,
+    actor_id: int | None,
+    assertions: list[dict[str, Any]],
+    protection: dict[str, Any],
+    reason: str = "",
+) -> ValidatorRun:
     """Create the run, point the feature at it, move it to `validating`, queue the judge."""
     try:
         with transaction.atomic():
-            run = new_run(feature=feature, milestone_id=feature.slice.milestone_id, trigger=trigger,
-                          validator=profile["name"], validator_config=profiles.public_config(profile), revision=revision,
-                          assertions=assertions, protection=protection, fingerprint=fingerprint,
-                          actor_id=actor_id, validator_attempt=feature.validator_attempts + 1)
+            run = new_run(
+                feature=feature,
+                milestone_id=feature.slice.milestone_id,
+                trigger=trigger,
+                validator=profile["name"],
+                validator_config=profiles.public_config(profile),
+                revision=revision,
+                assertions=assertions,
+                protection=protection,
+                fingerprint=fingerprint,
+                actor_id=actor_id,
+                validator_attempt=feature.validator_attempts + 1,
+            )
     except IntegrityError as exc:  # the database's own "one running run per feature"
         raise Conflict("a validation of this feature is already running", code="validation_already_running") from exc
     fields = {"last_run": run, "validator_attempts": feature.validator_attempts + 1}
     if feature.loop_state == LoopState.VALIDATING:
-        Feature.objects.filter(pk=feature.pk).update(updated_at=timezone.now(), last_run=run,
-                                                     validator_attempts=feature.validator_attempts + 1)
+        MissionFeature.objects.filter(pk=feature.pk).update(
+            updated_at=timezone.now(), last_run=run, validator_attempts=feature.validator_attempts + 1
+        )
     else:
         fields.update(stop_reason="", stop_detail="", stopped_at=None)
-        moved = feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.VALIDATING, cause=cause,
-                                   actor_id=actor_id, reason=reason, fields=fields, payload={"run": run.pk})
+        moved = feature_transition(
+            feature=feature.pk,
+            old=feature.loop_state,
+            new=LoopState.VALIDATING,
+            cause=cause,
+            actor_id=actor_id,
+            reason=reason,
+            fields=fields,
+            payload={"run": run.pk},
+        )
         if not moved:
             raise Conflict("the feature changed state meanwhile; try again", code="state_changed")
     run_started_event(run, actor_id=actor_id)
@@ -199,8 +320,11 @@ def start_run(*, feature: Feature, trigger: str, cause: str, profile: dict[str, 
 def run_time_limit_ms(run: ValidatorRun) -> int:
     """The actor's time limit for one run, derived from what it may legitimately take: its
     checks' own limits (run one after another at worst) plus the validator's timeout."""
-    checks = sum(min(float((a.get("check") or {}).get("timeout", settings.FUSION_CHECK_TIMEOUT)), 3600)
-                 for a in run.assertions if (a.get("check") or {}).get("run"))
+    checks = sum(
+        min(float((a.get("check") or {}).get("timeout", settings.FUSION_CHECK_TIMEOUT)), 3600)
+        for a in run.assertions
+        if (a.get("check") or {}).get("run")
+    )
     return int((settings.FUSION_VALIDATOR_TIMEOUT + checks + 60) * 1000)
 
 
@@ -208,26 +332,45 @@ def queue_run(run: ValidatorRun, delay_ms: int = 0) -> None:
     from validation.tasks import run_validator
 
     run_id, limit = run.pk, run_time_limit_ms(run)
-    transaction.on_commit(lambda: run_validator.send_with_options(args=(run_id,), delay=delay_ms or None,
-                                                                  time_limit=limit))
+    transaction.on_commit(
+        lambda: run_validator.send_with_options(args=(run_id,), delay=delay_ms or None, time_limit=limit)
+    )
 
 
-def _reuse(feature: Feature, reused: ValidatorRun, *, trigger: str, actor_id: int | None) -> Admission:
+def _reuse(feature: MissionFeature, reused: ValidatorRun, *, trigger: str, actor_id: int | None) -> Admission:
     from validation.services.outcomes import apply_pass
 
     now = timezone.now()
-    run = new_run(feature=feature, milestone_id=feature.slice.milestone_id, trigger=trigger,
-                  validator=reused.validator, validator_config=reused.validator_config, revision=reused.revision,
-                  assertions=reused.assertions, protection=reused.protection, fingerprint=reused.input_fingerprint,
-                  actor_id=actor_id, status=RunStatus.PASSED, validator_attempt=feature.validator_attempts,
-                  verdict=reused.verdict, reused_from=reused, completed_at=now,
-                  summary=f"reused the pass of run {reused.pk} (identical input; no validator call)")
-    Feature.objects.filter(pk=feature.pk).update(last_run=run, updated_at=now)
+    run = new_run(
+        feature=feature,
+        milestone_id=feature.slice.milestone_id,
+        trigger=trigger,
+        validator=reused.validator,
+        validator_config=reused.validator_config,
+        revision=reused.revision,
+        assertions=reused.assertions,
+        protection=reused.protection,
+        fingerprint=reused.input_fingerprint,
+        actor_id=actor_id,
+        status=RunStatus.PASSED,
+        validator_attempt=feature.validator_attempts,
+        verdict=reused.verdict,
+        reused_from=reused,
+        completed_at=now,
+        summary=f"reused the pass of run {reused.pk} (identical input; no validator call)",
+    )
+    MissionFeature.objects.filter(pk=feature.pk).update(last_run=run, updated_at=now)
     feature.refresh_from_db()
     if feature.loop_state != LoopState.PASSED:  # already passed on this input: recorded, nothing moves
         apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=feature.loop_state)
-    publish_on_commit(feature.mission_id, "validator-run:completed", {
-        "run": run.pk, "feature": feature.pk, "status": run.status, "reused_from": reused.pk,
-    })
+    publish_on_commit(
+        feature.mission_id,
+        "validator-run:completed",
+        {
+            "run": run.pk,
+            "feature": feature.pk,
+            "status": run.status,
+            "reused_from": reused.pk,
+        },
+    )
     return Admission("reused", run)
-

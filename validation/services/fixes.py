@@ -10,54 +10,67 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from fusion_site.base.redact import bounded
 from missions.errors import Conflict
 from missions.events import lock_mission, publish_on_commit
 from missions.models import (
-    AssertionScope, Feature, FeatureAssertion, LoopState, MissionStatus, Slice, SliceStatus, StopReason,
+    AssertionScope,
+    FeatureAssertion,
+    LoopState,
+    MissionFeature,
+    MissionStatus,
+    Slice,
+    SliceStatus,
+    StopReason,
 )
 from validation.loop import feature_transition
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
-from validation.redact import bounded
 
 CAUSE_LIMIT = 12_000
 
 
-def lineage_root(feature: Feature) -> Feature:
+def lineage_root(feature: MissionFeature) -> MissionFeature:
     seen = {feature.pk}
     node = feature
     while node.generated_from_id is not None:
         if node.generated_from_id in seen:  # fail closed on a cycle: treat this node as the root
             break
         seen.add(node.generated_from_id)
-        node = Feature.objects.get(pk=node.generated_from_id)
+        node = MissionFeature.objects.get(pk=node.generated_from_id)
     return node
 
 
 def validation_cause(run: ValidatorRun, failures: list[ValidatorFailure]) -> str:
     lines = ["## Validation cause", "", f"Validator run {run.pk} (revision `{run.revision[:12]}`) failed:", ""]
     for f in failures:
-        lines += [f"### {f.assertion_key}", f"- message: {f.message}", f"- expected: {f.expected}", f"- actual: {f.actual}"]
+        lines += [
+            f"### {f.assertion_key}",
+            f"- message: {f.message}",
+            f"- expected: {f.expected}",
+            f"- actual: {f.actual}",
+        ]
         for e in f.evidence[:5]:
             lines.append(f"- evidence ({e.get('kind')}):\n\n```\n{e.get('text', '')[:1500]}\n```")
         lines.append("")
     return bounded("\n".join(lines), CAUSE_LIMIT)
 
 
-def _fix_key(root: Feature, round_no: int) -> str:
+def _fix_key(root: MissionFeature, round_no: int) -> str:
     base = f"{root.key[:100]}-fix-{round_no}"
     key, n = base, 1
-    while Feature.objects.filter(mission_id=root.mission_id, key=key).exists():
+    while MissionFeature.objects.filter(mission_id=root.mission_id, key=key).exists():
         n += 1
         key = f"{base}-{n}"
     return key
 
 
 @transaction.atomic
-def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
-               assertion_keys: list[str] | None = None) -> Feature | None:
+def fix_create(
+    *, source_id: int, run_id: int, actor_id: int | None = None, assertion_keys: list[str] | None = None
+) -> MissionFeature | None:
     """`assertion_keys` narrows a milestone run's failures to those this source answers for."""
-    lock_mission(Feature.objects.values_list("mission_id", flat=True).get(pk=source_id))
-    source = Feature.objects.select_for_update().select_related("mission", "slice").get(pk=source_id)
+    lock_mission(MissionFeature.objects.values_list("mission_id", flat=True).get(pk=source_id))
+    source = MissionFeature.objects.select_for_update().select_related("mission", "slice").get(pk=source_id)
     existing = FixLineage.objects.filter(source=source, run_id=run_id).select_related("fix").first()
     if existing is not None:
         return existing.fix
@@ -66,7 +79,7 @@ def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
         raise Conflict("only a failed run can produce a fix", code="run_not_failed")
     root = lineage_root(source)
     if root.pk != source.pk:
-        root = Feature.objects.select_for_update().get(pk=root.pk)
+        root = MissionFeature.objects.select_for_update().get(pk=root.pk)
     if root.fix_rounds >= source.mission.retry_budget:
         _exhaust(root, source, run, actor_id)
         return None
@@ -78,15 +91,30 @@ def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
             fix = _create_fix_feature(source, root, run, failures)
     except IntegrityError:
         return FixLineage.objects.get(source=source, run_id=run_id).fix
-    Feature.objects.filter(pk=root.pk).update(fix_rounds=root.fix_rounds + 1, updated_at=timezone.now())
+    MissionFeature.objects.filter(pk=root.pk).update(fix_rounds=root.fix_rounds + 1, updated_at=timezone.now())
     if source.loop_state == LoopState.NEEDS_FIX:
-        feature_transition(feature=source.pk, old=LoopState.NEEDS_FIX, new=LoopState.IMPLEMENTING, cause="fix_created",
-                           actor_id=actor_id, payload={"fix": fix.pk, "run": run.pk})
-    publish_on_commit(source.mission_id, "fix-feature:created", {
-        "feature": fix.pk, "source": source.pk, "root": root.pk, "run": run.pk, "round": root.fix_rounds + 1,
-        "budget_left": max(source.mission.retry_budget - root.fix_rounds - 1, 0),
-        "assertions": [f.assertion_key for f in failures],
-    }, actor_id=actor_id)
+        feature_transition(
+            feature=source.pk,
+            old=LoopState.NEEDS_FIX,
+            new=LoopState.IMPLEMENTING,
+            cause="fix_created",
+            actor_id=actor_id,
+            payload={"fix": fix.pk, "run": run.pk},
+        )
+    publish_on_commit(
+        source.mission_id,
+        "fix-feature:created",
+        {
+            "feature": fix.pk,
+            "source": source.pk,
+            "root": root.pk,
+            "run": run.pk,
+            "round": root.fix_rounds + 1,
+            "budget_left": max(source.mission.retry_budget - root.fix_rounds - 1, 0),
+            "assertions": [f.assertion_key for f in failures],
+        },
+        actor_id=actor_id,
+    )
     if source.mission.autopilot and source.mission.status == MissionStatus.ACTIVE:
         from missions.services.tasks import task_create
 
@@ -94,7 +122,7 @@ def fix_create(*, source_id: int, run_id: int, actor_id: int | None = None,
     return fix
 
 
-def fix_for_failure(*, source_id: int, run_id: int, actor_id: int | None = None) -> Feature | None:
+def fix_for_failure(*, source_id: int, run_id: int, actor_id: int | None = None) -> MissionFeature | None:
     """The fix a recorded failure calls for: a milestone run's failures narrowed to those
     this source answers for."""
     run = ValidatorRun.objects.select_related("milestone").get(pk=run_id)
@@ -106,11 +134,20 @@ def fix_for_failure(*, source_id: int, run_id: int, actor_id: int | None = None)
     return fix_create(source_id=source_id, run_id=run_id, actor_id=actor_id, assertion_keys=keys)
 
 
-def _create_fix_feature(source: Feature, root: Feature, run: ValidatorRun, failures: list[ValidatorFailure]) -> Feature:
+def _create_fix_feature(
+    source: MissionFeature, root: MissionFeature, run: ValidatorRun, failures: list[ValidatorFailure]
+) -> MissionFeature:
     description = f"{source.description.strip()}\n\n{validation_cause(run, failures)}".strip()
-    fix = Feature(slice=source.slice, key=_fix_key(root, root.fix_rounds + 1), title=f"Fix: {source.title}"[:200],
-                  description=description, acceptance_criteria=source.acceptance_criteria, order=source.order,
-                  generated_from=source, generated_from_run=run)
+    fix = MissionFeature(
+        slice=source.slice,
+        key=_fix_key(root, root.fix_rounds + 1),
+        title=f"Fix: {source.title}"[:200],
+        description=description,
+        acceptance_criteria=source.acceptance_criteria,
+        order=source.order,
+        generated_from=source,
+        generated_from_run=run,
+    )
     fix.save()
     lineage = FixLineage.objects.create(root=root, source=source, fix=fix, run=run)
     failed = [f.assertion for f in failures if f.assertion is not None]
@@ -120,30 +157,47 @@ def _create_fix_feature(source: Feature, root: Feature, run: ValidatorRun, failu
         # Only milestone-scoped failures: the fix is judged by its source's own contract
         # (it must not regress it); the milestone run then judges the rest again.
         to_link = list(source.assertions.filter(scope=AssertionScope.FEATURE))
-    FeatureAssertion.objects.bulk_create([FeatureAssertion(feature=fix, assertion=a) for a in to_link],
-                                         ignore_conflicts=True)
+    FeatureAssertion.objects.bulk_create(
+        [FeatureAssertion(feature=fix, assertion=a) for a in to_link], ignore_conflicts=True
+    )
     if source.slice.status == SliceStatus.COMPLETE:  # a regression reopens the slice it lands in
         Slice.objects.filter(pk=source.slice_id).update(status=SliceStatus.ACTIVE, updated_at=timezone.now())
     return fix
 
 
-def _exhaust(root: Feature, source: Feature, run: ValidatorRun, actor_id: int | None) -> None:
+def _exhaust(root: MissionFeature, source: MissionFeature, run: ValidatorRun, actor_id: int | None) -> None:
     detail = f"retry budget of {source.mission.retry_budget} fix rounds is used up (last failing run {run.pk})"
     fields = {"stop_reason": StopReason.BUDGET_EXHAUSTED, "stop_detail": detail, "stopped_at": timezone.now()}
     for feature in {root.pk: root, source.pk: source}.values():
         feature.refresh_from_db()
         if feature.loop_state in (LoopState.NEEDS_FIX, LoopState.IMPLEMENTING):
-            feature_transition(feature=feature.pk, old=feature.loop_state, new=LoopState.BLOCKED, cause="budget_exhausted",
-                               actor_id=actor_id, reason=detail, fields=fields, payload={"run": run.pk, "root": root.pk})
-    publish_on_commit(root.mission_id, "mission:updated", {
-        "mission": root.mission_id, "change": "retry_budget_exhausted", "feature": root.pk, "run": run.pk,
-    }, actor_id=actor_id)
+            feature_transition(
+                feature=feature.pk,
+                old=feature.loop_state,
+                new=LoopState.BLOCKED,
+                cause="budget_exhausted",
+                actor_id=actor_id,
+                reason=detail,
+                fields=fields,
+                payload={"run": run.pk, "root": root.pk},
+            )
+    publish_on_commit(
+        root.mission_id,
+        "mission:updated",
+        {
+            "mission": root.mission_id,
+            "change": "retry_budget_exhausted",
+            "feature": root.pk,
+            "run": run.pk,
+        },
+        actor_id=actor_id,
+    )
     from validation.services.outcomes import _notify_autopilot
 
     _notify_autopilot(root.mission_id)
 
 
-def fix_passed(*, fix: Feature, run: ValidatorRun) -> str:
+def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
     """A fix passed: its root is re-judged at the fix's revision (which is now the revision
     the root stands on, `feature_revision`). The outcome for every root state:
     passed at this revision: nothing to do; passed at an older one (the fix was worked on
@@ -159,37 +213,63 @@ def fix_passed(*, fix: Feature, run: ValidatorRun) -> str:
     if root.loop_state == LoopState.PASSED and root.last_run is not None and root.last_run.revision == run.revision:
         return "nothing"  # the root already passed at this very revision
     if root.loop_state == LoopState.BLOCKED:
-        publish_on_commit(root.mission_id, "mission:updated", {
-            "mission": root.mission_id, "change": "fix_passed_root_blocked", "feature": root.pk, "fix": fix.pk,
-            "run": run.pk, "reason": "the root is blocked: re-run it to judge it at the fix's revision",
-        })
+        publish_on_commit(
+            root.mission_id,
+            "mission:updated",
+            {
+                "mission": root.mission_id,
+                "change": "fix_passed_root_blocked",
+                "feature": root.pk,
+                "fix": fix.pk,
+                "run": run.pk,
+                "reason": "the root is blocked: re-run it to judge it at the fix's revision",
+            },
+        )
         return "root_blocked"
     if root.loop_state == LoopState.VALIDATING:
         _cancel_running(root, reason=f"superseded by the pass of fix {fix.key} (run {run.pk})")
     return feature_admit(feature_id=root.pk, trigger="fix", cause="root_revalidation", revision=run.revision).outcome
 
 
-def _cancel_running(feature: Feature, *, reason: str) -> None:
+def _cancel_running(feature: MissionFeature, *, reason: str) -> None:
     """Newer evidence makes a running judgement moot: it ends `cancelled`; its late result
     (the worker may still be on it) changes nothing, as the feature no longer names it."""
     now = timezone.now()
     for run in ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING):
         if ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-                status=RunStatus.CANCELLED, summary=reason[:500], completed_at=now, updated_at=now):
-            publish_on_commit(feature.mission_id, "validator-run:completed", {
-                "run": run.pk, "feature": feature.pk, "milestone": run.milestone_id, "scope": run.scope,
-                "status": RunStatus.CANCELLED, "reason": reason[:300],
-            })
+            status=RunStatus.CANCELLED, summary=reason[:500], completed_at=now, updated_at=now
+        ):
+            publish_on_commit(
+                feature.mission_id,
+                "validator-run:completed",
+                {
+                    "run": run.pk,
+                    "feature": feature.pk,
+                    "milestone": run.milestone_id,
+                    "scope": run.scope,
+                    "status": RunStatus.CANCELLED,
+                    "reason": reason[:300],
+                },
+            )
 
 
-def close_lineage(*, root: Feature) -> None:
+def close_lineage(*, root: MissionFeature) -> None:
     """The root passed: every fix of its lineage that has not passed is closed as
     superseded, with its cause; a running judgement of it is cancelled (it spends nothing)."""
-    open_fixes = (Feature.objects.filter(lineage_as_fix__root=root)
-                  .exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]).distinct())
+    open_fixes = (
+        MissionFeature.objects.filter(lineage_as_fix__root=root)
+        .exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED])
+        .distinct()
+    )
     for fix in open_fixes:
         _cancel_running(fix, reason=f"root {root.key} passed")
         detail = f"closed: its root {root.key} passed"
-        feature_transition(feature=fix.pk, old=fix.loop_state, new=LoopState.SUPERSEDED, cause="superseded",
-                           reason=detail, payload={"root": root.pk},
-                           fields={"stop_reason": "", "stop_detail": detail, "stopped_at": timezone.now()})
+        feature_transition(
+            feature=fix.pk,
+            old=fix.loop_state,
+            new=LoopState.SUPERSEDED,
+            cause="superseded",
+            reason=detail,
+            payload={"root": root.pk},
+            fields={"stop_reason": "", "stop_detail": detail, "stopped_at": timezone.now()},
+        )

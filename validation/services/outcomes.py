@@ -7,13 +7,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fusion_site.base.redact import bounded
 from missions.errors import DomainError
 from missions.events import lock_mission, publish_on_commit
-from missions.models import AssertionStatus, ContractAssertion, Feature, LoopState, StopReason
+from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
 from missions.services.rollup import milestone_rollup_refresh
 from validation.loop import feature_transition
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
-from validation.redact import bounded
 from validation.selectors import consecutive_errors
 from validation.verdict import Verdict
 
@@ -25,27 +25,53 @@ ERROR_LIMIT = 3
 def _finish(run: ValidatorRun, **fields) -> bool:
     lock_mission(run.mission_id)
     now = timezone.now()
-    return bool(ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        completed_at=now, updated_at=now, **fields))
+    return bool(
+        ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            completed_at=now, updated_at=now, **fields
+        )
+    )
 
 
 @transaction.atomic
 def run_complete(*, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_out: int = 0) -> bool:
     run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     status = RUN_STATUS[verdict.status]
-    if not _finish(run, status=status, verdict=verdict.model_dump(), summary=bounded(verdict.summary, 4000),
-                   blocked_reason=bounded(verdict.blocked_reason, 2000), tokens_in=tokens_in, tokens_out=tokens_out):
+    if not _finish(
+        run,
+        status=status,
+        verdict=verdict.model_dump(),
+        summary=bounded(verdict.summary, 4000),
+        blocked_reason=bounded(verdict.blocked_reason, 2000),
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+    ):
         return False  # reaped or completed elsewhere: exactly one terminal write
     run.refresh_from_db()
     failures = _record_assertions(run, verdict)
-    publish_on_commit(run.mission_id, "validator-run:completed", {
-        "run": run.pk, "feature": run.feature_id, "milestone": run.milestone_id, "scope": run.scope, "status": status,
-        "counts": _counts(verdict), "tokens": tokens_in + tokens_out,
-    })
+    publish_on_commit(
+        run.mission_id,
+        "validator-run:completed",
+        {
+            "run": run.pk,
+            "feature": run.feature_id,
+            "milestone": run.milestone_id,
+            "scope": run.scope,
+            "status": status,
+            "counts": _counts(verdict),
+            "tokens": tokens_in + tokens_out,
+        },
+    )
     if failures:
-        publish_on_commit(run.mission_id, "validator-run:failures-recorded", {
-            "run": run.pk, "feature": run.feature_id, "count": len(failures), "assertions": [f.assertion_key for f in failures],
-        })
+        publish_on_commit(
+            run.mission_id,
+            "validator-run:failures-recorded",
+            {
+                "run": run.pk,
+                "feature": run.feature_id,
+                "count": len(failures),
+                "assertions": [f.assertion_key for f in failures],
+            },
+        )
     if run.feature_id is not None:
         _move_feature(run, verdict)
     else:
@@ -63,25 +89,39 @@ def _counts(verdict: Verdict) -> dict[str, int]:
 
 
 def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFailure]:
-    by_key = {a.key: a for a in ContractAssertion.objects.filter(mission_id=run.mission_id, key__in=[v.key for v in verdict.assertions])}
+    by_key = {
+        a.key: a
+        for a in ContractAssertion.objects.filter(
+            mission_id=run.mission_id, key__in=[v.key for v in verdict.assertions]
+        )
+    }
     failures = []
     now = timezone.now()
     for item in verdict.assertions:
         assertion = by_key.get(item.key)
         if assertion is not None:
-            ContractAssertion.objects.filter(pk=assertion.pk).update(status=ASSERTION_STATUS[item.verdict], updated_at=now)
+            ContractAssertion.objects.filter(pk=assertion.pk).update(
+                status=ASSERTION_STATUS[item.verdict], updated_at=now
+            )
         if item.verdict == "fail":
-            failures.append(ValidatorFailure.objects.create(
-                run=run, feature_id=run.feature_id, assertion=assertion, assertion_key=item.key,
-                message=bounded(item.message, 4000), expected=bounded(item.expected, 4000), actual=bounded(item.actual, 4000),
-                evidence=[{"kind": e.kind, "text": bounded(e.text, 4000)} for e in item.evidence],
-            ))
+            failures.append(
+                ValidatorFailure.objects.create(
+                    run=run,
+                    feature_id=run.feature_id,
+                    assertion=assertion,
+                    assertion_key=item.key,
+                    message=bounded(item.message, 4000),
+                    expected=bounded(item.expected, 4000),
+                    actual=bounded(item.actual, 4000),
+                    evidence=[{"kind": e.kind, "text": bounded(e.text, 4000)} for e in item.evidence],
+                )
+            )
     milestone_rollup_refresh(milestone_ids={a.milestone_id for a in by_key.values()} | {run.milestone_id})
     return failures
 
 
-def _owns_feature(run: ValidatorRun) -> Feature | None:
-    feature = Feature.objects.select_for_update().get(pk=run.feature_id)
+def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
+    feature = MissionFeature.objects.select_for_update().get(pk=run.feature_id)
     return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
 
 
@@ -94,25 +134,42 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
     if verdict.status == "pass":
         apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING)
     elif verdict.status == "fail":
-        feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.NEEDS_FIX, cause="fail",
-                           payload={"run": run.pk})
+        feature_transition(
+            feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.NEEDS_FIX, cause="fail", payload={"run": run.pk}
+        )
         if run.mission.auto_fix:
             from validation.services.fixes import fix_create
 
             follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
         else:
-            publish_on_commit(run.mission_id, "mission:updated", {
-                "mission": run.mission_id, "change": "report_only_failure", "feature": feature.pk, "run": run.pk,
-            })
+            publish_on_commit(
+                run.mission_id,
+                "mission:updated",
+                {
+                    "mission": run.mission_id,
+                    "change": "report_only_failure",
+                    "feature": feature.pk,
+                    "run": run.pk,
+                },
+            )
     else:
-        feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.BLOCKED, cause="blocked",
-                           reason=verdict.blocked_reason[:500], payload={"run": run.pk},
-                           fields={"stop_reason": StopReason.VALIDATOR_BLOCKED, "stop_detail": bounded(verdict.blocked_reason, 2000),
-                                   "stopped_at": timezone.now()})
+        feature_transition(
+            feature=feature.pk,
+            old=LoopState.VALIDATING,
+            new=LoopState.BLOCKED,
+            cause="blocked",
+            reason=verdict.blocked_reason[:500],
+            payload={"run": run.pk},
+            fields={
+                "stop_reason": StopReason.VALIDATOR_BLOCKED,
+                "stop_detail": bounded(verdict.blocked_reason, 2000),
+                "stopped_at": timezone.now(),
+            },
+        )
         _notify_autopilot(run.mission_id)
 
 
-def _judge_newer_revision(feature: Feature, run: ValidatorRun) -> bool:
+def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun) -> bool:
     """The run judged older code or an older contract than the feature now has (a task
     landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
     recorded on the run, but it decides nothing; the feature's current revision and set
@@ -124,14 +181,23 @@ def _judge_newer_revision(feature: Feature, run: ValidatorRun) -> bool:
     standing = feature_revision(feature) or run.revision
     if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions):
         return False
-    follow_up(run.mission_id, "newer_revision", lambda: feature_admit(
-        feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing))
+    follow_up(
+        run.mission_id,
+        "newer_revision",
+        lambda: feature_admit(feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing),
+    )
     return True
 
 
-def apply_pass(*, feature: Feature, run: ValidatorRun, cause: str, old_state: str) -> None:
-    feature_transition(feature=feature.pk, old=old_state, new=LoopState.PASSED, cause=cause, payload={"run": run.pk},
-                       fields={"stop_reason": "", "stop_detail": "", "stopped_at": None})
+def apply_pass(*, feature: MissionFeature, run: ValidatorRun, cause: str, old_state: str) -> None:
+    feature_transition(
+        feature=feature.pk,
+        old=old_state,
+        new=LoopState.PASSED,
+        cause=cause,
+        payload={"run": run.pk},
+        fields={"stop_reason": "", "stop_detail": "", "stopped_at": None},
+    )
     from validation.services.fixes import close_lineage, fix_passed
 
     if feature.generated_from_id:
@@ -148,10 +214,17 @@ def follow_up(mission_id: int, step: str, action) -> None:
         with transaction.atomic():
             action()
     except DomainError as exc:
-        publish_on_commit(mission_id, "mission:updated", {
-            "mission": mission_id, "change": "follow_up_refused", "step": step, "code": exc.code,
-            "reason": str(exc)[:500],
-        })
+        publish_on_commit(
+            mission_id,
+            "mission:updated",
+            {
+                "mission": mission_id,
+                "change": "follow_up_refused",
+                "step": step,
+                "code": exc.code,
+                "reason": str(exc)[:500],
+            },
+        )
 
 
 def _notify_autopilot(mission_id: int) -> None:
@@ -169,10 +242,18 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     text = bounded(message, 4000)
     if not _finish(run, status=RunStatus.ERROR, error=f"{code}: {text}", summary=text[:500]):
         return False
-    publish_on_commit(run.mission_id, "validator-run:completed", {
-        "run": run.pk, "feature": run.feature_id, "milestone": run.milestone_id, "scope": run.scope,
-        "status": RunStatus.ERROR, "error": code,
-    })
+    publish_on_commit(
+        run.mission_id,
+        "validator-run:completed",
+        {
+            "run": run.pk,
+            "feature": run.feature_id,
+            "milestone": run.milestone_id,
+            "scope": run.scope,
+            "status": RunStatus.ERROR,
+            "error": code,
+        },
+    )
     if run.feature_id is None:
         from missions.services.milestones import milestone_run_errored
 
@@ -183,24 +264,41 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
         return True
     errors = consecutive_errors(ValidatorRun.objects.filter(feature_id=feature.pk))
     if not retry or errors >= ERROR_LIMIT:
-        reason = StopReason.WORKSPACE_UNAVAILABLE if code == "workspace_unavailable" else StopReason.VALIDATOR_UNAVAILABLE
-        feature_transition(feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.BLOCKED, cause=reason,
-                           reason=text[:500], payload={"run": run.pk, "errors": errors},
-                           fields={"stop_reason": reason, "stop_detail": text, "stopped_at": timezone.now()})
+        reason = (
+            StopReason.WORKSPACE_UNAVAILABLE if code == "workspace_unavailable" else StopReason.VALIDATOR_UNAVAILABLE
+        )
+        feature_transition(
+            feature=feature.pk,
+            old=LoopState.VALIDATING,
+            new=LoopState.BLOCKED,
+            cause=reason,
+            reason=text[:500],
+            payload={"run": run.pk, "errors": errors},
+            fields={"stop_reason": reason, "stop_detail": text, "stopped_at": timezone.now()},
+        )
         _notify_autopilot(run.mission_id)
         return True
     _retry(feature, run, errors)
     return True
 
 
-def _retry(feature: Feature, failed: ValidatorRun, errors: int) -> None:
+def _retry(feature: MissionFeature, failed: ValidatorRun, errors: int) -> None:
     from validation.services.admission import new_run, queue_run, run_started_event
 
-    run = new_run(feature=feature, milestone_id=failed.milestone_id, trigger=failed.trigger, validator=failed.validator,
-                  validator_config=failed.validator_config, revision=failed.revision, assertions=failed.assertions,
-                  protection=failed.protection, fingerprint=failed.input_fingerprint,
-                  validator_attempt=feature.validator_attempts + 1)
-    Feature.objects.filter(pk=feature.pk).update(last_run=run, validator_attempts=feature.validator_attempts + 1,
-                                                 updated_at=timezone.now())
+    run = new_run(
+        feature=feature,
+        milestone_id=failed.milestone_id,
+        trigger=failed.trigger,
+        validator=failed.validator,
+        validator_config=failed.validator_config,
+        revision=failed.revision,
+        assertions=failed.assertions,
+        protection=failed.protection,
+        fingerprint=failed.input_fingerprint,
+        validator_attempt=feature.validator_attempts + 1,
+    )
+    MissionFeature.objects.filter(pk=feature.pk).update(
+        last_run=run, validator_attempts=feature.validator_attempts + 1, updated_at=timezone.now()
+    )
     run_started_event(run, retry_of=failed.pk)
     queue_run(run, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from missions.models import Feature, FeatureStatus, LoopState, Mission, MissionStatus, Task, TaskStatus
+from missions.models import FeatureStatus, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.outcomes import run_error
 
@@ -41,7 +41,8 @@ def redrive_unclaimed(*, startup: bool, now=None) -> list[int]:
     runs = list(qs.order_by("id"))
     if startup:  # no delivery of the previous process holds them any more
         ValidatorRun.objects.filter(pk__in=[r.pk for r in runs], status=RunStatus.RUNNING).update(
-            claim_token="", lease_until=None)
+            claim_token="", lease_until=None
+        )
     for run in runs:
         queue_run(run)
     return [run.pk for run in runs]
@@ -63,30 +64,36 @@ def redrive_features() -> dict[str, list[int]]:
 
     done: dict[str, list[int]] = {"validating": [], "needs_fix": [], "implementing": [], "stranded_done": []}
     live = ValidatorRun.objects.filter(feature=OuterRef("pk"), status=RunStatus.RUNNING)
-    for f in _active(Feature.objects.filter(loop_state=LoopState.VALIDATING)).filter(~Exists(live)):
-        if feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery").outcome in ("started", "reused", "blocked"):
+    for f in _active(MissionFeature.objects.filter(loop_state=LoopState.VALIDATING)).filter(~Exists(live)):
+        if feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery").outcome in (
+            "started",
+            "reused",
+            "blocked",
+        ):
             done["validating"].append(f.pk)
     fixed = FixLineage.objects.filter(source=OuterRef("pk"), run=OuterRef("last_run"))
-    for f in _active(Feature.objects.filter(loop_state=LoopState.NEEDS_FIX, mission__auto_fix=True,
-                                             last_run__status=RunStatus.FAILED)).filter(~Exists(fixed)):
+    for f in _active(
+        MissionFeature.objects.filter(
+            loop_state=LoopState.NEEDS_FIX, mission__auto_fix=True, last_run__status=RunStatus.FAILED
+        )
+    ).filter(~Exists(fixed)):
         fix_for_failure(source_id=f.pk, run_id=f.last_run_id)
         done["needs_fix"].append(f.pk)
-    for f in _active(Feature.objects.filter(loop_state=LoopState.IMPLEMENTING)):
+    for f in _active(MissionFeature.objects.filter(loop_state=LoopState.IMPLEMENTING)):
         task = Task.objects.filter(feature=f).order_by("-id").first()
         # A completion younger than the grace most likely has its message still queued:
         # re-sending it on every sweep only multiplies a backlog (duplicates are skipped).
         if task is not None and task.status == TaskStatus.DONE and not _recent(task.finished_at):
             process_task_outcome.send(task.pk)
             done["implementing"].append(f.pk)
-    for f in _active(Feature.objects.filter(status=FeatureStatus.DONE, loop_state=LoopState.IDLE)):
+    for f in _active(MissionFeature.objects.filter(status=FeatureStatus.DONE, loop_state=LoopState.IDLE)):
         feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery")
         done["stranded_done"].append(f.pk)
     return done
 
 
 def clean_snapshots() -> int:
-    from validation.snapshots import sweep_snapshots
-
+    from fusion_site.base.snapshots import sweep_snapshots
     from validation.review.pipeline import live_snapshot_labels
 
     def live() -> set[str]:

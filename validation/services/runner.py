@@ -13,14 +13,21 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from missions.models import AssertionScope, Feature, Task, TaskStatus
+from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
+from missions.models import AssertionScope, MissionFeature, Task, TaskStatus
 from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
 from validation.services.outcomes import run_complete, run_error
-from validation.snapshots import SnapshotError, bounded_diff, snapshot
 from validation.validators import judge
-from validation.verdict import FrozenContext, HostValidatorDefect, Verdict, normalize, parse_candidate, run_host_validators
+from validation.verdict import (
+    FrozenContext,
+    HostValidatorDefect,
+    Verdict,
+    normalize,
+    parse_candidate,
+    run_host_validators,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +35,19 @@ logger = logging.getLogger(__name__)
 def run_assertions(run: ValidatorRun) -> list[AssertionSpec]:
     """Exactly the set frozen on the run at admission: an assertion unlinked or edited
     meanwhile changes nothing about what this run judges (docs/TRUTH.md)."""
-    return [AssertionSpec(key=a["key"], title=a.get("title", a["key"]), statement=a["statement"], check=a.get("check"),
-                          scope=a.get("scope", AssertionScope.FEATURE)) for a in run.assertions]
+    return [
+        AssertionSpec(
+            key=a["key"],
+            title=a.get("title", a["key"]),
+            statement=a["statement"],
+            check=a.get("check"),
+            scope=a.get("scope", AssertionScope.FEATURE),
+        )
+        for a in run.assertions
+    ]
 
 
-def _task_context(feature: Feature | None) -> tuple[str, str]:
+def _task_context(feature: MissionFeature | None) -> tuple[str, str]:
     if feature is None:
         return "", ""
     task = Task.objects.filter(feature=feature, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
@@ -41,16 +56,25 @@ def _task_context(feature: Feature | None) -> tuple[str, str]:
     return task.summary[:4000], task.log[-4000:]
 
 
-def build_context(run: ValidatorRun, checkout, *, replay=None, protection: protect.Protection | None = None) -> ValidationContext:
+def build_context(
+    run: ValidatorRun, checkout, *, replay=None, protection: protect.Protection | None = None
+) -> ValidationContext:
     mission, feature = run.mission, run.feature
     summary, log_tail = _task_context(feature)
     return ValidationContext(
-        run_id=run.pk, mission_key=mission.key, feature_key=feature.key if feature else f"milestone:{run.milestone.key}",
+        run_id=run.pk,
+        mission_key=mission.key,
+        feature_key=feature.key if feature else f"milestone:{run.milestone.key}",
         feature_title=feature.title if feature else run.milestone.title,
         feature_description=feature.description if feature else run.milestone.description,
-        assertions=run_assertions(run), revision=run.revision, checkout=checkout,
-        profile={"name": run.validator, **run.validator_config}, task_summary=summary, log_tail=log_tail,
-        diff=bounded_diff(mission.workspace, mission.base_revision, run.revision), replay=replay,
+        assertions=run_assertions(run),
+        revision=run.revision,
+        checkout=checkout,
+        profile={"name": run.validator, **run.validator_config},
+        task_summary=summary,
+        log_tail=log_tail,
+        diff=bounded_diff(mission.workspace, mission.base_revision, run.revision),
+        replay=replay,
         protection=protection or protect.Protection(),
     )
 
@@ -65,7 +89,8 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     now, token = timezone.now(), uuid.uuid4().hex
     free = Q(claim_token="") | Q(lease_until__isnull=True) | Q(lease_until__lt=now)
     claimed = ValidatorRun.objects.filter(free, pk=run_id, status=RunStatus.RUNNING).update(
-        claim_token=token, lease_until=now + _lease(), updated_at=now)
+        claim_token=token, lease_until=now + _lease(), updated_at=now
+    )
     if not claimed:
         return None, ""
     return ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id), token
@@ -82,7 +107,8 @@ def heartbeat(run_id: int, token: str):
             while not stop.wait(settings.FUSION_RUN_HEARTBEAT_SECONDS):
                 try:
                     ValidatorRun.objects.filter(pk=run_id, claim_token=token, status=RunStatus.RUNNING).update(
-                        lease_until=timezone.now() + _lease())
+                        lease_until=timezone.now() + _lease()
+                    )
                 except Exception:  # noqa: BLE001 — the database is away: try again next beat
                     logger.warning("could not renew the lease of run %s", run_id, exc_info=True)
         finally:
@@ -105,8 +131,12 @@ def _complete_from_journal(run_id: int) -> str | None:
     if accepted is None:
         return None
     tokens = accepted.get("tokens", {})
-    run_complete(run_id=run_id, verdict=Verdict.model_validate(accepted["accepted_verdict"]),
-                 tokens_in=tokens.get("in", 0), tokens_out=tokens.get("out", 0))
+    run_complete(
+        run_id=run_id,
+        verdict=Verdict.model_validate(accepted["accepted_verdict"]),
+        tokens_in=tokens.get("in", 0),
+        tokens_out=tokens.get("out", 0),
+    )
     return ValidatorRun.objects.filter(pk=run_id).values_list("status", flat=True).get()
 
 
@@ -133,12 +163,17 @@ def _judge_and_record(run: ValidatorRun) -> str:
         profiles.get_profile(run.validator)
         with snapshot(run.mission.workspace, run.revision, label=f"run-{run.pk}") as checkout:
             # Protected files go back to the base revision before anything reads the snapshot.
-            protection = protect.prepare(checkout, workspace=run.mission.workspace, revision=run.revision,
-                                         frozen=run.protection)
+            protection = protect.prepare(
+                checkout, workspace=run.mission.workspace, revision=run.revision, frozen=run.protection
+            )
             ctx = build_context(run, checkout, protection=protection)
             judgement = judge(ctx)
-            verdict = host_accept(run.pk, judgement.candidate, FrozenContext(keys=ctx.keys, checkout=checkout),
-                                  tokens={"in": judgement.tokens_in, "out": judgement.tokens_out})
+            verdict = host_accept(
+                run.pk,
+                judgement.candidate,
+                FrozenContext(keys=ctx.keys, checkout=checkout),
+                tokens={"in": judgement.tokens_in, "out": judgement.tokens_out},
+            )
     except SnapshotError as exc:
         run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=False)
         return RunStatus.ERROR
@@ -172,20 +207,35 @@ def host_accept(run_id: int, candidate: dict, frozen: FrozenContext, *, tokens: 
     verdict, problems = parse_candidate(candidate)
     if verdict is None:
         _decision(run_id, candidate, "rejected", {"schema": problems})
-        raise ValidatorCrashed("the verdict does not follow the contract: " + "; ".join(problems), code="invalid_verdict")
+        raise ValidatorCrashed(
+            "the verdict does not follow the contract: " + "; ".join(problems), code="invalid_verdict"
+        )
     report = run_host_validators(verdict, frozen)
     if not report.ok:
         _decision(run_id, candidate, "rejected", report.problems)
         raise ValidatorCrashed("the verdict was rejected: " + "; ".join(report.reasons()), code="invalid_verdict")
     verdict = normalize(verdict)
-    _decision(run_id, verdict.model_dump(), "accepted", {},
-              extra={"accepted_verdict": verdict.model_dump(), "tokens": tokens or {"in": 0, "out": 0}})
+    _decision(
+        run_id,
+        verdict.model_dump(),
+        "accepted",
+        {},
+        extra={"accepted_verdict": verdict.model_dump(), "tokens": tokens or {"in": 0, "out": 0}},
+    )
     return verdict
 
 
 def _decision(run_id: int, candidate: dict, verdict: str, failed: dict, *, extra: dict | None = None) -> None:
     with transaction.atomic():
-        journal.append(run_id=run_id, kind="decision", key="final", payload={
-            "verdict": verdict, "failed_validators": failed, "candidate_sha256": journal.sha256_of(candidate),
-            "candidate_size": len(journal.canonical(candidate)), **(extra or {}),
-        })
+        journal.append(
+            run_id=run_id,
+            kind="decision",
+            key="final",
+            payload={
+                "verdict": verdict,
+                "failed_validators": failed,
+                "candidate_sha256": journal.sha256_of(candidate),
+                "candidate_size": len(journal.canonical(candidate)),
+                **(extra or {}),
+            },
+        )

@@ -12,8 +12,11 @@ from validation.services.admission import feature_admit
 
 
 def _warn(task: Task, reason: str) -> None:
-    publish_on_commit(task.mission_id, "task:updated", {"task": task.pk, "feature": task.feature_id,
-                                                        "status": task.status, "warning": reason})
+    publish_on_commit(
+        task.mission_id,
+        "task:updated",
+        {"task": task.pk, "feature": task.feature_id, "status": task.status, "warning": reason},
+    )
 
 
 @transaction.atomic
@@ -28,9 +31,13 @@ def task_outcome_process(*, task_id: int) -> str:
         # A later revision landed on this feature (a newer task, a fix's pass): this late
         # message would judge older code; the newer one drives the feature.
         return "superseded"
-    already = ValidatorRun.objects.filter(feature=feature, revision=task.revision,
-                                          implementation_attempt=feature.implementation_attempts).exclude(
-        status=RunStatus.ERROR).exists()
+    already = (
+        ValidatorRun.objects.filter(
+            feature=feature, revision=task.revision, implementation_attempt=feature.implementation_attempts
+        )
+        .exclude(status=RunStatus.ERROR)
+        .exists()
+    )
     if already:
         return "duplicate"  # the same completion delivered twice: no second run
     if task.mission.status != MissionStatus.ACTIVE:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from pydantic import BaseModel, ConfigDict
@@ -69,13 +70,13 @@ class AgentOptions:
     output_mode: str = "tool"
     journal_policy: str = "transcript"
     tools: tuple[str, ...] = TOOL_NAMES
-    tool_choice: str = "required"       # required | auto (server lacks "required") | output (name the output tool)
+    tool_choice: str = "required"  # required | auto (server lacks "required") | output (name the output tool)
     native_format: str = "json_schema"  # json_schema | json_object (an OpenAI-compatible server's schema variant)
     max_tokens: int | None = None
     max_requests: int = 40
 
     @classmethod
-    def from_profile(cls, profile: dict[str, Any]) -> "AgentOptions":
+    def from_profile(cls, profile: dict[str, Any]) -> AgentOptions:
         names = {f for f in cls.__dataclass_fields__}
         options = {k: v for k, v in profile.items() if k in names}
         if "tools" in options:
@@ -96,8 +97,12 @@ class Candidate(BaseModel):
 
 def request_document(messages, params) -> dict[str, Any]:
     dumped = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
-    return {"messages": _strip(dumped), "tools": sorted(t.name for t in params.function_tools),
-            "output_tools": sorted(t.name for t in params.output_tools), "output_mode": params.output_mode}
+    return {
+        "messages": _strip(dumped),
+        "tools": sorted(t.name for t in params.function_tools),
+        "output_tools": sorted(t.name for t in params.output_tools),
+        "output_mode": params.output_mode,
+    }
 
 
 def _strip(value: Any) -> Any:
@@ -116,7 +121,7 @@ class AgentSession:
     options: AgentOptions
     log: journal.CallLog
     ordinal: int = 0
-    sent: int = 0                      # messages already journaled in earlier requests
+    sent: int = 0  # messages already journaled in earlier requests
     tokens_in: int = 0
     tokens_out: int = 0
     accepted: dict[str, Any] | None = None
@@ -139,8 +144,10 @@ class AgentSession:
         used = self.tokens_in + self.tokens_out
         if budget is not None and used + estimate > budget:
             # Phrased without "token <word>": the secret redactor would eat the number.
-            raise BudgetExceeded(f"the run's budget of {budget} tokens would be exceeded: {used} tokens used, the next "
-                                 f"model request needs about {estimate}; stopped before sending it")
+            raise BudgetExceeded(
+                f"the run's budget of {budget} tokens would be exceeded: {used} tokens used, the next "
+                f"model request needs about {estimate}; stopped before sending it"
+            )
 
     def record_response(self, key: str, payload: dict[str, Any]) -> None:
         from django.db.models import F
@@ -149,8 +156,9 @@ class AgentSession:
 
         self.log.record("model_response", key, payload)
         usage = payload["usage"]
-        ValidatorRun.objects.filter(pk=self.ctx.run_id).update(tokens_in=F("tokens_in") + usage["input_tokens"],
-                                                               tokens_out=F("tokens_out") + usage["output_tokens"])
+        ValidatorRun.objects.filter(pk=self.ctx.run_id).update(
+            tokens_in=F("tokens_in") + usage["input_tokens"], tokens_out=F("tokens_out") + usage["output_tokens"]
+        )
 
     def account(self, usage: dict[str, int]) -> None:
         self.tokens_in += usage["input_tokens"]
@@ -160,9 +168,13 @@ class AgentSession:
     async def tool(self, ctx: RunContext, name: str, **args: Any) -> str:
         key = f"tool:{self.ordinal}:{ctx.tool_call_id}:{journal.sha256_of(args)[:8]}"
         answer, _served = await sync_to_async(self.log.call)(
-            request_kind="tool_call", response_kind="tool_result", key=key,
+            request_kind="tool_call",
+            response_kind="tool_result",
+            key=key,
             request={"name": name, "args": args, "call_id": ctx.tool_call_id, "model_call": self.ordinal},
-            live_fn=lambda: {"name": name, "output": self._run_tool(name, args)}, what=f"tool call {name} {args}")
+            live_fn=lambda: {"name": name, "output": self._run_tool(name, args)},
+            what=f"tool call {name} {args}",
+        )
         return answer["output"]
 
     def _run_tool(self, name: str, args: dict[str, Any]) -> str:
@@ -172,9 +184,16 @@ class AgentSession:
 
     # --- host validation --------------------------------------------------------------
     def judge(self, candidate: dict[str, Any], call_id: str, repairs_used: int):
-        decision, verdict = decide(log=self.log, candidate=candidate, frozen=self.frozen, call_id=call_id,
-                                   repairs_used=repairs_used, max_repairs=self.options.max_repairs,
-                                   policy=self.options.journal_policy, extra={"model_call": self.ordinal})
+        decision, verdict = decide(
+            log=self.log,
+            candidate=candidate,
+            frozen=self.frozen,
+            call_id=call_id,
+            repairs_used=repairs_used,
+            max_repairs=self.options.max_repairs,
+            policy=self.options.journal_policy,
+            extra={"model_call": self.ordinal},
+        )
         self.last_reasons = decision.reasons()
         return decision
 
@@ -192,24 +211,42 @@ class JournaledModel(WrapperModel):
         document = request_document(messages, model_request_parameters)
         digest = journal.sha256_of(document)
         key = f"model:{s.ordinal}:{digest[:16]}"
-        new_messages, s.sent = document["messages"][s.sent:], len(messages)
+        new_messages, s.sent = document["messages"][s.sent :], len(messages)
         response = s.served(key)
         if response is not None:
             return response
         if not s.log.live:
-            raise journal.JournalMiss(f"model call {s.ordinal} (request sha256 {digest[:16]}) is not in the journal; "
-                                      "a replay never makes a live call",
-                                      in_flight=s.log.answer("model_request", key) is not None,
-                                      past_end=s.ordinal > s.log.last_model_call())
+            raise journal.JournalMiss(
+                f"model call {s.ordinal} (request sha256 {digest[:16]}) is not in the journal; "
+                "a replay never makes a live call",
+                in_flight=s.log.answer("model_request", key) is not None,
+                past_end=s.ordinal > s.log.last_model_call(),
+            )
         s.check_budget(len(journal.canonical(document)) // 4 + 1)
-        await sync_to_async(s.log.record)("model_request", key, {
-            "ordinal": s.ordinal, "request_sha256": digest, "new_messages": new_messages,
-            "tools": document["tools"], "output_tools": document["output_tools"], "output_mode": document["output_mode"]})
+        await sync_to_async(s.log.record)(
+            "model_request",
+            key,
+            {
+                "ordinal": s.ordinal,
+                "request_sha256": digest,
+                "new_messages": new_messages,
+                "tools": document["tools"],
+                "output_tools": document["output_tools"],
+                "output_mode": document["output_mode"],
+            },
+        )
         response = await self.wrapped.request(messages, model_settings, model_request_parameters)
         usage = {"input_tokens": response.usage.input_tokens or 0, "output_tokens": response.usage.output_tokens or 0}
-        await sync_to_async(s.record_response)(key, {
-            "ordinal": s.ordinal, "request_sha256": digest, "usage": usage, "model": response.model_name,
-            "response": ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]})
+        await sync_to_async(s.record_response)(
+            key,
+            {
+                "ordinal": s.ordinal,
+                "request_sha256": digest,
+                "usage": usage,
+                "model": response.model_name,
+                "response": ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
+            },
+        )
         s.account(usage)
         return response
 
@@ -224,8 +261,9 @@ def _api_key(options: AgentOptions, replay: bool) -> str | None:
         return None
     key = os.environ.get(options.api_key_env, "")
     if not key:
-        raise ValidatorCrashed(f"the environment variable {options.api_key_env} named by api_key_env is not set",
-                               code="misconfigured")
+        raise ValidatorCrashed(
+            f"the environment variable {options.api_key_env} named by api_key_env is not set", code="misconfigured"
+        )
     return key
 
 
@@ -253,9 +291,12 @@ def _compatible_model(options: AgentOptions, key: str | None) -> Model:
 
     provider = OpenAIProvider(base_url=options.base_url, api_key=key or "not-needed")
     profile = dict(provider.model_profile(options.model) or {})
-    profile.update(supports_json_schema_output=True, supports_json_object_output=True,
-                   supports_forced_tool_choice=options.tool_choice != "auto",
-                   openai_supports_strict_tool_definition=False)
+    profile.update(
+        supports_json_schema_output=True,
+        supports_json_object_output=True,
+        supports_forced_tool_choice=options.tool_choice != "auto",
+        openai_supports_strict_tool_definition=False,
+    )
     json_object = options.native_format == "json_object"
 
     class CompatibleChatModel(OpenAIChatModel):
@@ -318,8 +359,14 @@ def build_agent(session: AgentSession, system: str) -> Agent:
     if options.output_mode == "tool" and options.tool_choice == "output":
         settings["tool_choice"] = ["submit_verdict"]
     model = JournaledModel(resolve_model(options, replay=not session.log.live), session)
-    agent = Agent(model, output_type=_output_spec(options), system_prompt=system, tools=_tool_list(session),
-                  retries={"output": options.max_repairs, "tools": 2}, model_settings=settings)
+    agent = Agent(
+        model,
+        output_type=_output_spec(options),
+        system_prompt=system,
+        tools=_tool_list(session),
+        retries={"output": options.max_repairs, "tools": 2},
+        model_settings=settings,
+    )
 
     @agent.output_validator
     async def host_validation(ctx: RunContext, candidate: Candidate) -> Candidate:
@@ -352,11 +399,13 @@ def judge_agent(ctx: ValidationContext) -> Judgement:
         async_to_sync(_run)(agent, user, options)
     except UnexpectedModelBehavior as exc:
         last = "; ".join(session.last_reasons)[:2000]
-        raise ValidatorCrashed(f"the model's output stayed unusable: {exc}" + (f"; last rejection: {last}" if last else ""),
-                               code="invalid_verdict") from exc
+        raise ValidatorCrashed(
+            f"the model's output stayed unusable: {exc}" + (f"; last rejection: {last}" if last else ""),
+            code="invalid_verdict",
+        ) from exc
     except UsageLimitExceeded as exc:
         raise ValidatorCrashed(f"the agent hit its request limit: {exc}", code="limit_exceeded") from exc
-    except (asyncio.TimeoutError, TimeoutError) as exc:  # before OSError: TimeoutError is one
+    except TimeoutError as exc:  # before OSError: TimeoutError is one
         raise ValidatorCrashed(f"the agent did not finish within {options.timeout}s", code="timeout") from exc
     except (ModelAPIError, OSError) as exc:
         raise ValidatorCrashed(f"the model could not be reached: {exc}", code="model_unavailable") from exc

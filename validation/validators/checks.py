@@ -17,12 +17,12 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 
+from fusion_site.base.proc import CommandError, run_command
+from fusion_site.base.redact import bounded, redact
+from fusion_site.base.snapshots import private_copy
+from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation import journal, protect
-from validation.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation.context import AssertionSpec, ValidationContext
-from validation.proc import CommandError, run_command
-from validation.redact import bounded, redact
-from validation.snapshots import private_copy
 from validation.verdict import AssertionVerdict, Evidence, escape_invisible, file_ref, line_of, read_checkout_text
 
 NO_CHECK = "no check and no agent configured"
@@ -42,7 +42,12 @@ def judge_file(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
     rel = spec["file"]
     target = _confined(root, rel)
     if target is None:
-        return "fail", f"{rel} inside the checkout", "the path leaves the checkout; refused", f"{rel}: path escapes the checkout"
+        return (
+            "fail",
+            f"{rel} inside the checkout",
+            "the path leaves the checkout; refused",
+            f"{rel}: path escapes the checkout",
+        )
     if "exists" in spec:
         exists, want = target.is_file(), spec["exists"] is True
         state = {True: "exists", False: "does not exist"}
@@ -76,19 +81,34 @@ def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
     try:
         # `expect_output` is a plain re.search over the whole output (no re.M): "RESULT: OK"
         # before a long log still counts. Only the evidence is the capped tail.
-        result = run_command(spec["run"], cwd=root, timeout=timeout, max_output=settings.FUSION_CHECK_OUTPUT_BYTES,
-                             shell=spec.get("shell", False) is True, match=pattern)
+        result = run_command(
+            spec["run"],
+            cwd=root,
+            timeout=timeout,
+            max_output=settings.FUSION_CHECK_OUTPUT_BYTES,
+            shell=spec.get("shell", False) is True,
+            match=pattern,
+        )
     except CommandError as exc:
         return "fail", f"`{spec['run']}` runs", str(exc), str(exc)
     tail = _output_tail(result.output, min(settings.FUSION_CHECK_OUTPUT_BYTES, EVIDENCE_LIMIT - 500))
     if result.timed_out:
-        return ("fail", f"`{spec['run']}` finishes within {timeout:g}s with exit {expect_exit}",
-                f"timed out after {timeout:g}s and was killed", f"timed out after {timeout:g}s (killed)\n{tail}")
+        return (
+            "fail",
+            f"`{spec['run']}` finishes within {timeout:g}s with exit {expect_exit}",
+            f"timed out after {timeout:g}s and was killed",
+            f"timed out after {timeout:g}s (killed)\n{tail}",
+        )
     expected = f"`{spec['run']}` exits {expect_exit}"
     if result.exit_code != expect_exit:
         return "fail", expected, f"exit {result.exit_code}", f"exit {result.exit_code}\n{tail}"
     if pattern is not None and not result.matched:
-        return "fail", f"{expected} and output matches /{pattern}/", f"exit {result.exit_code}; output does not match", tail
+        return (
+            "fail",
+            f"{expected} and output matches /{pattern}/",
+            f"exit {result.exit_code}; output does not match",
+            tail,
+        )
     return "pass", expected, f"exit {result.exit_code}", f"exit {result.exit_code}\n{tail}"
 
 
@@ -98,21 +118,33 @@ def _shown(text: str, limit: int = 4000) -> str:
     return bounded(escape_invisible(text), limit)
 
 
-def _assertion_verdict(key: str, verdict: str, message: str, kind: str, evidence: str,
-                       expected: str = "", actual: str = "") -> AssertionVerdict:
+def _assertion_verdict(
+    key: str, verdict: str, message: str, kind: str, evidence: str, expected: str = "", actual: str = ""
+) -> AssertionVerdict:
     # A file reference is a path the check names, not output: redacting or cutting it
     # would make it name no file.
     text = escape_invisible(evidence) if kind == "file" else _shown(evidence) or "(no output)"
-    return AssertionVerdict(key=key, verdict=verdict, message=_shown(message, 2000), expected=_shown(expected, 2000),
-                            actual=_shown(actual, 2000), evidence=[Evidence(kind=kind, text=text)])
+    return AssertionVerdict(
+        key=key,
+        verdict=verdict,
+        message=_shown(message, 2000),
+        expected=_shown(expected, 2000),
+        actual=_shown(actual, 2000),
+        evidence=[Evidence(kind=kind, text=text)],
+    )
 
 
 def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
     spec = assertion.check
     problems = check_spec_problems(spec)
     if problems:  # never guess what a check means: a human fixes it
-        return _assertion_verdict(assertion.key, "blocked", "the check is not understood: " + "; ".join(problems), "other",
-                                  f"{assertion.key}: check {json.dumps(spec, ensure_ascii=False, default=str)}")
+        return _assertion_verdict(
+            assertion.key,
+            "blocked",
+            "the check is not understood: " + "; ".join(problems),
+            "other",
+            f"{assertion.key}: check {json.dumps(spec, ensure_ascii=False, default=str)}",
+        )
     if "run" in spec:
         verdict, expected, actual, evidence = judge_run(root, spec)
         kind = "test-output"
@@ -132,8 +164,12 @@ def _judge_journaled(ctx: ValidationContext, assertion: AssertionSpec) -> Assert
     try:
         verdict = judge_isolated(ctx, assertion)
         # The final verdict, protection rule applied: a replay serves exactly this.
-        journal.append(run_id=ctx.run_id, kind="check", key=assertion.key,
-                       payload={"check": assertion.check, "result": verdict.model_dump()})
+        journal.append(
+            run_id=ctx.run_id,
+            kind="check",
+            key=assertion.key,
+            payload={"check": assertion.check, "result": verdict.model_dump()},
+        )
         return verdict
     finally:
         close_old_connections()
@@ -148,7 +184,9 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> Assertio
     own = spec.get("protect") or []
     if own and not protection.base:
         message = "the check protects paths but the mission has no base revision to restore them from"
-        return _assertion_verdict(assertion.key, "blocked", message, "other", f"{assertion.key}: protect {', '.join(own)}")
+        return _assertion_verdict(
+            assertion.key, "blocked", message, "other", f"{assertion.key}: protect {', '.join(own)}"
+        )
     own_changed = protection.diff().under(own) if own else []
     with _check_root(ctx.checkout, spec, protection, own_changed) as (root, restored):
         verdict = judge_assertion(root, assertion)
@@ -190,10 +228,14 @@ def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: 
         return verdict.model_copy(update={"evidence": evidence})
     outcome = "passed" if verdict.verdict == "pass" else "failed" if verdict.verdict == "fail" else "was blocked"
     return AssertionVerdict(
-        key=verdict.key, verdict="fail", message=_shown(note, 2000),
+        key=verdict.key,
+        verdict="fail",
+        message=_shown(note, 2000),
         expected=f"no protected file changed since the base revision {protection.base[:12]}",
         actual=f"{len(changed)} protected file{'s' if len(changed) != 1 else ''} changed; with them restored, the "
-               f"check itself {outcome}", evidence=evidence)
+        f"check itself {outcome}",
+        evidence=evidence,
+    )
 
 
 def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[AssertionVerdict]:
@@ -207,5 +249,6 @@ def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[
 
 
 def blocked_without_check(assertion: AssertionSpec) -> AssertionVerdict:
-    return _assertion_verdict(assertion.key, "blocked", NO_CHECK, "other",
-                              f"{assertion.key} has no check and no agent profile is configured")
+    return _assertion_verdict(
+        assertion.key, "blocked", NO_CHECK, "other", f"{assertion.key} has no check and no agent profile is configured"
+    )

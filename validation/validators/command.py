@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusion_site.base.proc import CommandError, run_command, scrubbed_env
+from fusion_site.base.redact import redact
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
-from validation.proc import CommandError, run_command, scrubbed_env
-from validation.redact import redact
 from validation.validators import Judgement
 from validation.validators.prompt import command_prompt, prompts
 from validation.validators.repair import DEFAULT_MAX_REPAIRS, RepairsExhausted, decide
@@ -45,7 +45,7 @@ class CommandOptions:
     api_key_env: str = ""
 
     @classmethod
-    def from_profile(cls, profile: dict[str, Any]) -> "CommandOptions":
+    def from_profile(cls, profile: dict[str, Any]) -> CommandOptions:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in profile.items() if k in names})
 
@@ -53,7 +53,7 @@ class CommandOptions:
         # stderr is redirected by a tiny sh wrapper: run_command merges it into stdout otherwise.
         if self.shell:
             command = self.command if isinstance(self.command, str) else shlex.join(self.command)
-            return ["sh", "-c", '( ' + command + '\n) 2>"$FUSION_VALIDATOR_STDERR"']
+            return ["sh", "-c", "( " + command + '\n) 2>"$FUSION_VALIDATOR_STDERR"']
         argv = self.command if isinstance(self.command, list) else shlex.split(self.command)
         return ["sh", "-c", 'exec "$@" 2>"$FUSION_VALIDATOR_STDERR"', "fusion-validator", *argv]
 
@@ -95,15 +95,27 @@ def _invoke(options: CommandOptions, checkout: Path, stdin: str) -> dict[str, An
     if options.api_key_env and os.environ.get(options.api_key_env):
         extra[options.api_key_env] = os.environ[options.api_key_env]
     try:
-        result = run_command(options.argv(), cwd=checkout, timeout=options.timeout, max_output=MAX_STDOUT, stdin=stdin,
-                             env=scrubbed_env(extra))
+        result = run_command(
+            options.argv(),
+            cwd=checkout,
+            timeout=options.timeout,
+            max_output=MAX_STDOUT,
+            stdin=stdin,
+            env=scrubbed_env(extra),
+        )
         stderr = Path(err_path).read_bytes()[-STDERR_TAIL:].decode("utf-8", errors="replace")
     except CommandError as exc:
         raise ValidatorCrashed(f"the validator command cannot start: {exc}", code="misconfigured") from exc
     finally:
         os.unlink(err_path)
-    return {"exit_code": result.exit_code, "timed_out": result.timed_out, "truncated": result.truncated,
-            "stdout": result.output, "stderr_tail": redact(stderr), "duration": round(result.duration, 3)}
+    return {
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "truncated": result.truncated,
+        "stdout": result.output,
+        "stderr_tail": redact(stderr),
+        "duration": round(result.duration, 3),
+    }
 
 
 def _repair_text(previous: str, feedback: str) -> str:
@@ -113,8 +125,9 @@ def _repair_text(previous: str, feedback: str) -> str:
 
 def _check_exit(answer: dict[str, Any], options: CommandOptions) -> None:
     if answer["timed_out"]:
-        raise ValidatorCrashed(f"the validator command did not finish within {options.timeout}s and was killed",
-                               code="timeout")
+        raise ValidatorCrashed(
+            f"the validator command did not finish within {options.timeout}s and was killed", code="timeout"
+        )
     if answer["exit_code"] != 0:
         tail = (answer.get("stderr_tail") or answer["stdout"])[-1000:]
         raise ValidatorCrashed(f"the validator command exited {answer['exit_code']}: {tail}", code="validator_error")
@@ -128,17 +141,34 @@ def judge_command(ctx: ValidationContext) -> Judgement:
     frozen = FrozenContext(keys=ctx.keys, checkout=ctx.checkout)
     for attempt in range(options.max_repairs + 1):
         stdin = prompt + repair
-        request = {"ordinal": attempt + 1, "command": options.command, "stdin_sha256": journal.sha256_of(stdin),
-                   "stdin_chars": len(stdin), "repair": repair}
+        request = {
+            "ordinal": attempt + 1,
+            "command": options.command,
+            "stdin_sha256": journal.sha256_of(stdin),
+            "stdin_chars": len(stdin),
+            "repair": repair,
+        }
         key = f"command:{attempt + 1}:{journal.sha256_of(request)[:16]}"
-        answer, _served = log.call(request_kind="model_request", response_kind="model_response", key=key, request=request,
-                                   live_fn=lambda: _invoke(options, ctx.checkout, stdin),
-                                   what=f"command invocation {attempt + 1}")
+        answer, _served = log.call(
+            request_kind="model_request",
+            response_kind="model_response",
+            key=key,
+            request=request,
+            live_fn=lambda: _invoke(options, ctx.checkout, stdin),
+            what=f"command invocation {attempt + 1}",
+        )
         _check_exit(answer, options)
         candidate, parse = read_stdout(answer["stdout"])
-        decision, _verdict = decide(log=log, candidate=candidate, frozen=frozen, call_id=f"command-{attempt + 1}",
-                                    repairs_used=attempt, max_repairs=options.max_repairs,
-                                    policy=options.journal_policy, parse=parse)
+        decision, _verdict = decide(
+            log=log,
+            candidate=candidate,
+            frozen=frozen,
+            call_id=f"command-{attempt + 1}",
+            repairs_used=attempt,
+            max_repairs=options.max_repairs,
+            policy=options.journal_policy,
+            parse=parse,
+        )
         if decision.verdict == "accepted":
             return Judgement(candidate)
         if decision.verdict == "rejected":

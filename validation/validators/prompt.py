@@ -53,9 +53,16 @@ def _bounded(text: str, limit: int) -> str:
 
 
 def user_prompt(ctx: ValidationContext) -> str:
-    parts = [f"# Feature {ctx.feature_key}: {ctx.feature_title}", f"Mission: {ctx.mission_key}. Revision: {ctx.revision}.",
-             "", ctx.feature_description or "(no description)", "",
-             f"## Contract assertions ({len(ctx.assertions)}; judge each exactly once)", *_assertion_lines(ctx), ""]
+    parts = [
+        f"# Feature {ctx.feature_key}: {ctx.feature_title}",
+        f"Mission: {ctx.mission_key}. Revision: {ctx.revision}.",
+        "",
+        ctx.feature_description or "(no description)",
+        "",
+        f"## Contract assertions ({len(ctx.assertions)}; judge each exactly once)",
+        *_assertion_lines(ctx),
+        "",
+    ]
     if ctx.task_summary:
         parts += ["## Task summary (data, written by the implementer)", _bounded(ctx.task_summary, SUMMARY_LIMIT), ""]
     if ctx.diff:

@@ -15,13 +15,12 @@ import os
 import re
 from pathlib import Path
 
-from validation.context import AssertionSpec
-from validation.redact import redact
+from fusion_site.base.redact import redact
 
-MAX_OUTPUT = 16_000     # characters of one tool answer
-MAX_LINES = 400         # lines `read` returns at once
-MAX_ENTRIES = 300       # names `ls` / `find` list
-MAX_MATCHES = 200       # lines `grep` reports
+MAX_OUTPUT = 16_000  # characters of one tool answer
+MAX_LINES = 400  # lines `read` returns at once
+MAX_ENTRIES = 300  # names `ls` / `find` list
+MAX_MATCHES = 200  # lines `grep` reports
 MAX_FILE_BYTES = 2_000_000  # larger files are not grepped
 HIDDEN = {".git"}
 
@@ -78,7 +77,7 @@ def _read(root: Path, path: str, offset: int, limit: int) -> str:
     offset, limit = max(int(offset), 1), min(max(int(limit), 1), MAX_LINES)
     with open(target, "rb") as fh:
         lines = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace").splitlines()
-    chunk = lines[offset - 1: offset - 1 + limit]
+    chunk = lines[offset - 1 : offset - 1 + limit]
     body = "\n".join(f"{offset + i}: {line[:500]}" for i, line in enumerate(chunk))
     more = len(lines) - (offset - 1 + len(chunk))
     return body + (f"\n[… {more} more lines; read with offset={offset + len(chunk)}]" if more > 0 else "")
@@ -125,8 +124,11 @@ def _find(root: Path, pattern: str, path: str) -> str:
     start = confine(root, path)
     if not start.is_dir():
         raise Refused(f"refused: {path!r} is not a directory in the checkout")
-    found = [rel for _full, rel in _walk(root, start)
-             if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel.rsplit("/", 1)[-1], pattern)]
+    found = [
+        rel
+        for _full, rel in _walk(root, start)
+        if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel.rsplit("/", 1)[-1], pattern)
+    ]
     extra = f"\n[… {len(found) - MAX_ENTRIES} more]" if len(found) > MAX_ENTRIES else ""
     return "\n".join(found[:MAX_ENTRIES]) + extra if found else "(no match)"
 

@@ -27,11 +27,18 @@ def make_repository(path: Path) -> str:
     for rel, text in TESTS.items():
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
         (path / rel).write_text(text)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "Demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
-           "GIT_COMMITTER_NAME": "Demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "Demo",
+        "GIT_AUTHOR_EMAIL": "demo@localhost",
+        "GIT_COMMITTER_NAME": "Demo",
+        "GIT_COMMITTER_EMAIL": "demo@localhost",
+    }
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Tiny shop: tests first"]):
         subprocess.run(["git", "-C", str(path), *args], check=True, env=env, capture_output=True)
-    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def create_demo(*, directory: Path | None = None, user=None) -> Mission:
@@ -42,8 +49,11 @@ def create_demo(*, directory: Path | None = None, user=None) -> Mission:
     repo = (directory or Path(settings.DATA_DIR) / "demo-repo").resolve()
     base = make_repository(repo)
     document = copy.deepcopy(MISSION)
-    document["mission"].update(workspace=str(repo), base_revision=base,
-                               executor_command=f"{sys.executable} {Path(implementer.__file__).resolve()}")
+    document["mission"].update(
+        workspace=str(repo),
+        base_revision=base,
+        executor_command=f"{sys.executable} {Path(implementer.__file__).resolve()}",
+    )
     mission, _changed = mission_import(document=document, user=None)
     if user is not None:
         Mission.objects.filter(pk=mission.pk).update(owner=user)
@@ -67,13 +77,17 @@ class Command(BaseCommand):
         owner = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
         mission = create_demo(user=owner)
         self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.workspace}")
-        self.stdout.write("The demo implementer replays prepared changes; set executor_command to a real coding agent instead.")
+        self.stdout.write(
+            "The demo implementer replays prepared changes; set executor_command to a real coding agent instead."
+        )
         if wait:
             self._wait(mission, timeout)
 
     def _wait(self, mission: Mission, timeout: float) -> None:
         if settings.REDIS_URL:
-            raise CommandError("--wait runs in-process workers; unset REDIS_URL or run rundramatiq workers and watch the API")
+            raise CommandError(
+                "--wait runs in-process workers; unset REDIS_URL or run rundramatiq workers and watch the API"
+            )
         from missions.management.commands.serve import start_embedded_worker
 
         worker = start_embedded_worker(settings.FUSION_WORKER_THREADS)

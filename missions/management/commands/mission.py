@@ -26,13 +26,17 @@ ACTIONS = {
 
 
 def describe(mission: Mission) -> str:
-    text = f"mission {mission.key} (id {mission.pk}): {mission.status}, autopilot {'on' if mission.autopilot else 'off'}"
+    text = (
+        f"mission {mission.key} (id {mission.pk}): {mission.status}, autopilot {'on' if mission.autopilot else 'off'}"
+    )
     return f"{text} — {mission.status_reason}" if mission.status_reason else text
 
 
 class Command(BaseCommand):
-    help = ("Change a mission's lifecycle (activate, pause, resume) or its autopilot, or show its status. "
-            "Exit codes: 0 done, 1 refused by the rules, 2 unknown mission or user.")
+    help = (
+        "Change a mission's lifecycle (activate, pause, resume) or its autopilot, or show its status. "
+        "Exit codes: 0 done, 1 refused by the rules, 2 unknown mission or user."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=[*ACTIONS, "status"])
@@ -55,5 +59,7 @@ class Command(BaseCommand):
 
     def _print_blockers(self, blockers: list[dict], out) -> None:
         for b in blockers:
-            out.write(f"  blocker: feature {b['key']} (id {b['feature']}): {b['reason']} since {b['since'] or 'unknown'}"
-                      f" — repair it: manage.py repair_feature {b['feature']} --mode clear|re_run --reason ...")
+            out.write(
+                f"  blocker: feature {b['key']} (id {b['feature']}): {b['reason']} since {b['since'] or 'unknown'}"
+                f" — repair it: manage.py repair_feature {b['feature']} --mode clear|re_run --reason ..."
+            )

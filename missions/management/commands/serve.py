@@ -16,7 +16,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
-        parser.add_argument("--workers", type=int, default=None, help="Worker threads (embedded default: FUSION_WORKER_THREADS).")
+        parser.add_argument(
+            "--workers", type=int, default=None, help="Worker threads (embedded default: FUSION_WORKER_THREADS)."
+        )
         parser.add_argument("--no-workers", action="store_true", help="Do not start in-process workers.")
         parser.add_argument("--no-migrate", action="store_true")
 
@@ -33,7 +35,9 @@ class Command(BaseCommand):
             worker = start_embedded_worker(workers or settings.FUSION_WORKER_THREADS)
             self.stdout.write(f"in-process workers: {workers or settings.FUSION_WORKER_THREADS} threads")
         start_sweeper(startup=embedded)
-        self.stdout.write(self.style.SUCCESS(f"Fusion Missions on http://{host}:{port}/ (admin /admin/, API /api/, docs /api/docs/)"))
+        self.stdout.write(
+            self.style.SUCCESS(f"Fusion Missions on http://{host}:{port}/ (admin /admin/, API /api/, docs /api/docs/)")
+        )
         from daphne.cli import CommandLineInterface
 
         try:

@@ -32,8 +32,10 @@ def describe(task: Task) -> str:
 
 
 class Command(BaseCommand):
-    help = ("Create, start, complete or fail a task, or print its log. "
-            "Exit codes: 0 done, 1 refused by the rules, 2 unknown feature, task or user.")
+    help = (
+        "Create, start, complete or fail a task, or print its log. "
+        "Exit codes: 0 done, 1 refused by the rules, 2 unknown feature, task or user."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{create,start,complete,fail,log}")
@@ -41,7 +43,9 @@ class Command(BaseCommand):
         create.add_argument("target", metavar="FEATURE", help="feature id, key or MISSION/KEY")
         create.add_argument("--title", default="")
         prompt = create.add_mutually_exclusive_group()
-        prompt.add_argument("--prompt", default="", help="the prompt (default: made from the feature and its assertions)")
+        prompt.add_argument(
+            "--prompt", default="", help="the prompt (default: made from the feature and its assertions)"
+        )
         prompt.add_argument("--prompt-file", default=None, help="read the prompt from this file")
         start = sub.add_parser("start", help="start a todo task (the command executor then runs it)")
         complete = sub.add_parser("complete", help="record the revision a task landed; its feature is validated")
@@ -67,7 +71,9 @@ class Command(BaseCommand):
             if subcommand == "start":
                 task = services.task_start(user=user, task=task)
             elif subcommand == "complete":
-                task = services.task_complete(user=user, task=task, revision=options["revision"], summary=options["summary"])
+                task = services.task_complete(
+                    user=user, task=task, revision=options["revision"], summary=options["summary"]
+                )
             else:
                 reason = options["reason"] or "failed from the command line"
                 task = services.task_fail(user=user, task=task, reason=reason)

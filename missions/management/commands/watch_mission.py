@@ -43,19 +43,24 @@ class WebSocketClient:
         self.writer = writer
 
     @classmethod
-    async def connect(cls, url: str, *, headers: dict[str, str] | None = None, timeout: float = 10) -> "WebSocketClient":
+    async def connect(cls, url: str, *, headers: dict[str, str] | None = None, timeout: float = 10) -> WebSocketClient:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("ws", "wss"):
             raise ValueError(f"not a WebSocket URL: {url}")
         secure = parts.scheme == "wss"
         port = parts.port or (443 if secure else 80)
         context = ssl.create_default_context() if secure else None
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(parts.hostname, port, ssl=context), timeout)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port, ssl=context), timeout)
         key = base64.b64encode(os.urandom(16)).decode()
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"GET {path} HTTP/1.1", f"Host: {parts.netloc}", "Upgrade: websocket", "Connection: Upgrade",
-                 f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
+        lines = [
+            f"GET {path} HTTP/1.1",
+            f"Host: {parts.netloc}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+        ]
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         await writer.drain()
@@ -141,8 +146,10 @@ def resolve_mission(mission: str, *, url: str, token: str | None) -> int:
     if mission.isdigit():
         return int(mission)
     query = urllib.parse.urlencode({"key": mission})
-    request = urllib.request.Request(f"{http_base(url)}/api/missions/?{query}",
-                                     headers={"Accept": "application/json", **({"Authorization": f"Token {token}"} if token else {})})
+    request = urllib.request.Request(
+        f"{http_base(url)}/api/missions/?{query}",
+        headers={"Accept": "application/json", **({"Authorization": f"Token {token}"} if token else {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             results = json.load(response).get("results", [])
@@ -157,7 +164,9 @@ def format_event(message: dict) -> str:
     data = dict(message.get("data") or {})
     for key in ("type", "mission", "seq"):
         data.pop(key, None)
-    details = " ".join(f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}" for k, v in data.items())
+    details = " ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}" for k, v in data.items()
+    )
     return f"{datetime.now().strftime('%H:%M:%S')} #{message.get('id')} {message.get('event')} {details}".rstrip()
 
 
@@ -166,28 +175,36 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("mission", help="mission id or key")
-        parser.add_argument("--url", default=os.environ.get("FUSION_URL", "ws://127.0.0.1:8000"),
-                            help="the server's WebSocket base URL (default ws://127.0.0.1:8000, or $FUSION_URL)")
+        parser.add_argument(
+            "--url",
+            default=os.environ.get("FUSION_URL", "ws://127.0.0.1:8000"),
+            help="the server's WebSocket base URL (default ws://127.0.0.1:8000, or $FUSION_URL)",
+        )
         parser.add_argument("--token", default=os.environ.get("FUSION_TOKEN"), help="DRF API token (or $FUSION_TOKEN)")
         parser.add_argument("--json", dest="as_json", action="store_true", help="print each event as one line of JSON")
         parser.add_argument("--count", type=int, default=0, help="exit after this many events (0: never)")
         parser.add_argument("--timeout", type=float, default=0, help="exit after this many seconds (0: never)")
 
-    def handle(self, *args, mission: str, url: str, token: str | None, as_json: bool, count: int, timeout: float,
-               **options):
+    def handle(
+        self, *args, mission: str, url: str, token: str | None, as_json: bool, count: int, timeout: float, **options
+    ):
         url = url.rstrip("/")
         if not token:
-            raise CommandError("a token is needed: --token KEY or FUSION_TOKEN (manage.py drf_create_token USER makes one)")
+            raise CommandError(
+                "a token is needed: --token KEY or FUSION_TOKEN (manage.py drf_create_token USER makes one)"
+            )
         mission_id = resolve_mission(mission, url=url, token=token)
         try:
-            asyncio.run(self._watch(f"{url}/ws/missions/{mission_id}/", token, as_json=as_json, count=count, timeout=timeout))
+            asyncio.run(
+                self._watch(f"{url}/ws/missions/{mission_id}/", token, as_json=as_json, count=count, timeout=timeout)
+            )
         except KeyboardInterrupt:
             pass
 
     async def _watch(self, ws_url: str, token: str, *, as_json: bool, count: int, timeout: float) -> None:
         try:
             client = await WebSocketClient.connect(ws_url, headers={"Authorization": f"Token {token}"})
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise CommandError(f"cannot connect to {ws_url}: {exc}") from exc
         except WebSocketClosed as exc:
             raise CommandError(f"{ws_url}: {exc.reason}") from exc
@@ -201,7 +218,7 @@ class Command(BaseCommand):
                     break
                 try:
                     text = await asyncio.wait_for(client.recv(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 self.stdout.write(text if as_json else format_event(json.loads(text)))
                 self.stdout.flush()

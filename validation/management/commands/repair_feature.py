@@ -18,8 +18,10 @@ from validation.services.operator import feature_repair
 
 
 class Command(BaseCommand):
-    help = ("Repair a blocked, passed or failed feature: clear it, or re-run its validation. "
-            "Exit codes: 0 done, 1 refused by the rules, 2 unknown feature or user.")
+    help = (
+        "Repair a blocked, passed or failed feature: clear it, or re-run its validation. "
+        "Exit codes: 0 done, 1 refused by the rules, 2 unknown feature or user."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("feature", help="feature id, key, or MISSION/KEY")

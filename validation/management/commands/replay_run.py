@@ -44,8 +44,11 @@ class Command(BaseCommand):
 
     def _print(self, report) -> None:
         head = "reproduced" if report.ok else "NOT reproduced"
-        self.stdout.write(f"run {report.run}: {head} (recorded {report.recorded_status}, replayed {report.replayed}"
-                          + (f" {report.error_code}" if report.error_code else "") + ")")
+        self.stdout.write(
+            f"run {report.run}: {head} (recorded {report.recorded_status}, replayed {report.replayed}"
+            + (f" {report.error_code}" if report.error_code else "")
+            + ")"
+        )
         self.stdout.write(f"journal: {report.chain_entries} entries, chain verified")
         if report.verdict_sha256:
             self.stdout.write(f"verdict sha256: {report.verdict_sha256}")

@@ -24,14 +24,23 @@ from django.core.management.base import BaseCommand, CommandError
 from missions.errors import DomainError
 from validation.models import Review
 from validation.review import result as results
-from validation.review.state import S, TERMINAL
+from validation.review.state import TERMINAL, S
 
 EXIT = {S.COMPLETED: 0, S.FAILED: 1, S.CANCELLED: 2}
-LISTS = {"background": "background", "scope": "scope", "criterion": "acceptanceCriteria",
-         "known_limitation": "knownLimitations", "exclusion": "exclusions"}
-LIST_HELP = {"background": "context for the reviewers", "scope": "what to review (at least one)",
-             "criterion": "an acceptance criterion (at least one)", "known_limitation": "a known limitation",
-             "exclusion": "what not to review"}
+LISTS = {
+    "background": "background",
+    "scope": "scope",
+    "criterion": "acceptanceCriteria",
+    "known_limitation": "knownLimitations",
+    "exclusion": "exclusions",
+}
+LIST_HELP = {
+    "background": "context for the reviewers",
+    "scope": "what to review (at least one)",
+    "criterion": "an acceptance criterion (at least one)",
+    "known_limitation": "a known limitation",
+    "exclusion": "what not to review",
+}
 
 
 def _error(exc: DomainError) -> CommandError:
@@ -49,8 +58,13 @@ class Command(BaseCommand):
         parser.add_argument("--objective", help="what the change is meant to achieve")
         parser.add_argument("--change-summary", help="what was changed")
         for flag in LISTS:
-            parser.add_argument(f"--{flag.replace('_', '-')}", action="append", default=None, dest=flag,
-                                help=f"{LIST_HELP[flag]} (repeatable)")
+            parser.add_argument(
+                f"--{flag.replace('_', '-')}",
+                action="append",
+                default=None,
+                dest=flag,
+                help=f"{LIST_HELP[flag]} (repeatable)",
+            )
         parser.add_argument("--evidence", action="append", default=None, help="CHECK=OUTCOME (repeatable)")
         parser.add_argument("--not-run", help="verification not run, with this reason")
         parser.add_argument("--mission", help="mission id or key")
@@ -96,10 +110,14 @@ class Command(BaseCommand):
             preflight = self._create(o, user)
             review = preflight.review
             receipt = results.receipt(review)
-            self.stdout.write(f"review {review.pk}: {review.state}"
-                              + ("" if preflight.created else " (same request and key: the existing review)"))
-            self.stdout.write(f"result: {receipt['result_url']}" + (f"  events: {receipt['events_url']}"
-                                                                    if receipt["events_url"] else ""))
+            self.stdout.write(
+                f"review {review.pk}: {review.state}"
+                + ("" if preflight.created else " (same request and key: the existing review)")
+            )
+            self.stdout.write(
+                f"result: {receipt['result_url']}"
+                + (f"  events: {receipt['events_url']}" if receipt["events_url"] else "")
+            )
             if queue is not None:
                 run_captured(queue)
         if o["sync"] or o["wait"]:
@@ -127,8 +145,12 @@ class Command(BaseCommand):
                 raise CommandError(f"{o['file']} is neither JSON nor YAML: {exc}") from exc
             if not isinstance(body, dict):
                 return body  # the request rules report it
-        for flag, key in (("objective", "objective"), ("change_summary", "changeSummary"), ("mission", "mission"),
-                          ("revision", "revision")):
+        for flag, key in (
+            ("objective", "objective"),
+            ("change_summary", "changeSummary"),
+            ("mission", "mission"),
+            ("revision", "revision"),
+        ):
             if o[flag] is not None:
                 body[key] = o[flag]
         if o["feature"] is not None:
@@ -167,12 +189,17 @@ class Command(BaseCommand):
     def _finish(self, review: Review) -> None:
         answer = results.review_result(review)
         if not answer.get("ready"):
-            self.stdout.write(f"review {review.pk}: {review.state}"
-                              + (f" ({answer.get('failure_code')}: {answer.get('reason')})" if answer.get("reason") else ""))
+            self.stdout.write(
+                f"review {review.pk}: {review.state}"
+                + (f" ({answer.get('failure_code')}: {answer.get('reason')})" if answer.get("reason") else "")
+            )
             raise SystemExit(EXIT.get(review.state, 2))
         report = answer["report"]
-        text = report["content"] if report["content"] is not None else \
-            results.verified_artifact(review, report["name"]).content
+        text = (
+            report["content"]
+            if report["content"] is not None
+            else results.verified_artifact(review, report["name"]).content
+        )
         self.stdout.write(text, ending="")
         self.stdout.write(f"\nreview {review.pk}: completed, verified (report sha256 {report['sha256']})")
         raise SystemExit(0)

@@ -11,19 +11,19 @@ from rich.console import Console
 from rich.table import Table
 
 from missions.errors import DomainError
-from missions.models import Feature
+from missions.models import MissionFeature
 from validation.models import RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
 
 EXIT = {RunStatus.PASSED: 0, RunStatus.FAILED: 1}
 
 
-def find_feature(ref: str) -> Feature:
+def find_feature(ref: str) -> MissionFeature:
     if ref.isdigit():
-        feature = Feature.objects.filter(pk=int(ref)).first()
+        feature = MissionFeature.objects.filter(pk=int(ref)).first()
     else:
         mission_key, _, key = ref.rpartition("/")
-        qs = Feature.objects.filter(key=key)
+        qs = MissionFeature.objects.filter(key=key)
         if mission_key:
             qs = qs.filter(mission__key=mission_key)
         if qs.count() > 1:
@@ -47,8 +47,9 @@ class Command(BaseCommand):
         console = Console(file=self.stdout, highlight=False)
         target = find_feature(feature)
         try:
-            admission = feature_admit(feature_id=target.pk, trigger="manual", cause="validate", profile_name=validator,
-                                      raise_conflict=True)
+            admission = feature_admit(
+                feature_id=target.pk, trigger="manual", cause="validate", profile_name=validator, raise_conflict=True
+            )
         except DomainError as exc:
             raise CommandError(exc.detail) from exc
         if admission.run is None:

@@ -68,16 +68,29 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_command(command: str | list[str], *, cwd: Path, timeout: float, max_output: int,
-                shell: bool = False, stdin: str | None = None, env: dict[str, str] | None = None,
-                match: str | None = None) -> CommandResult:
+def run_command(
+    command: str | list[str],
+    *,
+    cwd: Path,
+    timeout: float,
+    max_output: int,
+    shell: bool = False,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    match: str | None = None,
+) -> CommandResult:
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
             proc = subprocess.Popen(
-                _argv(command, shell), cwd=str(cwd), shell=shell, env=env or scrubbed_env(),
+                _argv(command, shell),
+                cwd=str(cwd),
+                shell=shell,
+                env=env or scrubbed_env(),
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot start {command!r}: {exc}") from exc
@@ -95,8 +108,14 @@ def run_command(command: str | list[str], *, cwd: Path, timeout: float, max_outp
         proc.wait()
         output, truncated = _tail(out, max_output)
         matched = None if match is None else _search_all(out, match)
-    return CommandResult(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
-                         truncated=truncated, duration=time.monotonic() - started, matched=matched)
+    return CommandResult(
+        exit_code=None if timed_out else proc.returncode,
+        output=output,
+        timed_out=timed_out,
+        truncated=truncated,
+        duration=time.monotonic() - started,
+        matched=matched,
+    )
 
 
 def _tail(fh, limit: int) -> tuple[str, bool]:

@@ -18,8 +18,8 @@ import stat
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from django.conf import settings
 
@@ -31,8 +31,12 @@ class SnapshotError(Exception):
 
 
 def _git_run(repo: Path, args: tuple[str, ...], timeout: int) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-           "GIT_TERMINAL_PROMPT": "0", "LANG": "C"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "GIT_TERMINAL_PROMPT": "0",
+        "LANG": "C",
+    }
     try:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -65,8 +69,9 @@ def repository_info(workspace: str) -> tuple[Path, Path, str]:
     if not path.is_dir():
         raise SnapshotError(f"workspace {workspace} does not exist")
     try:
-        out = git(path, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir",
-                  "--show-prefix").splitlines()
+        out = git(
+            path, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir", "--show-prefix"
+        ).splitlines()
     except SnapshotError as exc:
         raise SnapshotError(f"workspace {workspace} is not a git repository") from exc
     if len(out) not in (2, 3):
@@ -154,7 +159,9 @@ def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[P
         _make_read_only(target)
         folder = target / prefix if prefix else target
         if not folder.is_dir():
-            raise SnapshotError(f"revision {commit[:12]} has no folder {prefix} (the workspace's folder in its repository)")
+            raise SnapshotError(
+                f"revision {commit[:12]} has no folder {prefix} (the workspace's folder in its repository)"
+            )
         yield folder
     finally:
         remove_snapshot(repo, target)
@@ -182,8 +189,12 @@ def _copy_tree(source: Path, target: Path) -> None:
     # or a checkout (bench/check_copies.py); `--reflink=auto` shares the blocks where the
     # file system can (btrfs, XFS). Without GNU cp, copytree does the same, slower.
     try:
-        done = subprocess.run(["cp", "-a", "--reflink=auto", "--", str(source), str(target)],
-                              capture_output=True).returncode == 0
+        done = (
+            subprocess.run(
+                ["cp", "-a", "--reflink=auto", "--", str(source), str(target)], capture_output=True
+            ).returncode
+            == 0
+        )
     except OSError:
         done = False
     if not done:

@@ -8,11 +8,15 @@ import re
 
 REDACTED = "[REDACTED]"
 PATTERNS = [
-    re.compile(r"(?i)\b(api[_-]?key|secret|token|password|passwd|authorization)\b(\s*[:=]\s*|\s+)(['\"]?)[^\s'\"]{6,}\3"),
+    re.compile(
+        r"(?i)\b(api[_-]?key|secret|token|password|passwd|authorization)\b(\s*[:=]\s*|\s+)(['\"]?)[^\s'\"]{6,}\3"
+    ),
     # Compound names (DB_PASSWORD=…, db_password: …, "client_secret": "…"): `\b` does not
     # separate `_` from a word, so the pattern above never sees them.
-    re.compile(r"(?i)\b([\w.-]*(?:api[_-]?key|secret|token|password|passwd|pwd|credentials?)[\w.-]*)"
-               r"(['\"]?\s*[:=]\s*)(['\"]?)[^\s'\",}]{6,}\3"),
+    re.compile(
+        r"(?i)\b([\w.-]*(?:api[_-]?key|secret|token|password|passwd|pwd|credentials?)[\w.-]*)"
+        r"(['\"]?\s*[:=]\s*)(['\"]?)[^\s'\",}]{6,}\3"
+    ),
     re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}\b"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
