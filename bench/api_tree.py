@@ -92,7 +92,7 @@ def build_mission(key: str, n_features: int) -> Mission:
                 owners.append(feature)
         assertions = ContractAssertion.objects.bulk_create(assertions, batch_size=500)
         FeatureAssertion.objects.bulk_create(
-            (FeatureAssertion(feature=f, assertion=a) for f, a in zip(owners, assertions)), batch_size=500
+            (FeatureAssertion(feature=f, assertion=a) for f, a in zip(owners, assertions, strict=True)), batch_size=500
         )
     return mission
 

@@ -99,7 +99,7 @@ class Servers:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-            for port, log in zip(self.ports, self.logs)
+            for port, log in zip(self.ports, self.logs, strict=True)
         ]
         for port in self.ports:
             wait_port(port)
@@ -315,7 +315,7 @@ async def scenario(servers: Servers, n: int, events: int, interval: float, missi
     missing += (2 * n - len(deliveries.times)) * events
     # Where the time goes: audit row -> stored for SSE (after commit; the moment of sending)
     to_send = [(stored[seq] - created[seq]) * 1000 for seq in wanted if seq in stored]
-    per_conn = lambda a, b: sum(y - x for x, y in zip(a, b)) / n  # noqa: E731
+    per_conn = lambda a, b: sum(y - x for x, y in zip(a, b, strict=True)) / n  # noqa: E731
     return {
         "sse": latencies["sse_client"],
         "ws": latencies["ws_client"],
@@ -333,7 +333,7 @@ def report(label: str, base: dict, full: dict, n: int) -> None:
     print(f"\n{label}")
     print(f"  {'':28} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for kind in ("sse", "ws"):
-        for name, result, count in (("baseline, 1 client", base, 1), (f"{n} clients", full, n)):
+        for name, result in (("baseline, 1 client", base), (f"{n} clients", full)):
             values = result[kind]
             print(
                 f"  {kind.upper():4} {name:23} {statistics.median(values):8.1f} {percentile(values, 99):8.1f} "

@@ -5,12 +5,13 @@ Every variable is documented in README.md ("Configuration").
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from fusion_site.base.env import json_object_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -243,23 +244,10 @@ FUSION_SNAPSHOT_DIR = Path(os.environ.get("FUSION_SNAPSHOT_DIR", DATA_DIR / "sna
 FUSION_ADMIN_USER = os.environ.get("FUSION_ADMIN_USER", "admin")
 
 
-def _load_validators() -> dict:
-    raw = os.environ.get("FUSION_VALIDATORS", "").strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ImproperlyConfigured(f"FUSION_VALIDATORS is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured("FUSION_VALIDATORS must be a JSON object of profiles")
-    return value
-
-
-FUSION_VALIDATORS = _load_validators()
-FUSION_REVIEW_PROFILES = os.environ.get(
-    "FUSION_REVIEW_PROFILES", ""
-).strip()  # JSON, read by validation.review.profiles
+FUSION_VALIDATORS = json_object_from_env("FUSION_VALIDATORS", of="profiles", error=ImproperlyConfigured)
+# JSON kept as text: validation.review.profiles reads it (with the same json_object) when a
+# review starts, so a bad value refuses reviews instead of stopping the start-up.
+FUSION_REVIEW_PROFILES = os.environ.get("FUSION_REVIEW_PROFILES", "").strip()
 
 LOGGING = {
     "version": 1,

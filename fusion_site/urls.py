@@ -13,5 +13,5 @@ urlpatterns = [
     # django-eventstream's protocol and storage, served by an ASGI view that holds no database connection.
     path("events/missions/<int:mission_id>/", streams.events, {"format-channels": ["mission-{mission_id}"]}),
     path("events/missions/", streams.events, {"channels": ["missions"]}),
-    path("", include("missions.urls")),
+    path("", include("validation.urls")),
 ]

@@ -17,7 +17,7 @@ from channels.middleware import BaseMiddleware
 
 from missions.events import group_name
 from missions.selectors import can_see_mission
-from missions.streams import authorization_token, token_user
+from missions.streams.auth import authorization_token, token_user
 
 FORBIDDEN = 4403
 

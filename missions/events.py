@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import F
+from django.dispatch import Signal
 
 from missions.models import Mission, MissionEvent
 
@@ -23,6 +24,12 @@ GLOBAL_CHANNEL = "missions"
 GLOBAL_TYPES = frozenset(
     {"mission:updated", "feature:updated", "validator-run:completed", "milestone:validation:updated"}
 )
+
+
+# Sent after commit with `mission_id`, `channel` (the mission's) and `user_ids` (who lost
+# access). The SSE streams of this process subscribe (`missions.streams.views`): this
+# module stays below the transport and imports nothing of it.
+access_revoked = Signal()
 
 
 def mission_channel(mission_id: int) -> str:
@@ -71,7 +78,7 @@ def audience(mission_id: int) -> set[int]:
 
 def revoke_on_commit(mission_id: int, user_ids: set[int]) -> None:
     """After commit, end the live streams of those of `user_ids` who may no longer see
-    the mission: SSE streams of this process at once (those of other processes when they
+    the mission: SSE streams of this process at once, through `access_revoked` (those of other processes when they
     re-check access, every KEEP_ALIVE_SECONDS), WebSocket connections of every process
     through the mission's Channels group (close code 4403)."""
     if user_ids:
@@ -92,13 +99,15 @@ def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
     from channels.layers import get_channel_layer
     from django.contrib.auth import get_user_model
 
-    from missions.streams import kick_listeners
-
     staff = set(get_user_model().objects.filter(pk__in=user_ids, is_staff=True).values_list("pk", flat=True))
     revoked = user_ids - audience(mission_id) - staff  # whoever was given access back meanwhile keeps it
     if not revoked:
         return
-    kick_listeners(channel=mission_channel(mission_id), user_ids=revoked)
+    for receiver, result in access_revoked.send_robust(
+        sender=None, mission_id=mission_id, channel=mission_channel(mission_id), user_ids=revoked
+    ):
+        if isinstance(result, Exception):  # the WebSocket connections below are closed all the same
+            logger.error("ending the SSE streams of mission %s failed (%s)", mission_id, receiver, exc_info=result)
     layer = get_channel_layer()
     if layer is not None:
         async_to_sync(layer.group_send)(group_name(mission_id), {"type": "mission.access", "revoked": sorted(revoked)})

@@ -1,6 +1,6 @@
 """Mission -> Milestone -> Slice -> Feature, contract assertions, tasks, the audit log.
 
-States change only through services (`validation.loop`, `missions.services.*`); the
+States change only through services (`missions.transitions.loop`, `missions.services.*`); the
 models hold data and the invariants the database can enforce.
 """
 
@@ -73,6 +73,9 @@ class Mission(TimeStamped):
     class Meta:
         ordering = ["id"]
 
+    def __str__(self) -> str:
+        return self.key
+
     def clean(self) -> None:
         from missions.checks_spec import pattern_problems
 
@@ -83,9 +86,6 @@ class Mission(TimeStamped):
             errors["base_revision"] = ["required when protected_paths is set (protected files are restored from it)"]
         if errors:
             raise ValidationError(errors)
-
-    def __str__(self) -> str:
-        return self.key
 
 
 class MilestoneStatus(models.TextChoices):
@@ -146,12 +146,12 @@ class Slice(TimeStamped):
         ordering = ["milestone_id", "order", "id"]
         constraints = [models.UniqueConstraint(fields=["mission", "key"], name="slice_key_unique_per_mission")]
 
+    def __str__(self) -> str:
+        return f"{self.mission_id}:{self.key}"
+
     def save(self, *args, **kwargs):
         self.mission_id = self.milestone.mission_id
         super().save(*args, **kwargs)
-
-    def __str__(self) -> str:
-        return f"{self.mission_id}:{self.key}"
 
 
 class FeatureStatus(models.TextChoices):
@@ -221,12 +221,12 @@ class MissionFeature(TimeStamped):
         ordering = ["slice_id", "order", "id"]
         constraints = [models.UniqueConstraint(fields=["mission", "key"], name="feature_key_unique_per_mission")]
 
+    def __str__(self) -> str:
+        return f"{self.mission_id}:{self.key}"
+
     def save(self, *args, **kwargs):
         self.mission_id = self.slice.mission_id
         super().save(*args, **kwargs)
-
-    def __str__(self) -> str:
-        return f"{self.mission_id}:{self.key}"
 
 
 class AssertionScope(models.TextChoices):
@@ -261,6 +261,13 @@ class ContractAssertion(TimeStamped):
         ordering = ["milestone_id", "order", "id"]
         constraints = [models.UniqueConstraint(fields=["mission", "key"], name="assertion_key_unique_per_mission")]
 
+    def __str__(self) -> str:
+        return self.key
+
+    def save(self, *args, **kwargs):
+        self.mission_id = self.milestone.mission_id
+        super().save(*args, **kwargs)
+
     def clean(self) -> None:
         from missions.checks_spec import check_spec_problems
 
@@ -268,13 +275,6 @@ class ContractAssertion(TimeStamped):
             problems = check_spec_problems(self.check_spec)
             if problems:
                 raise ValidationError({"check_spec": problems})
-
-    def save(self, *args, **kwargs):
-        self.mission_id = self.milestone.mission_id
-        super().save(*args, **kwargs)
-
-    def __str__(self) -> str:
-        return self.key
 
 
 class FeatureAssertion(models.Model):
@@ -287,6 +287,9 @@ class FeatureAssertion(models.Model):
         ordering = ["assertion__order", "assertion_id"]
         constraints = [models.UniqueConstraint(fields=["feature", "assertion"], name="feature_assertion_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.feature_id}->{self.assertion_id}"
+
     def clean(self) -> None:
         if self.assertion_id is None or self.feature_id is None:
             return  # the form reports the missing field itself
@@ -294,9 +297,6 @@ class FeatureAssertion(models.Model):
             raise ValidationError({"assertion": "Milestone-scoped assertions cannot be linked to features."})
         if self.assertion.mission_id != self.feature.mission_id:
             raise ValidationError({"assertion": "The assertion belongs to another mission."})
-
-    def __str__(self) -> str:
-        return f"{self.feature_id}->{self.assertion_id}"
 
 
 class TaskStatus(models.TextChoices):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q, QuerySet
+from typing import Any
 
-from missions.models import Mission
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count, Q, QuerySet
+
+from missions.models import AssertionScope, AssertionStatus, ContractAssertion, Mission, RollupState
 
 
 def visible_missions(*, user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Mission]:
@@ -26,279 +28,36 @@ def can_see_mission(*, user, mission_id: int) -> bool:
     return visible_missions(user=user).filter(pk=mission_id).exists()
 
 
-# --- dashboard reads ------------------------------------------------------------------
-# Constant query counts per page or fragment, whatever the mission's size.
-
-TERMINAL_RUN_STATUSES = ("passed", "failed", "blocked", "error")
-ROUNDS_PER_MILESTONE = 40
+# --- milestone rollup (README.md, "Rollup"): precedence not_started > failed > blocked >
+# needs_coverage > passed > ready.
 
 
-def dashboard_missions(*, user) -> list[Mission]:
-    """The missions list: progress, blocked count and last activity in one query."""
-    from django.db.models import Count, OuterRef, Subquery
-
-    from missions.models import LoopState, MissionEvent
-
-    latest = MissionEvent.objects.filter(mission=OuterRef("pk")).order_by("-seq")
-    return list(
-        Mission.objects.filter(pk__in=visible_mission_ids(user=user))
-        .annotate(
-            features_total=Count("features", distinct=True),
-            # A superseded fix is done: it counts with the passed ones (docs/TRUTH.md).
-            features_passed=Count(
-                "features", filter=Q(features__loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]), distinct=True
-            ),
-            features_blocked=Count("features", filter=Q(features__loop_state=LoopState.BLOCKED), distinct=True),
-            last_event_at=Subquery(latest.values("created_at")[:1]),
-            last_event_type=Subquery(latest.values("type")[:1]),
-        )
-        .select_related("owner")
-        .order_by("-updated_at", "-id")
+def rollup_counts(*, milestone_id: int) -> dict[str, int]:
+    qs = ContractAssertion.objects.filter(milestone_id=milestone_id)
+    return qs.aggregate(
+        total=Count("id", distinct=True),
+        passed=Count("id", filter=Q(status=AssertionStatus.PASSED), distinct=True),
+        failed=Count("id", filter=Q(status=AssertionStatus.FAILED), distinct=True),
+        blocked=Count("id", filter=Q(status=AssertionStatus.BLOCKED), distinct=True),
+        pending=Count("id", filter=Q(status=AssertionStatus.PENDING), distinct=True),
+        unlinked=Count("id", filter=Q(scope=AssertionScope.FEATURE, feature_links__isnull=True), distinct=True),
     )
 
 
-def _lineage_roots(features: dict[int, dict]) -> dict[int, int]:
-    """feature id -> id of the root of its fix lineage (itself when it is no fix)."""
-    roots: dict[int, int] = {}
-    for fid in features:
-        seen, current = set(), fid
-        while features.get(current, {}).get("generated_from_id") in features and current not in seen:
-            seen.add(current)
-            current = features[current]["generated_from_id"]
-        roots[fid] = current
-    return roots
+def rollup_state(counts: dict[str, int]) -> str:
+    if counts["total"] == 0:
+        return RollupState.NOT_STARTED
+    if counts["failed"]:
+        return RollupState.FAILED
+    if counts["blocked"]:
+        return RollupState.BLOCKED
+    if counts["unlinked"]:
+        return RollupState.NEEDS_COVERAGE
+    if counts["passed"] == counts["total"]:
+        return RollupState.PASSED
+    return RollupState.READY
 
 
-def _round_counts(verdict) -> dict[str, int]:
-    counts = {"pass": 0, "fail": 0, "blocked": 0}
-    for item in (verdict or {}).get("assertions", []) if isinstance(verdict, dict) else []:
-        if isinstance(item, dict) and item.get("verdict") in counts:
-            counts[item["verdict"]] += 1
-    return counts
-
-
-def milestone_rounds(*, mission_id: int, milestone_ids: list[int]) -> dict[int, list[dict]]:
-    """Finished validator runs per milestone, oldest first (the last ROUNDS_PER_MILESTONE)."""
-    from validation.models import ValidatorRun
-
-    rounds: dict[int, list[dict]] = {mid: [] for mid in milestone_ids}
-    rows = (
-        ValidatorRun.objects.filter(
-            mission_id=mission_id, milestone_id__in=milestone_ids, status__in=TERMINAL_RUN_STATUSES
-        )
-        .order_by("-id")
-        .values("id", "milestone_id", "feature__key", "scope", "status", "completed_at", "verdict")
-    )
-    for row in rows[: ROUNDS_PER_MILESTONE * max(len(milestone_ids), 1)]:
-        bucket = rounds[row["milestone_id"]]
-        if len(bucket) < ROUNDS_PER_MILESTONE:
-            bucket.append(
-                {
-                    "run": row["id"],
-                    "status": row["status"],
-                    "at": row["completed_at"],
-                    "scope": row["scope"],
-                    "feature": row["feature__key"],
-                    **_round_counts(row["verdict"]),
-                }
-            )
-    for bucket in rounds.values():
-        bucket.reverse()
-    return rounds
-
-
-def mission_overview(*, mission: Mission, milestone_id: int | None = None) -> list[dict]:
-    """Milestones -> slices -> features, with per-milestone rollup, coverage and rounds.
-
-    With `milestone_id`, only that milestone (the fragment a live update re-renders)."""
-    from collections import defaultdict
-
-    from missions.models import AssertionScope, ContractAssertion, FeatureAssertion, Milestone, MissionFeature, Slice
-    from missions.services.rollup import rollup_state
-    from validation.models import ValidatorRun
-
-    milestones = list(
-        Milestone.objects.filter(mission=mission, **({"pk": milestone_id} if milestone_id else {}))
-        .order_by("order", "id")
-        .values("id", "key", "title", "status", "description")
-    )
-    ids = [m["id"] for m in milestones]
-    slices = list(
-        Slice.objects.filter(milestone_id__in=ids)
-        .order_by("order", "id")
-        .values("id", "milestone_id", "key", "title", "status", "activated_at")
-    )
-    # Every feature of the mission: fix lineages may cross milestones and their roots carry the budget.
-    features = {
-        f["id"]: f
-        for f in MissionFeature.objects.filter(mission=mission)
-        .order_by("order", "id")
-        .values(
-            "id",
-            "slice_id",
-            "slice__milestone_id",
-            "key",
-            "title",
-            "status",
-            "loop_state",
-            "implementation_attempts",
-            "validator_attempts",
-            "fix_rounds",
-            "generated_from_id",
-            "stop_reason",
-            "last_run_id",
-            "last_run__status",
-        )
-    }
-    roots = _lineage_roots(features)
-    assertions = list(
-        ContractAssertion.objects.filter(milestone_id__in=ids).values("id", "milestone_id", "scope", "status")
-    )
-    linked = set(
-        FeatureAssertion.objects.filter(assertion__milestone_id__in=ids).values_list("assertion_id", flat=True)
-    )
-    running = set(
-        ValidatorRun.objects.filter(mission=mission, status="running", feature__isnull=False).values_list(
-            "feature_id", flat=True
-        )
-    )
-    rounds = milestone_rounds(mission_id=mission.pk, milestone_ids=ids)
-
-    by_slice: dict[int, list[dict]] = defaultdict(list)
-    for f in features.values():
-        if f["slice__milestone_id"] not in ids:
-            continue
-        root = features[roots[f["id"]]]
-        f["budget_left"] = max(mission.retry_budget - root["fix_rounds"], 0)
-        f["is_fix"] = f["generated_from_id"] is not None
-        f["running"] = f["id"] in running
-        by_slice[f["slice_id"]].append(f)
-    by_milestone: dict[int, list[dict]] = defaultdict(list)
-    for s in slices:
-        s["features"] = by_slice.get(s["id"], [])
-        by_milestone[s["milestone_id"]].append(s)
-    for m in milestones:
-        mine = [a for a in assertions if a["milestone_id"] == m["id"]]
-        counts = {k: sum(1 for a in mine if a["status"] == k) for k in ("passed", "failed", "blocked", "pending")}
-        feature_scoped = [a for a in mine if a["scope"] == AssertionScope.FEATURE]
-        counts.update(total=len(mine), unlinked=sum(1 for a in feature_scoped if a["id"] not in linked))
-        m["rollup"] = {"state": rollup_state(counts), **counts}
-        m["coverage"] = {
-            "linked": len(feature_scoped) - counts["unlinked"],
-            "feature_scoped": len(feature_scoped),
-            "milestone_scoped": len(mine) - len(feature_scoped),
-        }
-        m["slices"] = by_milestone.get(m["id"], [])
-        m["keys"] = (
-            [f"milestone:{m['id']}"]
-            + [f"slice:{s['id']}" for s in m["slices"]]
-            + [f"feature:{f['id']}" for s in m["slices"] for f in s["features"]]
-        )
-        m["rounds"] = rounds.get(m["id"], [])
-    return milestones
-
-
-def mission_assertions(*, mission: Mission) -> list[dict]:
-    """The assertions panel: statement, check, status and the features linked to each."""
-    from collections import defaultdict
-
-    from missions.models import ContractAssertion, FeatureAssertion
-
-    links: dict[int, list[dict]] = defaultdict(list)
-    for row in (
-        FeatureAssertion.objects.filter(assertion__mission=mission)
-        .order_by("feature__order", "feature_id")
-        .values("assertion_id", "feature_id", "feature__key", "feature__loop_state")
-    ):
-        links[row["assertion_id"]].append(
-            {"id": row["feature_id"], "key": row["feature__key"], "loop_state": row["feature__loop_state"]}
-        )
-    rows = list(
-        ContractAssertion.objects.filter(mission=mission)
-        .order_by("milestone__order", "milestone_id", "order", "id")
-        .values("id", "key", "title", "statement", "scope", "check_spec", "status", "milestone__key")
-    )
-    for row in rows:
-        row["features"] = links.get(row["id"], [])
-    return rows
-
-
-def mission_feed(*, mission: Mission, limit: int = 30) -> list:
-    from missions.models import MissionEvent
-
-    return list(MissionEvent.objects.filter(mission=mission).select_related("actor").order_by("-seq")[:limit])
-
-
-def feature_lineage(*, feature) -> dict:
-    """The fix lineage the feature belongs to, as a chain from its root."""
-    from missions.models import MissionFeature
-    from validation.models import FixLineage
-
-    root = feature
-    seen = {feature.pk}
-    while root.generated_from_id and root.generated_from_id not in seen:
-        seen.add(root.generated_from_id)
-        parent = MissionFeature.objects.filter(pk=root.generated_from_id).first()
-        if parent is None:
-            break
-        root = parent
-    links = list(
-        FixLineage.objects.filter(root=root)
-        .select_related("fix", "run")
-        .prefetch_related("failed_assertions")
-        .order_by("id")
-    )
-    return {
-        "root": root,
-        "links": links,
-        "budget_left": max(root.mission.retry_budget - root.fix_rounds, 0),
-        "keys": sorted({f"feature:{root.pk}"} | {f"feature:{link.fix_id}" for link in links}),
-    }
-
-
-def feature_runs(*, feature, limit: int = 50) -> list:
-    from validation.models import ValidatorRun
-
-    return list(
-        ValidatorRun.objects.filter(feature=feature)
-        .prefetch_related("failures")
-        .select_related("requested_by")
-        .order_by("-id")[:limit]
-    )
-
-
-def feature_assertions(*, feature) -> list:
-    return list(feature.assertions.order_by("order", "id"))
-
-
-def feature_tasks(*, feature) -> list:
-    return list(feature.tasks.order_by("-id"))
-
-
-def feature_reviews(*, feature) -> list:
-    from validation.models import Review
-
-    return list(Review.objects.filter(feature=feature).order_by("-id")[:20])
-
-
-def run_journal(*, run, limit: int = 500) -> list:
-    return list(run.journal.order_by("seq")[:limit])
-
-
-def visible_runs(*, user) -> QuerySet:
-    from validation.models import ValidatorRun
-
-    return ValidatorRun.objects.filter(mission__in=visible_mission_ids(user=user))
-
-
-def visible_reviews(*, user) -> QuerySet:
-    """Reviews of visible missions; a review outside any mission is its author's (and staff's)."""
-    from validation.models import Review
-
-    if user is None or not user.is_authenticated:
-        return Review.objects.none()
-    if user.is_staff:
-        return Review.objects.all()
-    return Review.objects.filter(
-        Q(mission__in=visible_mission_ids(user=user)) | Q(mission__isnull=True, created_by=user)
-    )
+def milestone_rollup(*, milestone_id: int) -> dict[str, Any]:
+    counts = rollup_counts(milestone_id=milestone_id)
+    return {"milestone": milestone_id, "state": rollup_state(counts), **counts}

@@ -6,4 +6,8 @@ class ValidationConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from validation import checks  # noqa: F401  (registers system checks)
+        from validation import (
+            checks,  # noqa: F401  (registers system checks)
+            receivers,  # noqa: F401  (subscribes to the plan's hooks: missions/hooks.py)
+            tasks,  # noqa: F401  (declares the actors that services send to by name)
+        )

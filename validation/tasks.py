@@ -1,4 +1,7 @@
-"""Dramatiq actors: thin, ids in, re-fetch, bail out when stale, explicit retries."""
+"""Dramatiq actors: thin, ids in, re-fetch, bail out when stale, explicit retries.
+
+Services send to these by name (`fusion_site.base.queue.send_on_commit`), never by
+importing this module, so the actors may import the services they wrap."""
 
 from __future__ import annotations
 
@@ -10,6 +13,16 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 RUN_TIME_LIMIT_MS = (settings.FUSION_VALIDATOR_TIMEOUT + 60) * 1000
+
+
+@dramatiq.actor(max_retries=5, min_backoff=500, max_backoff=10_000, time_limit=120_000, queue_name="fusion")
+def autopilot_advance(mission_id: int) -> None:
+    from validation.services.autopilot import autopilot_advance as advance
+
+    # Each step may unlock the next (slice complete -> next slice); loop until it rests.
+    for _ in range(20):
+        if advance(mission_id=mission_id) not in ("activated", "complete_slice"):
+            break
 
 
 @dramatiq.actor(max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=120_000, queue_name="fusion")

@@ -123,7 +123,7 @@ def _tail(fh, limit: int) -> tuple[str, bool]:
     truncated = size > limit
     fh.seek(max(size - limit, 0))
     text = fh.read().decode("utf-8", errors="replace")
-    return (("[… output truncated, last %d bytes shown]\n" % limit) + text if truncated else text), truncated
+    return (f"[… output truncated, last {limit} bytes shown]\n" + text if truncated else text), truncated
 
 
 def _search_all(fh, pattern: str) -> bool:

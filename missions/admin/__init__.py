@@ -6,7 +6,10 @@ admin actions that call the same services as the API and the CLI.
 
 Modules: `helpers` (rendering, rollup refresh, the action runner), `forms`, `inlines`,
 `actions`, and the model admins in `hierarchy` (missions, milestones, slices),
-`features` (features, assertions, links) and `tasks` (tasks, the audit log).
+`features` (features, assertions, links) and `tasks` (tasks, the audit log). The loop
+actions on features (validate, repair, create fix, review) are added by
+`validation.admin_features`, which replaces the feature admin with a subclass: missions
+never import validation (docs/ARCHITECTURE.md, "Floors").
 """
 
 from missions.admin import features, hierarchy, tasks  # noqa: F401,E402 — registers the model admins
@@ -14,6 +17,7 @@ from missions.admin.helpers import (  # noqa: F401 — re-exported for validatio
     TIMESTAMPS,
     LinkDisplays,
     admin_link,
+    link_display,
     preformatted,
     pretty_json,
     related,

@@ -1,6 +1,10 @@
 """Admin actions. Each calls the same service as the API and the CLI, reports what it
 did (or why it was refused) as admin messages, and never lets an exception through.
-Actions that need more than a click (a revision, a reason) ask on an intermediate page."""
+Actions that need more than a click (a revision, a reason) ask on an intermediate page.
+
+The loop actions on features (validate, repair, create fix, review) judge, so they live
+on the floor above, in `validation.admin_features`, which asks with `ask` from here
+(docs/ARCHITECTURE.md, "Floors")."""
 
 from __future__ import annotations
 
@@ -115,92 +119,6 @@ def autopilot_off(modeladmin, request, queryset):
 
 
 MISSION_ACTIONS = (activate_missions, pause_missions, resume_missions, autopilot_on, autopilot_off)
-
-
-# --- features ------------------------------------------------------------------------------
-
-
-def _admission_note(admission) -> str:
-    if admission is None:
-        return "back to implementing, counters reset"
-    if admission.run is not None and admission.outcome == "started":
-        return f"validation run {admission.run.pk} started"
-    if admission.outcome == "reused":
-        return f"identical input passed before; reused as run {admission.run.pk}"
-    return f"{admission.outcome}: {admission.detail}" if admission.detail else admission.outcome
-
-
-@admin.action(description="Validate selected features now", permissions=["change"])
-def validate_features(modeladmin, request, queryset):
-    from validation.services.operator import feature_validate
-
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Validation requested",
-        fn=lambda f: _admission_note(feature_validate(feature=f, user=request.user)),
-    )
-
-
-def _repair(mode: str, title: str, intro: str):
-    def action(modeladmin, request, queryset):
-        from validation.services.operator import feature_repair
-
-        def apply(data):
-            run_each(
-                modeladmin,
-                request,
-                queryset,
-                done=f"Repaired ({mode})",
-                fn=lambda f: _admission_note(
-                    feature_repair(feature=f, user=request.user, mode=mode, reason=data["reason"])
-                ),
-            )
-
-        return ask(
-            modeladmin,
-            request,
-            queryset,
-            form_class=ReasonForm,
-            title=title,
-            intro=intro,
-            button=f"Repair ({mode})",
-            apply=apply,
-        )
-
-    action.__name__ = f"repair_{mode}"
-    return admin.action(description=title, permissions=["change"])(action)
-
-
-repair_clear = _repair(
-    "clear",
-    "Repair selected features: clear",
-    "Each feature goes back to implementing with its attempt counters and fix rounds reset.",
-)
-repair_re_run = _repair(
-    "re_run",
-    "Repair selected features: re-run the validation",
-    "A new validation run starts now for each feature, even on an input that failed before.",
-)
-
-
-@admin.action(description="Create a fix feature for the last failure", permissions=["change"])
-def create_fix(modeladmin, request, queryset):
-    from validation.services.operator import feature_create_fix
-
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Fix created",
-        fn=lambda f: f"fix {feature_create_fix(feature=f, user=request.user).key}",
-    )
-
-
-from validation.review.admin_actions import review_features  # noqa: E402 (the advisory review lives in validation)
-
-FEATURE_ACTIONS = (validate_features, repair_clear, repair_re_run, create_fix, review_features)
 
 
 # --- tasks ---------------------------------------------------------------------------------

@@ -1,14 +1,15 @@
 """Admin of features, contract assertions and their links. The loop state is read-only;
-operator actions (validate, repair, create fix) call the operator services. Edits that
-change which assertions a milestone has, or which features cover them, recompute the
-milestone rollup in the admin's transaction."""
+the operator actions on features (validate, repair, create fix, review) judge, so they
+belong to the floor above: `validation.admin_features` registers a subclass of
+`FeatureAdmin` that adds them (docs/ARCHITECTURE.md, "Floors"). Edits that change which
+assertions a milestone has, or which features cover them, recompute the milestone rollup
+in the admin's transaction."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.db import models
 
-from missions.admin.actions import FEATURE_ACTIONS
 from missions.admin.forms import ContractAssertionForm, FeatureAssertionForm, FeatureForm
 from missions.admin.helpers import (
     TIMESTAMPS,
@@ -17,6 +18,7 @@ from missions.admin.helpers import (
     SaveChangedFieldsMixin,
     admin_link,
     formsets_changed,
+    link_display,
     linked_milestone_ids,
     related,
 )
@@ -86,27 +88,19 @@ class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, adm
         ("Record", {"fields": TIMESTAMPS}),
     )
     inlines = (FeatureAssertionInline, TaskInline)
-    actions = FEATURE_ACTIONS
 
     @admin.display(description="milestone")
     def milestone_link(self, obj):
         slice_ = related(obj, "slice")
         return admin_link(slice_.milestone) if slice_ else "-"
 
-    @admin.display(description="last run")
-    def last_run_link(self, obj):
-        return admin_link(related(obj, "last_run"))
-
-    @admin.display(description="generated from")
-    def generated_from_link(self, obj):
-        return admin_link(related(obj, "generated_from"))
-
-    @admin.display(description="generated from run")
-    def generated_from_run_link(self, obj):
-        return admin_link(related(obj, "generated_from_run"))
+    last_run_link = link_display("last_run")
+    generated_from_link = link_display("generated_from")
+    generated_from_run_link = link_display("generated_from_run")
 
     def has_delete_permission(self, request, obj=None):
-        # DESIGN §3: a feature whose task is running is only deleted when forced (services).
+        # A feature whose task is running is deleted only when forced, through the service
+        # (missions.services.hierarchy.feature_delete; docs/ARCHITECTURE.md, "State machines").
         if obj is not None and obj.pk and obj.tasks.filter(status=TaskStatus.IN_PROGRESS).exists():
             return False
         return super().has_delete_permission(request, obj)
@@ -191,13 +185,8 @@ class FeatureAssertionAdmin(RollupRefreshMixin, admin.ModelAdmin):
     readonly_fields = ("feature_link", "assertion_link", *TIMESTAMPS)
     fields = (("feature", "feature_link"), ("assertion", "assertion_link"), *TIMESTAMPS)
 
-    @admin.display(description="feature", ordering="feature__key")
-    def feature_link(self, obj):
-        return admin_link(related(obj, "feature"))
-
-    @admin.display(description="assertion", ordering="assertion__key")
-    def assertion_link(self, obj):
-        return admin_link(related(obj, "assertion"))
+    feature_link = link_display("feature", ordering="feature__key")
+    assertion_link = link_display("assertion", ordering="assertion__key")
 
     @admin.display(description="scope", ordering="assertion__scope")
     def assertion_scope(self, obj):

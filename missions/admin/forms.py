@@ -33,10 +33,29 @@ def mission_id_of(parent: models.Model | None) -> int | None:
     return getattr(parent, "mission_id", None)
 
 
+# The forms list their fields (not "__all__"): a new model field reaches the admin only when added here.
 class MissionForm(forms.ModelForm):
     class Meta:
         model = Mission
-        fields = "__all__"
+        fields = [
+            "key",
+            "title",
+            "description",
+            "status",
+            "status_reason",
+            "autopilot",
+            "auto_fix",
+            "retry_budget",
+            "workspace",
+            "base_revision",
+            "protected_paths",
+            "on_protected_change",
+            "validator",
+            "executor",
+            "executor_command",
+            "owner",
+            "members",
+        ]
         help_texts = {
             "protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
             "base revision content before any check runs."
@@ -96,7 +115,7 @@ class MilestoneForm(MissionScopedForm):
 
     class Meta:
         model = Milestone
-        fields = "__all__"
+        fields = ["mission", "key", "title", "description", "order", "status", "validation_state", "dependencies"]
 
     def clean(self):
         cleaned = super().clean()
@@ -115,7 +134,7 @@ class SliceForm(MissionScopedForm):
 
     class Meta:
         model = Slice
-        fields = "__all__"
+        fields = ["milestone", "key", "title", "description", "order", "status", "activated_at"]
 
 
 class FeatureForm(MissionScopedForm):
@@ -123,7 +142,26 @@ class FeatureForm(MissionScopedForm):
 
     class Meta:
         model = MissionFeature
-        fields = "__all__"
+        fields = [
+            "slice",
+            "key",
+            "title",
+            "description",
+            "acceptance_criteria",
+            "order",
+            "status",
+            "loop_state",
+            "implementation_attempts",
+            "validator_attempts",
+            "fix_rounds",
+            "last_run",
+            "generated_from",
+            "generated_from_run",
+            "stop_reason",
+            "stop_detail",
+            "stopped_at",
+            "assertions",
+        ]
 
 
 class ContractAssertionForm(MissionScopedForm):
@@ -131,7 +169,7 @@ class ContractAssertionForm(MissionScopedForm):
 
     class Meta:
         model = ContractAssertion
-        fields = "__all__"
+        fields = ["milestone", "key", "title", "statement", "scope", "check_spec", "status", "order"]
 
     def clean(self):
         cleaned = super().clean()
@@ -147,7 +185,7 @@ class ContractAssertionForm(MissionScopedForm):
 class FeatureAssertionForm(forms.ModelForm):
     class Meta:
         model = FeatureAssertion
-        fields = "__all__"
+        fields = ["feature", "assertion"]
 
     def _post_clean(self):
         # FeatureAssertion.clean() dereferences both foreign keys; when one is missing the
@@ -162,7 +200,20 @@ class FeatureAssertionForm(forms.ModelForm):
 class TaskForm(forms.ModelForm):
     class Meta:
         model = Task
-        fields = "__all__"
+        fields = [
+            "mission",
+            "feature",
+            "title",
+            "prompt",
+            "status",
+            "revision",
+            "revision_name",
+            "summary",
+            "log",
+            "executor",
+            "started_at",
+            "finished_at",
+        ]
 
     def clean(self):
         cleaned = super().clean()

@@ -62,24 +62,25 @@ def short_sha(value: str) -> str:
     return value[:12] if value else "-"
 
 
+def link_display(name: str, description: str | None = None, *, ordering: str | None = None) -> Callable:
+    """A read-only admin display linking to the object of the foreign key `name` (one
+    method for every "<name>_link" of a model admin or inline); works on unsaved objects."""
+
+    @admin.display(description=description or name.replace("_", " "), ordering=ordering)
+    def display(self, obj):
+        return admin_link(related(obj, name))
+
+    display.__name__ = f"{name}_link"
+    return display
+
+
 class LinkDisplays:
     """Read-only links to the usual parents; each works on unsaved objects too."""
 
-    @admin.display(description="mission", ordering="mission__key")
-    def mission_link(self, obj):
-        return admin_link(related(obj, "mission"))
-
-    @admin.display(description="milestone", ordering="milestone__key")
-    def milestone_link(self, obj):
-        return admin_link(related(obj, "milestone"))
-
-    @admin.display(description="slice", ordering="slice__key")
-    def slice_link(self, obj):
-        return admin_link(related(obj, "slice"))
-
-    @admin.display(description="feature", ordering="feature__key")
-    def feature_link(self, obj):
-        return admin_link(related(obj, "feature"))
+    mission_link = link_display("mission", ordering="mission__key")
+    milestone_link = link_display("milestone", ordering="milestone__key")
+    slice_link = link_display("slice", ordering="slice__key")
+    feature_link = link_display("feature", ordering="feature__key")
 
 
 class SaveChangedFieldsMixin:
@@ -103,7 +104,7 @@ class SaveChangedFieldsMixin:
 def refresh_rollups(milestone_ids: Iterable[int | None]) -> None:
     """An admin write changed what these milestones are judged by: new rollups, and a
     complete milestone is complete no more (docs/TRUTH.md)."""
-    from missions.services.milestones import milestone_inputs_changed
+    from missions.transitions.progress import milestone_inputs_changed
 
     ids = {pk for pk in milestone_ids if pk is not None}
     if ids:

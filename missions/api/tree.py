@@ -19,7 +19,7 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
-from missions.services.rollup import rollup_state
+from missions.selectors import rollup_state
 
 FEATURE_FIELDS = (
     "id",

@@ -20,26 +20,29 @@ from rest_framework.response import Response
 
 from missions import selectors
 from missions.api import serializers as s
+from missions.api.lifecycle import MissionLifecycleActions
 from missions.api.parsers import YAMLParser
 from missions.errors import Forbidden, Invalid
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
+from missions.selectors import milestone_rollup
 from missions.services import hierarchy
 from missions.services import tasks as task_services
-from missions.services.rollup import milestone_rollup
-from validation.api.reviews import feature_review_action
-from validation.api.views import FeatureLoopActions, MissionLifecycleActions
 
 
-class MissionScopedViewSet(viewsets.ModelViewSet):
-    """Limits every query to the user's missions through `mission_path`."""
+class MissionScoped:
+    """Limits every query to the user's missions through `mission_path` (so another
+    user's object answers 404). Also used by the validation floor's viewsets."""
 
     mission_path = "mission"
-    ordering_fields = ["id", "created_at", "updated_at"]
 
     def get_queryset(self):
         visible = selectors.visible_missions(user=self.request.user).values("pk")
         lookup = f"{self.mission_path}__in" if self.mission_path else "pk__in"
         return self.queryset.filter(**{lookup: visible})
+
+
+class MissionScopedViewSet(MissionScoped, viewsets.ModelViewSet):
+    ordering_fields = ["id", "created_at", "updated_at"]
 
     def perform_destroy(self, instance):
         with transaction.atomic():
@@ -190,7 +193,11 @@ class SliceViewSet(MissionScopedViewSet):
         hierarchy.slice_delete(user=self.request.user, slice_=instance)
 
 
-class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
+class FeatureViewSet(MissionScopedViewSet):
+    """The plan's side of a feature; its loop actions (validate, repair, create_fix,
+    loop, review) are the validation floor's (`validation/api/features.py`), on the same
+    paths."""
+
     queryset = (
         MissionFeature.objects.select_related("slice")
         .prefetch_related("assertions")
@@ -198,7 +205,6 @@ class FeatureViewSet(FeatureLoopActions, MissionScopedViewSet):
     )
     serializer_class = s.FeatureSerializer
     filterset_fields = ["mission", "slice", "slice__milestone", "status", "loop_state", "key", "generated_from"]
-    review = feature_review_action  # POST /api/features/{id}/review/: an advisory review of the feature's change
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from missions.errors import DomainError
-from missions.models import Mission, Task
+from missions.models import Mission, MissionFeature, Task
 
 REFUSED = 1
 NOT_FOUND = 2
@@ -44,11 +44,26 @@ def find_task(ref: str) -> Task:
     return task
 
 
-def find_feature(ref: str):
-    from validation.management.commands.validate_feature import find_feature as find
+def feature_by_ref(ref: str) -> MissionFeature:
+    """A feature by id, key or MISSION/KEY; CommandError when there is none or the key is ambiguous."""
+    if ref.isdigit():
+        feature = MissionFeature.objects.filter(pk=int(ref)).first()
+    else:
+        mission_key, _, key = ref.rpartition("/")
+        qs = MissionFeature.objects.filter(key=key)
+        if mission_key:
+            qs = qs.filter(mission__key=mission_key)
+        if qs.count() > 1:
+            raise CommandError(f"feature key {key!r} is used in several missions; write MISSION/FEATURE")
+        feature = qs.first()
+    if feature is None:
+        raise CommandError(f"no feature {ref!r} (give an id, a key or MISSION/KEY)")
+    return feature
 
+
+def find_feature(ref: str):
     try:
-        return find(ref)
+        return feature_by_ref(ref)
     except CommandError as exc:
         raise not_found(str(exc)) from exc
 

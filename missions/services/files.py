@@ -752,7 +752,7 @@ def _write_mission(node: _Node, mission: Mission | None, user, writer: _Writer) 
 def _write_milestones(doc: _Document, mission: Mission, existing: _Existing, writer: _Writer) -> dict[str, Milestone]:
     orders = _orders(doc.milestones, existing.milestones, "mission_id", mission.pk)
     saved = {}
-    for node, order in zip(doc.milestones, orders):
+    for node, order in zip(doc.milestones, orders, strict=True):
         values = {**node.values, "mission_id": mission.pk, "order": order}
         saved[node.key] = writer.upsert(Milestone, existing.milestones.get(node.key), values)
     through = Milestone.dependencies.through
@@ -776,7 +776,7 @@ def _write_assertions(
     for m in doc.milestones:
         parent = milestones[m.key]
         orders = _orders(m.assertions, existing.assertions, "milestone_id", parent.pk)
-        for node, order in zip(m.assertions, orders):
+        for node, order in zip(m.assertions, orders, strict=True):
             values = {**node.values, "milestone_id": parent.pk, "order": order}
             saved[node.key] = writer.upsert(ContractAssertion, existing.assertions.get(node.key), values)
     return saved
@@ -791,11 +791,12 @@ def _write_slices_and_features(
 ) -> None:
     for m in doc.milestones:
         parent = milestones[m.key]
-        for s_node, s_order in zip(m.slices, _orders(m.slices, existing.slices, "milestone_id", parent.pk)):
+        slice_orders = _orders(m.slices, existing.slices, "milestone_id", parent.pk)
+        for s_node, s_order in zip(m.slices, slice_orders, strict=True):
             values = {**s_node.values, "milestone_id": parent.pk, "order": s_order}
             slice_ = writer.upsert(Slice, existing.slices.get(s_node.key), values)
             orders = _orders(s_node.features, existing.features, "slice_id", slice_.pk)
-            for f_node, f_order in zip(s_node.features, orders):
+            for f_node, f_order in zip(s_node.features, orders, strict=True):
                 values = {**f_node.values, "slice_id": slice_.pk, "order": f_order}
                 feature = writer.upsert(MissionFeature, existing.features.get(f_node.key), values)
                 _write_links(feature, {assertions[k].pk for k in f_node.refs}, existing, writer)

@@ -1,12 +1,16 @@
-"""Mission lifecycle (DESIGN §4.8): activate, pause, resume (all-or-nothing), autopilot."""
+"""Mission lifecycle (docs/ARCHITECTURE.md, "State machines"): activate, pause, resume
+(all-or-nothing), autopilot."""
 
 from __future__ import annotations
 
 from django.db import transaction
 from django.utils import timezone
 
+from missions import hooks
 from missions.errors import Conflict
 from missions.events import publish_on_commit
+from missions.hooks import announce_on_commit
+from missions.transitions.loop import feature_transition
 from missions.models import LoopState, Mission, MissionFeature, MissionStatus, StopReason
 
 # A resume cannot clear these: they need a repair (clear / re-run) of the feature itself.
@@ -38,9 +42,7 @@ def _set_status(mission: Mission, new: str, *, allowed_from: tuple[str, ...], us
 
 def _kick_autopilot(mission: Mission) -> None:
     if mission.autopilot and mission.status == MissionStatus.ACTIVE:
-        from missions.tasks import autopilot_advance
-
-        transaction.on_commit(lambda: autopilot_advance.send(mission.pk))
+        announce_on_commit(hooks.mission_may_advance, mission_id=mission.pk)
 
 
 def mission_activate(*, mission: Mission, user) -> Mission:
@@ -88,8 +90,6 @@ def mission_resume(*, mission: Mission, user) -> Mission:
             code="resume_conflict",
             extra={"blockers": blockers},
         )
-    from validation.loop import feature_transition
-
     for f in MissionFeature.objects.filter(
         mission=mission, loop_state=LoopState.BLOCKED, stop_reason=StopReason.OPERATOR
     ):

@@ -1,7 +1,7 @@
 """Tasks: the unit of execution linked to a feature (docs/TRUTH.md).
 
 Creating a task links it to its feature and moves an idle feature to `implementing`.
-Completing it records the revision and, after commit, queues `process_task_outcome`.
+Completing it records the revision and, after commit, announces `hooks.task_completed`, which the validation floor judges.
 """
 
 from __future__ import annotations
@@ -9,8 +9,13 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from fusion_site.base.queue import send_on_commit
+from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from missions import hooks
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
+from missions.hooks import announce_on_commit
+from missions.transitions.loop import feature_transition
 from missions.models import Executor, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
 
 
@@ -49,8 +54,6 @@ def task_prompt_for(feature: MissionFeature) -> str:
 def task_create(
     *, user, title: str = "", prompt: str = "", feature: MissionFeature | None = None, mission: Mission | None = None
 ) -> Task:
-    from validation.loop import feature_transition
-
     mission = mission or feature.mission
     lock_mission(mission.pk)
     if feature is not None:
@@ -98,17 +101,13 @@ def task_start(*, user, task: Task) -> Task:
     task.refresh_from_db()
     _task_event(task, getattr(user, "pk", None), change="started")
     if task.executor == Executor.COMMAND:
-        from missions.tasks import execute_task
-
-        transaction.on_commit(lambda: execute_task.send(task.pk))
+        send_on_commit("execute_task", task.pk)
     return task
 
 
 def pin_task_revision(*, mission: Mission, name: str) -> str:
     """The full commit id a completed task is judged at, resolved now (docs/TRUTH.md):
     `main` or `HEAD` moving later never changes it. Unknown names are refused."""
-    from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
-
     if not mission.workspace:
         if FULL_COMMIT.match(name):
             return name
@@ -162,17 +161,14 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     task.refresh_from_db()
     _task_event(task, getattr(user, "pk", None), change="completed")
     _landed_on(task, getattr(user, "pk", None))
-    from validation.tasks import process_task_outcome
-
-    transaction.on_commit(lambda: process_task_outcome.send(task.pk))
+    # The hand-off to judging: validation subscribes to this hook (docs/ARCHITECTURE.md).
+    announce_on_commit(hooks.task_completed, task_id=task.pk)
     return task
 
 
 def _landed_on(task: Task, actor_id: int | None) -> None:
     """New code landed on a feature that is `passed` (or idle): it is not passed any more
     — its pass was at older code — and waits for the judgement of this revision."""
-    from validation.loop import feature_transition
-
     feature = MissionFeature.objects.filter(pk=task.feature_id).first() if task.feature_id else None
     if feature is not None and feature.loop_state in (LoopState.PASSED, LoopState.IDLE):
         feature_transition(

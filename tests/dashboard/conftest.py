@@ -55,9 +55,9 @@ def asgi_server(django_db_setup):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 break
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline:
-                raise RuntimeError("the test Daphne server did not start")
+                raise RuntimeError("the test Daphne server did not start") from exc
             time.sleep(0.05)
     yield SimpleNamespace(url=f"http://127.0.0.1:{port}", ws=f"ws://127.0.0.1:{port}", port=port)
     reactor.callFromThread(reactor.stop)

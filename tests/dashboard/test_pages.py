@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from missions.events import publish_on_commit
 from missions.models import MissionFeature
-from missions.views.common import FRAGMENT_HEADER
+from validation.views.common import FRAGMENT_HEADER
 
 pytestmark = pytest.mark.django_db
 
@@ -26,9 +26,7 @@ def client_for(user) -> Client:
 
 def badge(html: str, element_id: str) -> tuple[str, str]:
     """(colour class, data-state) of the badge with this id."""
-    found = re.search(
-        r'<span class="badge badge--([\w-]+)" data-state="([\w-]*)" id="%s">' % re.escape(element_id), html
-    )
+    found = re.search(rf'<span class="badge badge--([\w-]+)" data-state="([\w-]*)" id="{re.escape(element_id)}">', html)
     assert found, f"no badge #{element_id}"
     return found.group(1), found.group(2)
 
@@ -92,7 +90,7 @@ def test_the_missions_list_shows_status_progress_blocked_and_last_activity(small
         small_mission.mission, "mission:updated", {"mission": small_mission.mission.pk, "change": "poked"}
     )
     html = client_for(alice).get("/").content.decode()
-    row = re.search(r'<tr data-mission="%d">(.*?)</tr>' % small_mission.mission.pk, html, re.S).group(1)
+    row = re.search(rf'<tr data-mission="{small_mission.mission.pk}">(.*?)</tr>', html, re.S).group(1)
     assert "Shop" in row and 'data-state="active"' in row
     assert "1 / 3 passed" in row  # the fix passed; the root needs a fix; the idle feature is blocked
     assert "1 blocked" in row

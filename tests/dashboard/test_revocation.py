@@ -5,16 +5,14 @@ stream whose access was revoked elsewhere (another process) ends on its keep-ali
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from missions import streams
 from missions.models import Mission
 from missions.services.hierarchy import mission_update
+from missions.streams import views as stream_views
 from tests.dashboard.conftest import session_cookie
 from tests.dashboard.test_websocket import communicator, publish
 
@@ -31,11 +29,11 @@ def remove_member(mission: Mission, alice, user) -> None:
         mission_update(mission=mission, user=alice, members=[u for u in mission.members.all() if u != user])
 
 
-def removed_elsewhere(sse, mission, user, client, monkeypatch):
+def removed_elsewhere(sse, mission, user, client, monkeypatch, *, every: float = 0.4):
     """`user`'s open stream of `mission`, then their membership removed as another process
-    would (no kick reaches this one); streams re-check every 0.4 s."""
+    would (no kick reaches this one); streams re-check (and keep alive) every `every` s."""
     mission.members.add(user)
-    monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.4)
+    monkeypatch.setattr(stream_views, "KEEP_ALIVE_SECONDS", every)
     stream = sse(f"/events/missions/{mission.pk}/", headers={"Cookie": session_cookie(client, user)})
     opened(stream)
     mission.members.remove(user)
@@ -149,18 +147,24 @@ def test_a_member_removed_in_the_admin_loses_the_websocket(small_mission, alice,
 
 
 def test_a_busy_stream_is_re_checked_too(sse, small_mission, alice, bob, client, monkeypatch):
-    """Events every 0.1 s, faster than the re-check interval: the stream is never idle for
-    long, and still ends once the interval has passed (however fast this machine is)."""
+    """A stream that is never idle long enough for a keep-alive still re-checks its access
+    once the interval has passed. The re-check's clock is driven by the test, not by how
+    many events this machine publishes in wall time: events before the interval are sent
+    (no check), the first event after it ends the stream (the check) and is not sent."""
+    now = [1000.0]
+    monkeypatch.setattr(stream_views, "clock", lambda: now[0])
+    # A keep-alive (and so an idle re-check) would come after 60 s only: within the
+    # 5 s the test waits for each event, only an event can wake the stream.
     m = small_mission.mission
-    stream = removed_elsewhere(sse, m, bob, client, monkeypatch)
-    seen = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        publish(m.pk, f"busy {len(seen)}")
+    stream = removed_elsewhere(sse, m, bob, client, monkeypatch, every=60)
+    for n in range(3):
+        publish(m.pk, f"busy {n}")
         event = stream.next(timeout=5)
-        seen.append(event["event"])
-        if event["event"] == "stream-error":
-            assert event["json"]["condition"] == "forbidden"
-            break
-        time.sleep(0.1)
-    assert seen[-1] == "stream-error" and len(seen) > 1, seen
+        assert event["event"] == "mission:updated" and event["json"]["change"] == f"busy {n}", event
+    now[0] += 60  # the interval has passed, with no idle moment
+    publish(m.pk, "after the interval")
+    error = stream.next(timeout=5)
+    assert error["event"] == "stream-error" and error["json"]["condition"] == "forbidden", error
+    assert error["json"]["channels"] == [f"mission-{m.pk}"]
+    with pytest.raises(EOFError):
+        stream.next(timeout=5)

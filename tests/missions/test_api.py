@@ -1084,7 +1084,9 @@ def _bulk_mission(
         )
         for i in range(n_features)
     )
-    FeatureAssertion.objects.bulk_create(FeatureAssertion(feature=f, assertion=a) for f, a in zip(features, assertions))
+    FeatureAssertion.objects.bulk_create(
+        FeatureAssertion(feature=f, assertion=a) for f, a in zip(features, assertions, strict=True)
+    )
     return mission
 
 

@@ -172,7 +172,7 @@ def test_a_milestone_ordered_first_waits_for_a_later_dependency(worker, owner, g
 
 
 def test_five_concurrent_triggers_activate_once(worker, owner, git_repo):
-    from missions.tasks import autopilot_advance
+    from validation.tasks import autopilot_advance
 
     mission = make_mission(owner, git_repo.path, status="active", autopilot=True)  # no trigger sent yet
     add_slice(mission, "m1", "s1", ["a", "b"])
@@ -187,7 +187,7 @@ def test_five_concurrent_triggers_activate_once(worker, owner, git_repo):
 
 
 def test_concurrent_service_calls_activate_once(owner, git_repo):
-    from missions.services.autopilot import autopilot_advance
+    from validation.services.autopilot import autopilot_advance
 
     mission = make_mission(owner, git_repo.path, status="active", autopilot=True)
     add_slice(mission, "m1", "s1", ["a"])
@@ -275,7 +275,7 @@ def test_the_autopilot_stops_at_a_blocked_feature_and_continues_after_a_repair(w
     _assert_stopped_at(mission, "a")
     stops = len([e for e in events(mission, "mission:updated") if e.payload.get("change") == "autopilot_stopped"])
     # more outcomes do not repeat the stop
-    from missions.tasks import autopilot_advance
+    from validation.tasks import autopilot_advance
 
     autopilot_advance.send(mission.pk)
     worker.drain()

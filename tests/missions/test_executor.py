@@ -186,7 +186,7 @@ def test_tasks_of_one_mission_run_one_at_a_time(worker, owner, git_repo, tmp_pat
         (float(s), float(e), k) for k, s, e in (line.split() for line in stamps.read_text().splitlines())
     )
     assert [k for _, _, k in intervals] and len(intervals) == 3
-    for (s1, e1, k1), (s2, e2, k2) in zip(intervals, intervals[1:]):
+    for (s1, e1, k1), (s2, e2, k2) in zip(intervals, intervals[1:], strict=False):
         assert e1 <= s2, f"{k1} ran {s1}..{e1} and {k2} ran {s2}..{e2}: they overlap"
     revisions = [Task.objects.get(pk=t.pk).revision for t in tasks]
     assert len(set(revisions)) == 3 and all(revisions)

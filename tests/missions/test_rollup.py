@@ -16,7 +16,8 @@ from missions.models import (
     RollupState,
     Slice,
 )
-from missions.services.rollup import milestone_rollup, milestone_rollup_refresh, rollup_state
+from missions.selectors import milestone_rollup, rollup_state
+from missions.services.rollup import milestone_rollup_refresh
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from missions.models import (
 )
 from missions.services import hierarchy
 from missions.services.files import mission_import
-from missions.services.rollup import milestone_rollup
+from missions.selectors import milestone_rollup
 from validation.models import RunScope, ValidatorRun
 from validation.services.outcomes import run_complete, run_error
 from validation.verdict import AssertionVerdict, Verdict

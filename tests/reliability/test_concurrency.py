@@ -148,7 +148,7 @@ def test_a_stranger_racing_an_import_of_the_same_new_key_never_writes_to_it(idle
     second = django_user_model.objects.create_user("second")
     mine = yaml.safe_dump({**MISSION_FILE, "mission": {**MISSION_FILE["mission"], "title": "first's"}})
     theirs = yaml.safe_dump({**MISSION_FILE, "mission": {**MISSION_FILE["mission"], "title": "second's"}})
-    for round_no in range(4):
+    for _round in range(4):
         Mission.objects.filter(key="twin").delete()
 
         def by(user, text):

@@ -46,7 +46,7 @@ from django.db import connection
 
 from fusion_site.base.snapshots import snapshot_root
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice
-from missions.services.rollup import milestone_rollup
+from missions.selectors import milestone_rollup
 from missions.services.tasks import task_complete, task_create
 from tests.conftest import is_postgres
 from validation.models import FixLineage, JournalEntry, RunStatus, ValidatorRun

@@ -215,7 +215,7 @@ def test_loop_snapshot_and_run_listing(worker, build_mission, git_repo, alice, a
     assert body["runs"][0]["id"] > body["runs"][1]["id"]
     failures = body["runs"][1]["failures"]
     assert [f["assertion_key"] for f in failures] == ["VAL-1"] and failures[0]["actual"] == "no match"
-    assert [(l["root"], l["source"], l["fix"], l["failed_assertions"]) for l in body["lineage"]] == [
+    assert [(ln["root"], ln["source"], ln["fix"], ln["failed_assertions"]) for ln in body["lineage"]] == [
         (feature.pk, feature.pk, fix.pk, ["VAL-1"])
     ]
     assert body["last_run"] == body["runs"][0]["id"]

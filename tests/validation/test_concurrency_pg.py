@@ -114,7 +114,7 @@ def test_two_concurrent_validate_requests_give_one_202_and_one_409(
     """Five rounds, one fresh feature each, so that a lucky interleaving cannot hide a race."""
     for feature in features(build_mission, git_repo, 5):
 
-        def validate():
+        def validate(feature=feature):
             response = api_for(alice).post(f"/api/features/{feature.pk}/validate/", {}, format="json")
             return response.status_code, response.json()
 
@@ -349,7 +349,9 @@ def test_reaper_and_late_completion_racing_write_exactly_once(idle_broker, build
     wins = {"reaper": 0, "completion": 0}
     for i, feature in enumerate(features(build_mission, git_repo, 6)):
         run = expired_run(feature)
-        reaped, completed = race(reap_runs, lambda: run_complete(run_id=run.pk, verdict=pass_verdict(f"VAL-{i}")))
+        reaped, completed = race(
+            reap_runs, lambda run=run, i=i: run_complete(run_id=run.pk, verdict=pass_verdict(f"VAL-{i}"))
+        )
         assert not isinstance(reaped, BaseException) and not isinstance(completed, BaseException), (reaped, completed)
         assert (reaped == [run.pk]) != bool(completed), (reaped, completed)  # exactly one of them wrote
         assert_one_terminal_write(feature, run, reaped=bool(reaped))

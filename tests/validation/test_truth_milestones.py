@@ -15,7 +15,7 @@ from django.db import transaction
 
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice, Task
 from missions.services.lifecycle import mission_activate
-from missions.services.milestones import milestone_ready
+from validation.services.milestones import milestone_ready
 from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, open_task
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
@@ -196,7 +196,7 @@ def test_the_milestone_run_judges_the_newest_passed_revision_not_the_workspace_h
     assert run.revision == b_rev and run.revision not in (a_rev, head)
     assert run.status == RunStatus.PASSED  # judged at b, where a.txt and b.txt hold
     assert milestone_ready(milestone=milestone) == "complete"
-    from missions.services.milestones import milestone_revision
+    from validation.services.milestones import milestone_revision
 
     assert milestone_revision(milestone) == b_rev
 
@@ -264,7 +264,7 @@ def test_a_milestone_regression_without_auto_fix_waits_for_an_operators_fix(work
 
 
 def test_a_fix_in_flight_when_its_root_passes_is_superseded(idle_broker, build_mission, git_repo, alice):
-    from missions.services.autopilot import autopilot_advance
+    from validation.services.autopilot import autopilot_advance
 
     mission = build_mission({"hello": [("VAL-1", GREETING)]}, autopilot=True)
     assert autopilot_advance(mission_id=mission.pk) == "activated"

@@ -48,7 +48,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import missions.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
+import validation.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
 import validation.tasks  # noqa: E402,F401
 from missions import events
 from missions.errors import DomainError, IllegalTransition
@@ -69,7 +69,7 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services import hierarchy, lifecycle
-from missions.services.autopilot import autopilot_advance
+from validation.services.autopilot import autopilot_advance
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.tasks import task_complete, task_create
 from tests.validation import truth_model as model

@@ -67,7 +67,3 @@ class ValidateSerializer(serializers.Serializer):
 class RepairSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["clear", "re_run"])
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
-
-
-class AutopilotSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField()

@@ -6,4 +6,6 @@ router = DefaultRouter()
 router.register("validation-runs", views.RunViewSet, basename="validatorrun")
 router.register("lineage", views.LineageViewSet, basename="fixlineage")
 router.register("reviews", reviews.ReviewViewSet, basename="review")
+# The loop's actions on the plan's features, at /api/features/{id}/<action>/.
+router.register("features", views.FeatureLoopViewSet, basename="feature")
 urlpatterns = router.urls

@@ -12,9 +12,12 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from missions import selectors
-from missions.api.serializers import FeatureSerializer, MissionSerializer
+from missions.api.serializers import FeatureSerializer
+from missions.api.views import MissionScoped
 from missions.errors import Conflict
+from missions.models import MissionFeature
 from validation.api import serializers as s
+from validation.api.reviews import feature_review_action
 from validation.journal import JournalIntegrityError
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.replay import replay_run
@@ -106,8 +109,14 @@ def loop_snapshot(feature) -> dict:
     }
 
 
-class FeatureLoopActions:
-    """Mixed into the feature viewset: /api/features/{id}/validate|repair|create_fix|loop/."""
+class FeatureLoopViewSet(MissionScoped, viewsets.GenericViewSet):
+    """/api/features/{id}/validate|repair|create_fix|loop|review/: the loop's actions on a
+    feature, registered on the plan's `features` prefix (validation/api/urls.py). It has
+    no list or detail route of its own: those are the plan's (missions/api/views.py)."""
+
+    queryset = MissionFeature.objects.select_related("mission", "slice").order_by("id")
+    serializer_class = FeatureSerializer
+    review = feature_review_action  # POST /api/features/{id}/review/: an advisory review of the feature's change
 
     @extend_schema(request=s.ValidateSerializer, responses={202: s.RunSerializer})
     @action(detail=True, methods=["post"])
@@ -156,41 +165,3 @@ def _admission_response(admission) -> Response:
             implementation_attempt=admission.run.implementation_attempt,
         )
     return Response(body, status=status.HTTP_202_ACCEPTED if admission.outcome == "started" else status.HTTP_200_OK)
-
-
-class MissionLifecycleActions:
-    """Mixed into the mission viewset: activate, pause, resume, autopilot."""
-
-    def _lifecycle(self, request, fn, **kwargs):
-        mission = fn(mission=self.get_object(), user=request.user, **kwargs)
-        return Response(MissionSerializer(mission, context={"request": request}).data)
-
-    @extend_schema(request=None, responses={200: MissionSerializer})
-    @action(detail=True, methods=["post"])
-    def activate(self, request, pk=None):
-        from missions.services.lifecycle import mission_activate
-
-        return self._lifecycle(request, mission_activate)
-
-    @extend_schema(request=None, responses={200: MissionSerializer})
-    @action(detail=True, methods=["post"])
-    def pause(self, request, pk=None):
-        from missions.services.lifecycle import mission_pause
-
-        return self._lifecycle(request, mission_pause)
-
-    @extend_schema(request=None, responses={200: MissionSerializer})
-    @action(detail=True, methods=["post"])
-    def resume(self, request, pk=None):
-        from missions.services.lifecycle import mission_resume
-
-        return self._lifecycle(request, mission_resume)
-
-    @extend_schema(request=s.AutopilotSerializer, responses={200: MissionSerializer})
-    @action(detail=True, methods=["post"])
-    def autopilot(self, request, pk=None):
-        from missions.services.lifecycle import mission_set_autopilot
-
-        body = s.AutopilotSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._lifecycle(request, mission_set_autopilot, enabled=body.validated_data["enabled"])

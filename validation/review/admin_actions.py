@@ -1,6 +1,6 @@
 """The admin's "Review" action on features: one advisory review per selected feature.
 
-Wired in `missions.admin.FeatureAdmin` with `actions = (review_features,)`. A feature
+Wired in `validation.admin_features.LoopFeatureAdmin` (the feature admin's actions). A feature
 that cannot be reviewed (nothing to review against, no profile, a bad revision) is
 reported in the message and does not stop the others.
 """

@@ -26,7 +26,7 @@ from django.db import DatabaseError
 
 from validation.models import Review
 from validation.review import artifacts
-from validation.review.scheduling import captured_stages, enqueue, run_captured  # noqa: F401  (the API of this module)
+from validation.review.scheduling import Captured, actor_name, captured_stages, enqueue  # noqa: F401  (the API of this module)
 from validation.review.stages import SLOTS, outcome_name, stage_candidate, stage_evaluate, stage_render, stage_start
 from validation.review.state import S, review_fail
 
@@ -75,6 +75,15 @@ def review_render(review_id: int) -> None:
 
 ACTORS = {"start": review_start, "candidate": review_candidate, "evaluate": review_evaluate, "render": review_render}
 STAGES = {"start": stage_start, "candidate": stage_candidate, "evaluate": stage_evaluate, "render": stage_render}
+# `scheduling.enqueue` sends to these by name.
+assert all(actor.actor_name == actor_name(stage) for stage, actor in ACTORS.items())
+
+
+def run_captured(queue: Captured) -> None:
+    """Run captured stages (and the stages they enqueue) in this thread, in order."""
+    while queue:
+        stage, review_id, args = queue.pop(0)
+        guarded(stage, STAGES[stage], review_id, *args)
 
 
 def live_snapshot_labels() -> set[str]:

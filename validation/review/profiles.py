@@ -10,11 +10,11 @@ The profile `default` is used when none is named; with one profile, that one.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
 
+from fusion_site.base.env import json_object
 from missions.errors import DomainError, Invalid
 
 DEFAULT_NAME = "default"
@@ -39,15 +39,12 @@ class UnknownReviewProfile(Invalid):
 
 
 def _raw_profiles() -> dict[str, Any]:
-    raw = getattr(settings, "FUSION_REVIEW_PROFILES", None) or {}
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ReviewProfileError(f"FUSION_REVIEW_PROFILES is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ReviewProfileError("FUSION_REVIEW_PROFILES must be a JSON object of review profiles")
-    return raw
+    return json_object(
+        "FUSION_REVIEW_PROFILES",
+        getattr(settings, "FUSION_REVIEW_PROFILES", None),
+        of="review profiles",
+        error=ReviewProfileError,
+    )
 
 
 def model_problems(where: str, spec: Any) -> list[str]:

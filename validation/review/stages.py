@@ -160,7 +160,7 @@ def anonymize(review_id: int) -> dict[str, str]:
         return review.label_map
     labels = list(LABELS)
     secrets.SystemRandom().shuffle(labels)
-    label_map = {str(slot): label for slot, label in zip(SLOTS, labels)}
+    label_map = {str(slot): label for slot, label in zip(SLOTS, labels, strict=True)}
     with transaction.atomic():
         if Review.objects.filter(pk=review_id, label_map={}).update(label_map=label_map):
             artifacts.store_json(review_id, kind="event", name="anonymous_map.json", value=label_map)

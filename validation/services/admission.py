@@ -7,19 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
+from missions.transitions.loop import feature_transition
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
-from validation import profiles
-from validation.journal import sha256_of
-from validation.loop import feature_transition
+from validation import hooks, profiles
+from validation.journal import canonical, sha256_of
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.selectors import feature_revision, newest_judged_run
+from validation.services.queueing import queue_run
 
 IDENTICAL_FAILURE_LIMIT = 3
 
@@ -317,29 +317,16 @@ def start_run(
     return run
 
 
-def run_time_limit_ms(run: ValidatorRun) -> int:
-    """The actor's time limit for one run, derived from what it may legitimately take: its
-    checks' own limits (run one after another at worst) plus the validator's timeout."""
-    checks = sum(
-        min(float((a.get("check") or {}).get("timeout", settings.FUSION_CHECK_TIMEOUT)), 3600)
-        for a in run.assertions
-        if (a.get("check") or {}).get("run")
-    )
-    return int((settings.FUSION_VALIDATOR_TIMEOUT + checks + 60) * 1000)
+def _judged(assertions: list[dict]) -> list[tuple]:
+    return [(a["key"], a["statement"], canonical(a.get("check"))) for a in assertions]
 
 
-def queue_run(run: ValidatorRun, delay_ms: int = 0) -> None:
-    from validation.tasks import run_validator
-
-    run_id, limit = run.pk, run_time_limit_ms(run)
-    transaction.on_commit(
-        lambda: run_validator.send_with_options(args=(run_id,), delay=delay_ms or None, time_limit=limit)
-    )
+def same_contract(current: list[dict], frozen: list[dict]) -> bool:
+    """Whether two assertion sets judge the same thing (keys, statements, checks)."""
+    return _judged(current) == _judged(frozen)
 
 
 def _reuse(feature: MissionFeature, reused: ValidatorRun, *, trigger: str, actor_id: int | None) -> Admission:
-    from validation.services.outcomes import apply_pass
-
     now = timezone.now()
     run = new_run(
         feature=feature,
@@ -362,7 +349,10 @@ def _reuse(feature: MissionFeature, reused: ValidatorRun, *, trigger: str, actor
     MissionFeature.objects.filter(pk=feature.pk).update(last_run=run, updated_at=now)
     feature.refresh_from_db()
     if feature.loop_state != LoopState.PASSED:  # already passed on this input: recorded, nothing moves
-        apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=feature.loop_state)
+        # The pass's effects (fix lineage, the root's re-judgement, the autopilot) are the
+        # outcome rules' (validation/services/outcomes.py), which admit runs themselves:
+        # they subscribe to this hook instead of being imported (docs/ARCHITECTURE.md).
+        hooks.pass_reused.send(sender=None, feature=feature, run=run, old_state=feature.loop_state)
     publish_on_commit(
         feature.mission_id,
         "validator-run:completed",

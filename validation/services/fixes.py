@@ -13,6 +13,7 @@ from django.utils import timezone
 from fusion_site.base.redact import bounded
 from missions.errors import Conflict
 from missions.events import lock_mission, publish_on_commit
+from missions.transitions.loop import feature_transition
 from missions.models import (
     AssertionScope,
     FeatureAssertion,
@@ -22,9 +23,13 @@ from missions.models import (
     Slice,
     SliceStatus,
     StopReason,
+    Task,
+    TaskStatus,
 )
-from validation.loop import feature_transition
+from missions.services.tasks import task_create
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
+from validation.services.admission import feature_admit
+from validation.services.queueing import autopilot_notify
 
 CAUSE_LIMIT = 12_000
 
@@ -116,8 +121,6 @@ def fix_create(
         actor_id=actor_id,
     )
     if source.mission.autopilot and source.mission.status == MissionStatus.ACTIVE:
-        from missions.services.tasks import task_create
-
         task_create(user=None, feature=fix)
     return fix
 
@@ -128,8 +131,6 @@ def fix_for_failure(*, source_id: int, run_id: int, actor_id: int | None = None)
     run = ValidatorRun.objects.select_related("milestone").get(pk=run_id)
     keys = None
     if run.scope == RunScope.MILESTONE:
-        from missions.services.milestones import regression_sources
-
         keys = next((k for f, k in regression_sources(run).items() if f.pk == source_id), [])
     return fix_create(source_id=source_id, run_id=run_id, actor_id=actor_id, assertion_keys=keys)
 
@@ -192,9 +193,7 @@ def _exhaust(root: MissionFeature, source: MissionFeature, run: ValidatorRun, ac
         },
         actor_id=actor_id,
     )
-    from validation.services.outcomes import _notify_autopilot
-
-    _notify_autopilot(root.mission_id)
+    autopilot_notify(root.mission_id)
 
 
 def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
@@ -205,8 +204,6 @@ def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
     cancelled and a new one starts at the fix's revision; blocked: it stays blocked (only
     clear, re-run or resume leave it) and a re-run will judge the fix's revision;
     anything else: a new run at the fix's revision."""
-    from validation.services.admission import feature_admit
-
     root = lineage_root(fix)
     if root.pk == fix.pk or root.loop_state == LoopState.SUPERSEDED:
         return "nothing"
@@ -273,3 +270,22 @@ def close_lineage(*, root: MissionFeature) -> None:
             payload={"root": root.pk},
             fields={"stop_reason": "", "stop_detail": detail, "stopped_at": timezone.now()},
         )
+
+
+def regression_sources(run: ValidatorRun) -> dict[MissionFeature, list[str]]:
+    roots = MissionFeature.objects.filter(slice__milestone=run.milestone, generated_from__isnull=True)
+    sources: dict[MissionFeature, list[str]] = {}
+    for failure in run.failures.select_related("assertion"):
+        assertion = failure.assertion
+        if assertion is not None and assertion.scope == AssertionScope.FEATURE:
+            linked = list(roots.filter(assertions=assertion).order_by("id")) or list(
+                assertion.features.order_by("id")[:1]
+            )
+        else:
+            task = (
+                Task.objects.filter(feature__in=roots, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
+            )
+            linked = [task.feature] if task else list(roots.order_by("-id")[:1])
+        for feature in linked:
+            sources.setdefault(feature, []).append(failure.assertion_key)
+    return sources

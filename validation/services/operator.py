@@ -7,11 +7,12 @@ from django.db.models import Q
 
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission
+from missions.transitions.loop import feature_transition
 from missions.models import LoopState, MissionFeature, MissionStatus
-from validation.journal import canonical
-from validation.loop import feature_transition
 from validation.models import FixLineage, RunStatus, ValidatorRun
-from validation.services.admission import Admission, feature_admit
+from validation.services.admission import Admission, feature_admit, feature_assertion_specs, same_contract
+from validation.services.fixes import fix_for_failure
+from validation.services.queueing import autopilot_notify
 
 REPAIRABLE = (LoopState.BLOCKED, LoopState.PASSED, LoopState.NEEDS_FIX)
 
@@ -66,9 +67,7 @@ def feature_repair(*, feature: MissionFeature, user, mode: str, reason: str = ""
                 "stopped_at": None,
             },
         )
-        from validation.services.outcomes import _notify_autopilot
-
-        _notify_autopilot(feature.mission_id)  # it makes the new task when the mission runs itself
+        autopilot_notify(feature.mission_id)  # it makes the new task when the mission runs itself
         return None
     if mode == "re_run":
         _require_active(feature)
@@ -86,8 +85,6 @@ def feature_repair(*, feature: MissionFeature, user, mode: str, reason: str = ""
 
 @transaction.atomic
 def feature_create_fix(*, feature: MissionFeature, user) -> MissionFeature:
-    from validation.services.fixes import fix_for_failure
-
     lock_mission(feature.mission_id)
     feature = MissionFeature.objects.select_for_update().get(pk=feature.pk)
     run = feature.last_run
@@ -101,22 +98,11 @@ def feature_create_fix(*, feature: MissionFeature, user) -> MissionFeature:
     return fix
 
 
-def _judged(assertions: list[dict]) -> list[tuple]:
-    return [(a["key"], a["statement"], canonical(a.get("check"))) for a in assertions]
-
-
-def same_contract(current: list[dict], frozen: list[dict]) -> bool:
-    """Whether two assertion sets judge the same thing (keys, statements, checks)."""
-    return _judged(current) == _judged(frozen)
-
-
 def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> list[int]:
     """A `passed` feature whose linked assertion set (keys, statements, checks) is no
     longer the one its passing run judged is not passed any more (docs/TRUTH.md): it is
     judged again now when its mission is active, else it waits `idle` (its status stays
     done, so the recovery sweep judges it once the mission is active)."""
-    from validation.services.admission import feature_assertion_specs
-
     candidates = (
         MissionFeature.objects.filter(loop_state=LoopState.PASSED, last_run__isnull=False)
         .filter(Q(slice__milestone_id__in=milestone_ids) | Q(assertions__milestone_id__in=milestone_ids))

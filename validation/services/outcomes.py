@@ -8,13 +8,23 @@ from django.db import transaction
 from django.utils import timezone
 
 from fusion_site.base.redact import bounded
-from missions.errors import DomainError
 from missions.events import lock_mission, publish_on_commit
+from missions.transitions.loop import feature_transition
 from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
 from missions.services.rollup import milestone_rollup_refresh
-from validation.loop import feature_transition
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
-from validation.selectors import consecutive_errors
+from validation.selectors import consecutive_errors, feature_revision
+from validation.services.admission import (
+    feature_admit,
+    feature_assertion_specs,
+    new_run,
+    run_started_event,
+    same_contract,
+)
+from validation.services.fixes import close_lineage, fix_create, fix_passed
+from validation.services.follow_up import follow_up
+from validation.services.milestones import milestone_run_completed, milestone_run_errored
+from validation.services.queueing import autopilot_notify, queue_run
 from validation.verdict import Verdict
 
 RUN_STATUS = {"pass": RunStatus.PASSED, "fail": RunStatus.FAILED, "blocked": RunStatus.BLOCKED}
@@ -75,8 +85,6 @@ def run_complete(*, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_ou
     if run.feature_id is not None:
         _move_feature(run, verdict)
     else:
-        from missions.services.milestones import milestone_run_completed
-
         milestone_run_completed(run=run, verdict=verdict)
     return True
 
@@ -138,8 +146,6 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
             feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.NEEDS_FIX, cause="fail", payload={"run": run.pk}
         )
         if run.mission.auto_fix:
-            from validation.services.fixes import fix_create
-
             follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
         else:
             publish_on_commit(
@@ -166,7 +172,7 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
                 "stopped_at": timezone.now(),
             },
         )
-        _notify_autopilot(run.mission_id)
+        autopilot_notify(run.mission_id)
 
 
 def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun) -> bool:
@@ -174,9 +180,6 @@ def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun) -> bool:
     landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
     recorded on the run, but it decides nothing; the feature's current revision and set
     are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
-    from validation.selectors import feature_revision
-    from validation.services.admission import feature_admit, feature_assertion_specs
-    from validation.services.operator import same_contract
 
     standing = feature_revision(feature) or run.revision
     if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions):
@@ -198,39 +201,11 @@ def apply_pass(*, feature: MissionFeature, run: ValidatorRun, cause: str, old_st
         payload={"run": run.pk},
         fields={"stop_reason": "", "stop_detail": "", "stopped_at": None},
     )
-    from validation.services.fixes import close_lineage, fix_passed
-
     if feature.generated_from_id:
         follow_up(feature.mission_id, "fix_passed", lambda: fix_passed(fix=feature, run=run))
     else:
         follow_up(feature.mission_id, "close_lineage", lambda: close_lineage(root=feature))
-    _notify_autopilot(feature.mission_id)
-
-
-def follow_up(mission_id: int, step: str, action) -> None:
-    """Run a step that follows a recorded verdict in a savepoint: if it is refused, the
-    verdict stays recorded and the refusal is an event, never a rolled-back outcome."""
-    try:
-        with transaction.atomic():
-            action()
-    except DomainError as exc:
-        publish_on_commit(
-            mission_id,
-            "mission:updated",
-            {
-                "mission": mission_id,
-                "change": "follow_up_refused",
-                "step": step,
-                "code": exc.code,
-                "reason": str(exc)[:500],
-            },
-        )
-
-
-def _notify_autopilot(mission_id: int) -> None:
-    from missions.tasks import autopilot_advance
-
-    transaction.on_commit(lambda: autopilot_advance.send(mission_id))
+    autopilot_notify(feature.mission_id)
 
 
 @transaction.atomic
@@ -255,8 +230,6 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
         },
     )
     if run.feature_id is None:
-        from missions.services.milestones import milestone_run_errored
-
         milestone_run_errored(run=run, retry=retry)
         return True
     feature = _owns_feature(run)
@@ -276,15 +249,13 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
             payload={"run": run.pk, "errors": errors},
             fields={"stop_reason": reason, "stop_detail": text, "stopped_at": timezone.now()},
         )
-        _notify_autopilot(run.mission_id)
+        autopilot_notify(run.mission_id)
         return True
     _retry(feature, run, errors)
     return True
 
 
 def _retry(feature: MissionFeature, failed: ValidatorRun, errors: int) -> None:
-    from validation.services.admission import new_run, queue_run, run_started_event
-
     run = new_run(
         feature=feature,
         milestone_id=failed.milestone_id,

@@ -12,9 +12,16 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from fusion_site.base.snapshots import sweep_snapshots
+from missions.events import redeliver_missing
 from missions.models import FeatureStatus, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
 from validation.models import FixLineage, RunStatus, ValidatorRun
+from validation.review.pipeline import live_snapshot_labels, reviews_redrive
+from validation.services.admission import feature_admit
+from validation.services.autopilot import autopilot_redrive
+from validation.services.fixes import fix_for_failure
 from validation.services.outcomes import run_error
+from validation.services.queueing import judge_task_outcome, queue_run
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +39,6 @@ def reap_runs(now=None) -> list[int]:
 def redrive_unclaimed(*, startup: bool, now=None) -> list[int]:
     """Runs never picked up (a lost message) are sent again. At embedded start-up every
     running run is orphaned, whatever its lease says."""
-    from validation.services.admission import queue_run
-
     now = now or timezone.now()
     qs = ValidatorRun.objects.filter(status=RunStatus.RUNNING)
     if not startup:
@@ -58,10 +63,6 @@ def _active(qs):
 
 
 def redrive_features() -> dict[str, list[int]]:
-    from validation.services.admission import feature_admit
-    from validation.services.fixes import fix_for_failure
-    from validation.tasks import process_task_outcome
-
     done: dict[str, list[int]] = {"validating": [], "needs_fix": [], "implementing": [], "stranded_done": []}
     live = ValidatorRun.objects.filter(feature=OuterRef("pk"), status=RunStatus.RUNNING)
     for f in _active(MissionFeature.objects.filter(loop_state=LoopState.VALIDATING)).filter(~Exists(live)):
@@ -84,7 +85,7 @@ def redrive_features() -> dict[str, list[int]]:
         # A completion younger than the grace most likely has its message still queued:
         # re-sending it on every sweep only multiplies a backlog (duplicates are skipped).
         if task is not None and task.status == TaskStatus.DONE and not _recent(task.finished_at):
-            process_task_outcome.send(task.pk)
+            judge_task_outcome(task.pk)
             done["implementing"].append(f.pk)
     for f in _active(MissionFeature.objects.filter(status=FeatureStatus.DONE, loop_state=LoopState.IDLE)):
         feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery")
@@ -93,9 +94,6 @@ def redrive_features() -> dict[str, list[int]]:
 
 
 def clean_snapshots() -> int:
-    from fusion_site.base.snapshots import sweep_snapshots
-    from validation.review.pipeline import live_snapshot_labels
-
     def live() -> set[str]:
         runs = ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)
         return {f"run-{pk}" for pk in runs} | live_snapshot_labels()  # and reviews still running
@@ -110,14 +108,8 @@ def recover(*, startup: bool = False) -> dict[str, Any]:
     report: dict[str, Any] = {"reaped": reap_runs(), "redriven_runs": redrive_unclaimed(startup=startup)}
     report.update(redrive_features())
     report["snapshots_removed"] = clean_snapshots()
-    from missions.services.autopilot import autopilot_redrive
-
     report["autopilot"] = autopilot_redrive()
-    from validation.review.pipeline import reviews_redrive
-
     report["reviews_redriven"] = reviews_redrive(startup=startup)
-    from missions.events import redeliver_missing
-
     # Committed audit events whose live send was lost with the process that committed them.
     report["events_redelivered"] = redeliver_missing(grace_seconds=max(settings.FUSION_REDRIVE_GRACE, 5))
     return report

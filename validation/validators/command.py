@@ -154,7 +154,7 @@ def judge_command(ctx: ValidationContext) -> Judgement:
             response_kind="model_response",
             key=key,
             request=request,
-            live_fn=lambda: _invoke(options, ctx.checkout, stdin),
+            live_fn=lambda stdin=stdin: _invoke(options, ctx.checkout, stdin),
             what=f"command invocation {attempt + 1}",
         )
         _check_exit(answer, options)

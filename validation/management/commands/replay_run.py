@@ -29,7 +29,7 @@ class Command(BaseCommand):
             report = replay_run(run)
         except JournalIntegrityError as exc:
             self._integrity(run, exc, as_json=json)
-            raise SystemExit(2)
+            raise SystemExit(2) from None  # reported just above
         if json:
             self.stdout.write(_dumps(report.as_dict()))
         else:

@@ -127,10 +127,10 @@ class Command(BaseCommand):
     def _create(self, o: dict[str, Any], user):
         kwargs = dict(user=user, idempotency_key=o["idempotency_key"], profile=o["profile"], source="cli")
         if o["of_feature"]:
-            from validation.management.commands.validate_feature import find_feature
+            from missions.management.cli import feature_by_ref
             from validation.review.feature import feature_review
 
-            return feature_review(feature=find_feature(o["of_feature"]), **kwargs)
+            return feature_review(feature=feature_by_ref(o["of_feature"]), **kwargs)
         from validation.review.preflight import review_create
 
         return review_create(body=self._body(o), unrestricted=user is None or user.is_staff, **kwargs)

@@ -11,27 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from missions.errors import DomainError
-from missions.models import MissionFeature
+from missions.management.cli import feature_by_ref
 from validation.models import RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
 
 EXIT = {RunStatus.PASSED: 0, RunStatus.FAILED: 1}
-
-
-def find_feature(ref: str) -> MissionFeature:
-    if ref.isdigit():
-        feature = MissionFeature.objects.filter(pk=int(ref)).first()
-    else:
-        mission_key, _, key = ref.rpartition("/")
-        qs = MissionFeature.objects.filter(key=key)
-        if mission_key:
-            qs = qs.filter(mission__key=mission_key)
-        if qs.count() > 1:
-            raise CommandError(f"feature key {key!r} is used in several missions; write MISSION/FEATURE")
-        feature = qs.first()
-    if feature is None:
-        raise CommandError(f"no feature {ref!r} (give an id, a key or MISSION/KEY)")
-    return feature
 
 
 class Command(BaseCommand):
@@ -45,7 +29,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, feature: str, sync: bool, validator: str | None, timeout: float, **options):
         console = Console(file=self.stdout, highlight=False)
-        target = find_feature(feature)
+        target = feature_by_ref(feature)
         try:
             admission = feature_admit(
                 feature_id=target.pk, trigger="manual", cause="validate", profile_name=validator, raise_conflict=True

@@ -2,7 +2,7 @@
 stream. Every page is made of regions; each region is also served alone as a fragment
 (`…/_/<part>/`) that the page's script re-fetches when an event concerns it."""
 
-from missions.views.pages import (  # noqa: F401
+from validation.views.pages import (  # noqa: F401
     feature_detail,
     feature_part,
     mission_detail,
@@ -10,5 +10,5 @@ from missions.views.pages import (  # noqa: F401
     mission_list_part,
     mission_part,
 )
-from missions.views.runs import review_detail, review_part, run_detail, run_part  # noqa: F401
-from missions.views.static import static_file  # noqa: F401
+from validation.views.runs import review_detail, review_part, run_detail, run_part  # noqa: F401
+from validation.views.static import static_file  # noqa: F401

@@ -20,6 +20,10 @@ from missions.models import (
     SliceStatus,
     TaskStatus,
 )
+from missions.services.tasks import task_create
+from validation.models import ValidatorRun
+from validation.services.milestones import milestone_ready
+from validation.services.queueing import autopilot_notify
 
 
 def _stop(mission: Mission, reason: str) -> str:
@@ -56,16 +60,12 @@ def _needs_task(feature: MissionFeature) -> bool:
     ).exists()
     if open_fix:
         return False  # it waits for its fix, then is re-validated at the fix's revision
-    from validation.models import ValidatorRun
-
     return ValidatorRun.objects.filter(
         feature=feature, revision=last.revision, created_at__gte=last.finished_at
     ).exists()
 
 
 def _triage(slice_: Slice) -> int:
-    from missions.services.tasks import task_create
-
     created = 0
     candidates = MissionFeature.objects.filter(slice=slice_, loop_state__in=[LoopState.IDLE, LoopState.IMPLEMENTING])
     for feature in candidates.order_by("order", "id"):
@@ -111,8 +111,6 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
         publish_on_commit(
             mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk}
         )
-    from missions.services.milestones import milestone_ready
-
     state = milestone_ready(milestone=milestone)
     return _stop(mission, state[len("stop:") :]) if state.startswith("stop:") else state
 
@@ -146,9 +144,7 @@ def autopilot_advance(*, mission_id: int) -> str:
 
 
 def autopilot_redrive() -> list[int]:
-    from missions.tasks import autopilot_advance as actor
-
     ids = list(Mission.objects.filter(status=MissionStatus.ACTIVE, autopilot=True).values_list("pk", flat=True))
     for pk in ids:
-        transaction.on_commit(lambda pk=pk: actor.send(pk))
+        autopilot_notify(pk)
     return ids

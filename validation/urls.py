@@ -6,7 +6,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from missions import views
+from validation import views
 
 urlpatterns = [
     path("", views.mission_list, name="home"),

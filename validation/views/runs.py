@@ -11,8 +11,10 @@ from django.shortcuts import get_object_or_404, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 
-from missions import selectors
-from missions.views import common
+from validation import selectors
+from validation.journal import verify_chain
+from validation.models import Review, ReviewState, ValidatorRun
+from validation.views import common
 
 # --- validator runs ----------------------------------------------------------------------
 
@@ -33,8 +35,6 @@ def _verdict(run) -> dict:
 
 
 def _journal(run) -> dict:
-    from validation.journal import verify_chain
-
     entries = selectors.run_journal(run=run)
     return {
         "journal": entries,
@@ -51,8 +51,6 @@ RUN_PARTS = {
 
 
 def _mission_of_run(pk: int) -> int:
-    from validation.models import ValidatorRun
-
     return ValidatorRun.objects.filter(pk=pk).values_list("mission_id", flat=True).first() or 0
 
 
@@ -111,8 +109,6 @@ def _artifacts(review) -> dict:
 
 
 def _review_context(review) -> dict:
-    from validation.models import ReviewState
-
     order = [s.value for s in ReviewState if s not in (ReviewState.FAILED, ReviewState.CANCELLED)]
     current = order.index(review.state) if review.state in order else None
     steps = [
@@ -130,8 +126,6 @@ def _review_context(review) -> dict:
 @login_required
 @require_safe
 def review_detail(request, pk: int):
-    from validation.models import Review
-
     mission_id = Review.objects.filter(pk=pk).values_list("mission_id", flat=True).first()
     live = common.mission_live(mission_id) if mission_id else {}
     review = _review(request, pk)

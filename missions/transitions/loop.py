@@ -139,7 +139,7 @@ def feature_transition(
             actor_id=actor_id,
         )
         if old in DONE_STATES and new not in DONE_STATES:
-            from missions.services.milestones import reopen_for_feature
+            from missions.transitions.progress import reopen_for_feature
 
             reopen_for_feature(feature_id=feature_id, cause=cause)
     if isinstance(feature, MissionFeature):

@@ -11,12 +11,13 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_safe
 
-from missions import selectors
+from missions import selectors as plan
 from missions.events import GLOBAL_CHANNEL
-from missions.models import Mission, MissionFeature
+from missions.models import LoopState, Milestone, Mission, MissionFeature
 from missions.streams import user_channels
-from missions.views import common
-from missions.views.charts import legend, rounds_svg
+from validation import selectors
+from validation.views import common
+from validation.views.charts import legend, rounds_svg
 
 # --- missions list -----------------------------------------------------------------------
 
@@ -53,13 +54,11 @@ def mission_list_part(request):
 
 
 def _mission(request, pk: int) -> Mission:
-    return get_object_or_404(selectors.visible_missions(user=request.user).select_related("owner"), pk=pk)
+    return get_object_or_404(plan.visible_missions(user=request.user).select_related("owner"), pk=pk)
 
 
 def _header_context(mission: Mission) -> dict:
     from django.db.models import Count, Q
-
-    from missions.models import LoopState
 
     counts = MissionFeature.objects.filter(mission=mission).aggregate(
         total=Count("id"),
@@ -86,8 +85,6 @@ def _assertions(mission: Mission) -> list[dict]:
 
 def _feed(mission: Mission) -> list:
     events = selectors.mission_feed(mission=mission)
-    from missions.models import Milestone
-
     keys = dict(MissionFeature.objects.filter(mission=mission).values_list("id", "key"))
     milestones = dict(Milestone.objects.filter(mission=mission).values_list("id", "key"))
     for event in events:
@@ -141,7 +138,7 @@ def mission_part(request, pk: int, part: str, part_id: int | None = None):
 
 
 def _feature(request, pk: int) -> MissionFeature:
-    qs = MissionFeature.objects.filter(mission__in=selectors.visible_mission_ids(user=request.user))
+    qs = MissionFeature.objects.filter(mission__in=plan.visible_mission_ids(user=request.user))
     return get_object_or_404(qs.select_related("mission", "slice__milestone", "generated_from", "last_run"), pk=pk)
 
 

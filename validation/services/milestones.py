@@ -1,30 +1,30 @@
-"""Milestone validation and completion (docs/TRUTH.md).
+"""Milestone validation (docs/TRUTH.md, "Honest milestones").
 
 A milestone is complete only while every feature under it is done (passed, or a fix
 closed as superseded) and one milestone run passed over exactly its current assertion set
 at the milestone's revision: the newest passed feature revision that contains every other
-one. Any later change (a feature leaving `passed`, an assertion added, edited, linked or
-unlinked) reopens the slice, the milestone and the mission, with events.
+one. Completing and reopening are the plan's (`missions/transitions/progress.py`).
 """
 
 from __future__ import annotations
 
-from django.db import transaction
-from django.utils import timezone
-
-from missions.events import publish_on_commit
-from missions.models import (
-    LoopState,
-    Milestone,
-    MilestoneStatus,
-    Mission,
-    MissionFeature,
-    MissionStatus,
-    Slice,
-    SliceStatus,
-)
+from fusion_site.base.snapshots import SnapshotError, is_ancestor, pin_revision
+from missions.transitions.loop import feature_transition
+from missions.models import LoopState, Milestone, MissionFeature
+from missions.transitions.progress import milestone_complete
+from validation import profiles
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.selectors import consecutive_errors
+from validation.services.admission import (
+    frozen_assertion,
+    input_fingerprint,
+    mission_protection,
+    new_run,
+    run_started_event,
+)
+from validation.services.fixes import fix_create, regression_sources
+from validation.services.follow_up import follow_up
+from validation.services.queueing import autopilot_notify, queue_run
 
 ERROR_LIMIT = 3  # consecutive milestone-run errors before the autopilot stops and says so
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
@@ -37,8 +37,6 @@ class NoMilestoneRevision(Exception):
 def milestone_revision(milestone: Milestone) -> str:
     """The commit a milestone is judged at: among its passed features' revisions, the
     newest that contains every other one (`git merge-base --is-ancestor`)."""
-    from fusion_site.base.snapshots import is_ancestor, pin_revision
-
     workspace = milestone.mission.workspace
     passed = (
         MissionFeature.objects.filter(slice__milestone=milestone, loop_state=LoopState.PASSED, last_run__isnull=False)
@@ -61,9 +59,6 @@ def milestone_revision(milestone: Milestone) -> str:
 def _milestone_input(milestone: Milestone) -> dict:
     """What a milestone run judges: revision, frozen assertions, profile, protection, and
     the fingerprint over them (a change to any of them needs a new run)."""
-    from validation import profiles
-    from validation.services.admission import frozen_assertion, input_fingerprint, mission_protection
-
     mission = milestone.mission
     profile = profiles.get_profile(mission.validator)
     revision = milestone_revision(milestone)
@@ -81,9 +76,6 @@ def _milestone_input(milestone: Milestone) -> dict:
 
 
 def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
-    from validation import profiles
-    from validation.services.admission import new_run, queue_run, run_started_event
-
     run = new_run(
         feature=None,
         mission_id=milestone.mission_id,
@@ -103,13 +95,10 @@ def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
 
 def milestone_ready(*, milestone: Milestone) -> str:
     """Called by the autopilot (under its mission lock) once every slice is complete."""
-    from fusion_site.base.snapshots import SnapshotError
-    from validation import profiles
-
     if MissionFeature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE).exists():
         return "waiting"
     if not milestone.assertions.exists():
-        return _complete(milestone)
+        return milestone_complete(milestone=milestone)
     try:
         spec = _milestone_input(milestone)
     except (NoMilestoneRevision, SnapshotError, profiles.ProfileError) as exc:
@@ -122,7 +111,7 @@ def milestone_ready(*, milestone: Milestone) -> str:
     if last.status == RunStatus.RUNNING:
         return "waiting"
     if last.status == RunStatus.PASSED:
-        return _complete(milestone)
+        return milestone_complete(milestone=milestone)
     if last.status == RunStatus.ERROR and consecutive_errors(runs) < ERROR_LIMIT:
         _start_milestone_run(milestone, spec)
         return "validating_milestone"
@@ -136,129 +125,19 @@ def _why(run: ValidatorRun) -> str:
     return (run.blocked_reason or run.error or run.summary)[:300]
 
 
-def _complete(milestone: Milestone) -> str:
-    Milestone.objects.filter(pk=milestone.pk).update(status=MilestoneStatus.COMPLETE, updated_at=timezone.now())
-    publish_on_commit(
-        milestone.mission_id,
-        "mission:updated",
-        {"mission": milestone.mission_id, "change": "milestone_completed", "milestone": milestone.pk},
-    )
-    return "complete"
-
-
-# --- reopening ------------------------------------------------------------------------
-
-
-def reopen_for_feature(*, feature_id: int, cause: str) -> None:
-    """A feature left `passed`: its slice, milestone and mission are not complete any more."""
-    slice_id = MissionFeature.objects.filter(pk=feature_id).values_list("slice_id", flat=True).first()
-    if slice_id is not None:
-        reopen_slice(slice_id=slice_id, cause=cause, feature_id=feature_id)
-
-
-def reopen_slice(*, slice_id: int, cause: str, **payload) -> None:
-    row = Slice.objects.filter(pk=slice_id).values("mission_id", "milestone_id", "status").first()
-    if row is None:
-        return
-    if row["status"] == SliceStatus.COMPLETE:
-        Slice.objects.filter(pk=slice_id).update(status=SliceStatus.ACTIVE, updated_at=timezone.now())
-        publish_on_commit(
-            row["mission_id"],
-            "mission:updated",
-            {"mission": row["mission_id"], "change": "slice_reopened", "slice": slice_id, "cause": cause, **payload},
-        )
-    reopen_milestone(milestone_id=row["milestone_id"], cause=cause, **payload)
-
-
-def milestone_inputs_changed(*, milestone_ids, cause: str) -> None:
-    """An assertion was added, edited, linked, unlinked or deleted: the milestone's last
-    judgement is no longer over its current set, so it is not complete; and a passed
-    feature whose contract changed is judged again (validation.services.operator)."""
-    from validation.services.operator import revalidate_changed_contracts
-
-    ids = sorted({pk for pk in milestone_ids if pk is not None})
-    for milestone_id in ids:
-        reopen_milestone(milestone_id=milestone_id, cause=cause)
-    revalidate_changed_contracts(milestone_ids=ids, cause=cause)
-
-
-def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> None:
-    row = Milestone.objects.filter(pk=milestone_id).values("mission_id", "status").first()
-    if row is None:
-        return
-    mission_id = row["mission_id"]
-    if row["status"] == MilestoneStatus.COMPLETE:
-        Milestone.objects.filter(pk=milestone_id).update(status=MilestoneStatus.ACTIVE, updated_at=timezone.now())
-        publish_on_commit(
-            mission_id,
-            "mission:updated",
-            {
-                "mission": mission_id,
-                "change": "milestone_reopened",
-                "milestone": milestone_id,
-                "cause": cause,
-                **payload,
-            },
-        )
-    if Mission.objects.filter(pk=mission_id, status=MissionStatus.COMPLETE).update(
-        status=MissionStatus.ACTIVE, updated_at=timezone.now()
-    ):
-        publish_on_commit(
-            mission_id,
-            "mission:updated",
-            {"mission": mission_id, "status": MissionStatus.ACTIVE, "change": "reopened", "cause": cause, **payload},
-        )
-        _notify(mission_id)
-
-
-def _notify(mission_id: int) -> None:
-    from missions.tasks import autopilot_advance
-
-    transaction.on_commit(lambda: autopilot_advance.send(mission_id))
-
-
-# --- milestone run outcomes -------------------------------------------------------------
-
-
 def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
     """A failing milestone run sends each failure back to the feature that answers for it:
     a feature-scoped assertion to the root features linked to it (a regression), a
     milestone-scoped one to the feature that landed last. Each source leaves `passed`
     for `needs_fix` (its last run is now this one, so an operator can always create the
     fix it calls for) and gets a fix feature under the usual lineage and budget rules."""
-    from validation.services.outcomes import follow_up
-
     if verdict.status == "fail":
         for source, keys in regression_sources(run).items():
             follow_up(run.mission_id, "milestone_regression", lambda s=source, k=keys: _send_back(run, s, k))
-    _notify(run.mission_id)
-
-
-def regression_sources(run: ValidatorRun) -> dict[MissionFeature, list[str]]:
-    from missions.models import AssertionScope, Task, TaskStatus
-
-    roots = MissionFeature.objects.filter(slice__milestone=run.milestone, generated_from__isnull=True)
-    sources: dict[MissionFeature, list[str]] = {}
-    for failure in run.failures.select_related("assertion"):
-        assertion = failure.assertion
-        if assertion is not None and assertion.scope == AssertionScope.FEATURE:
-            linked = list(roots.filter(assertions=assertion).order_by("id")) or list(
-                assertion.features.order_by("id")[:1]
-            )
-        else:
-            task = (
-                Task.objects.filter(feature__in=roots, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
-            )
-            linked = [task.feature] if task else list(roots.order_by("-id")[:1])
-        for feature in linked:
-            sources.setdefault(feature, []).append(failure.assertion_key)
-    return sources
+    autopilot_notify(run.mission_id)
 
 
 def _send_back(run: ValidatorRun, source: MissionFeature, keys: list[str]) -> None:
-    from validation.loop import feature_transition
-    from validation.services.fixes import fix_create
-
     source.refresh_from_db()
     if source.loop_state == LoopState.PASSED:
         feature_transition(
@@ -275,4 +154,4 @@ def _send_back(run: ValidatorRun, source: MissionFeature, keys: list[str]) -> No
 
 
 def milestone_run_errored(*, run: ValidatorRun, retry: bool) -> None:
-    _notify(run.mission_id)
+    autopilot_notify(run.mission_id)

@@ -1,0 +1,30 @@
+"""What the plan announces to the floor above it (docs/ARCHITECTURE.md, "Floors").
+
+`missions` never imports `validation`. Where a change of the plan must start judging
+work, it sends one of these Django signals and `validation` subscribes to them in its
+`AppConfig.ready` (`validation/receivers.py`). Signals marked "after commit" are sent by
+`announce_on_commit`, so a receiver may enqueue work directly; the others are sent inside
+the caller's transaction, so whatever a receiver writes commits or rolls back with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+
+# After commit, `task_id`: a task landed a revision; its outcome is to be judged.
+task_completed = Signal()
+
+# After commit, `mission_id`: the mission became active, was reopened or had its
+# autopilot switched on; the autopilot should look at it again.
+mission_may_advance = Signal()
+
+# In the transaction, `milestone_ids`, `cause`: an assertion was created, edited, linked,
+# unlinked or deleted; passed features whose contract changed must be judged again.
+contract_changed = Signal()
+
+
+def announce_on_commit(signal: Signal, **kwargs: Any) -> None:
+    transaction.on_commit(lambda: signal.send(sender=None, **kwargs))

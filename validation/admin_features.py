@@ -1,0 +1,107 @@
+"""The feature admin with the loop's operator actions: validate now, repair (clear or
+re-run the validation), create a fix feature for the last failure, and the advisory
+review. Each calls the same operator service as the API and the CLI.
+
+The model admin itself is `missions.admin.features.FeatureAdmin`; these actions judge, so
+they live on this floor (missions never import validation: docs/ARCHITECTURE.md,
+"Floors"). Imported by `validation.admin`, which Django's admin autodiscovery loads after
+`missions.admin` (`validation` comes after `missions` in INSTALLED_APPS): the plain
+feature admin is unregistered and this subclass registered in its place.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from missions.admin.actions import ask
+from missions.admin.features import FeatureAdmin
+from missions.admin.forms import ReasonForm
+from missions.admin.helpers import run_each
+from missions.models import MissionFeature
+from validation.review.admin_actions import review_features
+from validation.services.operator import feature_create_fix, feature_repair, feature_validate
+
+
+def _admission_note(admission) -> str:
+    if admission is None:
+        return "back to implementing, counters reset"
+    if admission.run is not None and admission.outcome == "started":
+        return f"validation run {admission.run.pk} started"
+    if admission.outcome == "reused":
+        return f"identical input passed before; reused as run {admission.run.pk}"
+    return f"{admission.outcome}: {admission.detail}" if admission.detail else admission.outcome
+
+
+@admin.action(description="Validate selected features now", permissions=["change"])
+def validate_features(modeladmin, request, queryset):
+    run_each(
+        modeladmin,
+        request,
+        queryset,
+        done="Validation requested",
+        fn=lambda f: _admission_note(feature_validate(feature=f, user=request.user)),
+    )
+
+
+def _repair(mode: str, title: str, intro: str):
+    def action(modeladmin, request, queryset):
+        def apply(data):
+            run_each(
+                modeladmin,
+                request,
+                queryset,
+                done=f"Repaired ({mode})",
+                fn=lambda f: _admission_note(
+                    feature_repair(feature=f, user=request.user, mode=mode, reason=data["reason"])
+                ),
+            )
+
+        return ask(
+            modeladmin,
+            request,
+            queryset,
+            form_class=ReasonForm,
+            title=title,
+            intro=intro,
+            button=f"Repair ({mode})",
+            apply=apply,
+        )
+
+    action.__name__ = f"repair_{mode}"
+    return admin.action(description=title, permissions=["change"])(action)
+
+
+repair_clear = _repair(
+    "clear",
+    "Repair selected features: clear",
+    "Each feature goes back to implementing with its attempt counters and fix rounds reset.",
+)
+repair_re_run = _repair(
+    "re_run",
+    "Repair selected features: re-run the validation",
+    "A new validation run starts now for each feature, even on an input that failed before.",
+)
+
+
+@admin.action(description="Create a fix feature for the last failure", permissions=["change"])
+def create_fix(modeladmin, request, queryset):
+    run_each(
+        modeladmin,
+        request,
+        queryset,
+        done="Fix created",
+        fn=lambda f: f"fix {feature_create_fix(feature=f, user=request.user).key}",
+    )
+
+
+FEATURE_ACTIONS = (validate_features, repair_clear, repair_re_run, create_fix, review_features)
+
+
+class LoopFeatureAdmin(FeatureAdmin):
+    """`FeatureAdmin` with the loop's operator actions."""
+
+    actions = (*FeatureAdmin.actions, *FEATURE_ACTIONS)
+
+
+admin.site.unregister(MissionFeature)
+admin.site.register(MissionFeature, LoopFeatureAdmin)

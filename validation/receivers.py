@@ -1,0 +1,35 @@
+"""The upper floor's subscriptions to the plan's hooks (`missions/hooks.py`), connected in
+`ValidationConfig.ready` (docs/ARCHITECTURE.md, "The walk of a task completion")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import receiver
+
+from missions import hooks
+from validation import hooks as validation_hooks
+from validation.services.operator import revalidate_changed_contracts
+from validation.services.outcomes import apply_pass
+from validation.services.queueing import autopilot_notify
+from validation.tasks import process_task_outcome
+
+
+@receiver(hooks.task_completed, dispatch_uid="validation.task_completed")
+def judge_completed_task(sender: Any, *, task_id: int, **_: Any) -> None:
+    process_task_outcome.send(task_id)
+
+
+@receiver(hooks.mission_may_advance, dispatch_uid="validation.mission_may_advance")
+def advance_mission(sender: Any, *, mission_id: int, **_: Any) -> None:
+    autopilot_notify(mission_id)
+
+
+@receiver(hooks.contract_changed, dispatch_uid="validation.contract_changed")
+def revalidate_contracts(sender: Any, *, milestone_ids: list[int], cause: str, **_: Any) -> None:
+    revalidate_changed_contracts(milestone_ids=milestone_ids, cause=cause)
+
+
+@receiver(validation_hooks.pass_reused, dispatch_uid="validation.pass_reused")
+def apply_reused_pass(sender: Any, *, feature: Any, run: Any, old_state: str, **_: Any) -> None:
+    apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=old_state)
