@@ -20,9 +20,76 @@ from missions.models import Mission, MissionEvent
 logger = logging.getLogger(__name__)
 
 GLOBAL_CHANNEL = "missions"
-# Events that also go to the global channel that feeds mission lists.
+
+# The catalogue: every event type the product publishes, and what it reports. The state
+# machines' events are named in their tables (`missions/transitions/`, docs/ARCHITECTURE.md
+# "State machines"); the dashboard subscribes to exactly these (`static/dashboard/live.js`
+# reads them from the page). A test checks that every published name is here.
+EVENT_TYPES: dict[str, str] = {
+    # the mission
+    "mission:created": "a mission was created",
+    "mission:imported": "a mission file was imported (created or changed)",
+    "mission:updated": "a mission's own fields were edited (`changed`: their names)",
+    "mission:activated": "planning or blocked -> active",
+    "mission:paused": "active or blocked -> paused",
+    "mission:resumed": "paused or blocked -> active",
+    "mission:completed": "the autopilot completed every milestone",
+    "mission:reopened": "a complete mission is active again (`cause`: what undid it)",
+    "mission:autopilot": "the autopilot was switched on or off (`enabled`)",
+    "mission:halted": "the autopilot stopped (`reason`)",
+    "mission:continued": "the autopilot goes on (its stop reason is cleared)",
+    # the plan
+    "milestone:created": "a milestone was created",
+    "milestone:activated": "pending -> active (a slice of it was activated)",
+    "milestone:completed": "a milestone completed",
+    "milestone:reopened": "a complete milestone is active again (`cause`)",
+    "milestone:validation:updated": "a milestone's rollup was recomputed",
+    "slice:created": "a slice was created",
+    "slice:activated": "the autopilot activated a slice",
+    "slice:completed": "every feature of a slice is done",
+    "slice:reopened": "a complete slice is active again (`cause`)",
+    "feature:updated": "a feature was created, edited or deleted, or its loop state moved",
+    "task:updated": "a task was created, started, completed or failed, or its outcome was not judged",
+    # the contract
+    "assertion:created": "an assertion was created",
+    "assertion:updated": "an assertion was edited",
+    "assertion:deleted": "an assertion was deleted",
+    "assertion:linked": "an assertion was linked to a feature",
+    "assertion:unlinked": "an assertion was unlinked from a feature",
+    "assertion:judged": "a verdict changed an assertion's status",
+    # judging and fixing
+    "validator-run:started": "a validator run started",
+    "validator-run:completed": "a validator run ended (passed, failed, blocked, error or cancelled)",
+    "validator-run:failures-recorded": "a run's failures were recorded",
+    "fix-feature:created": "a fix feature was generated for a failure",
+    "fix-feature:report-only": "a failure generated no fix: the mission is report-only",
+    "fix-feature:budget-exhausted": "a failure generated no fix: the retry budget is used up",
+    "fix-feature:root-blocked": "a fix passed while its root is blocked",
+    "follow-up:refused": "a step that follows a verdict was refused (`step`, `code`)",
+    "review:progress": "an advisory review moved on",
+}
+
+# Events that also go to the global channel that feeds mission lists: what changes a
+# mission as a whole (every named change of the mission, of its plan's progress, and the
+# refusals and budget stops that used to be `mission:updated`), a feature's state, a run's
+# end and a rollup.
 GLOBAL_TYPES = frozenset(
-    {"mission:updated", "feature:updated", "validator-run:completed", "milestone:validation:updated"}
+    {
+        *(name for name in EVENT_TYPES if name.startswith("mission:")),
+        "milestone:created",
+        "milestone:completed",
+        "milestone:reopened",
+        "slice:created",
+        "slice:completed",
+        "slice:reopened",
+        "follow-up:refused",
+        "fix-feature:report-only",
+        "fix-feature:budget-exhausted",
+        "fix-feature:root-blocked",
+        "feature:updated",
+        "validator-run:completed",
+        "milestone:validation:updated",
+    }
 )
 
 

@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
+from missions.checks_spec import check_spec_problems, pattern_problems
+
 
 class TimeStamped(models.Model):
     """`updated_at` is bumped by save(); services that use queryset.update() set it too."""
@@ -77,8 +79,6 @@ class Mission(TimeStamped):
         return self.key
 
     def clean(self) -> None:
-        from missions.checks_spec import pattern_problems
-
         errors = {}
         if problems := pattern_problems(self.protected_paths):
             errors["protected_paths"] = problems
@@ -213,7 +213,7 @@ class MissionFeature(TimeStamped):
     stop_reason = models.CharField(max_length=32, choices=StopReason.choices, blank=True, default="")
     stop_detail = models.TextField(blank=True, default="")
     stopped_at = models.DateTimeField(null=True, blank=True)
-    assertions = models.ManyToManyField(
+    assertions: models.ManyToManyField[ContractAssertion, FeatureAssertion] = models.ManyToManyField(
         "ContractAssertion", through="FeatureAssertion", related_name="features", blank=True
     )
 
@@ -269,8 +269,6 @@ class ContractAssertion(TimeStamped):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
-        from missions.checks_spec import check_spec_problems
-
         if self.check_spec is not None:
             problems = check_spec_problems(self.check_spec)
             if problems:

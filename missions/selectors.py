@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.db.models import Count, Q, QuerySet
 
-from missions.models import AssertionScope, AssertionStatus, ContractAssertion, Mission, RollupState
+from missions.models import (
+    AssertionScope,
+    AssertionStatus,
+    ContractAssertion,
+    Mission,
+    MissionFeature,
+    RollupState,
+    Task,
+    TaskStatus,
+)
 
 
-def visible_missions(*, user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Mission]:
+def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[Mission]:
     if user is None or not user.is_authenticated:
         return Mission.objects.none()
     if user.is_staff:
@@ -61,3 +71,11 @@ def rollup_state(counts: dict[str, int]) -> str:
 def milestone_rollup(*, milestone_id: int) -> dict[str, Any]:
     counts = rollup_counts(milestone_id=milestone_id)
     return {"milestone": milestone_id, "state": rollup_state(counts), **counts}
+
+
+def latest_done_task(*, features: MissionFeature | Iterable[MissionFeature]) -> Task | None:
+    """The task that landed last on a feature (or on any of `features`): the newest done
+    one, by when it finished. Every "what was implemented last" question asks this."""
+    one = isinstance(features, MissionFeature)
+    qs = Task.objects.filter(**({"feature": features} if one else {"feature__in": features}))
+    return qs.filter(status=TaskStatus.DONE).exclude(revision="").order_by("-finished_at", "-id").first()

@@ -16,7 +16,7 @@ from django.contrib import admin
 from missions.admin.actions import ask
 from missions.admin.features import FeatureAdmin
 from missions.admin.forms import ReasonForm
-from missions.admin.helpers import run_each
+from missions.admin.helpers import each_action, run_each
 from missions.models import MissionFeature
 from validation.review.admin_actions import review_features
 from validation.services.operator import feature_create_fix, feature_repair, feature_validate
@@ -32,15 +32,13 @@ def _admission_note(admission) -> str:
     return f"{admission.outcome}: {admission.detail}" if admission.detail else admission.outcome
 
 
-@admin.action(description="Validate selected features now", permissions=["change"])
-def validate_features(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Validation requested",
-        fn=lambda f: _admission_note(feature_validate(feature=f, user=request.user)),
-    )
+def _validate(request, feature: MissionFeature) -> str:
+    return _admission_note(feature_validate(feature=feature, user=request.user))
+
+
+validate_features = each_action(
+    "validate_features", "Validate selected features now", done="Validation requested", call=_validate
+)
 
 
 def _repair(mode: str, title: str, intro: str):
@@ -83,15 +81,13 @@ repair_re_run = _repair(
 )
 
 
-@admin.action(description="Create a fix feature for the last failure", permissions=["change"])
-def create_fix(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Fix created",
-        fn=lambda f: f"fix {feature_create_fix(feature=f, user=request.user).key}",
-    )
+def _create_fix(request, feature: MissionFeature) -> str:
+    return f"fix {feature_create_fix(feature=feature, user=request.user).key}"
+
+
+create_fix = each_action(
+    "create_fix", "Create a fix feature for the last failure", done="Fix created", call=_create_fix
+)
 
 
 FEATURE_ACTIONS = (validate_features, repair_clear, repair_re_run, create_fix, review_features)

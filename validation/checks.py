@@ -1,14 +1,18 @@
 """`manage.py check` reports misconfigured validator profiles (errors) and agent keys
 whose variable is not set in this environment (warnings: the workers may have it)."""
 
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
 from django.core import checks
 
 from validation.profiles import all_profiles, profile_problems, profile_warnings
 
 
 @checks.register()
-def validator_profiles(app_configs, **kwargs):
-    messages = []
+def validator_profiles(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
     for name, profile in all_profiles().items():
         for problem in profile_problems(name, profile):
             messages.append(checks.Error(problem, id="fusion.E001", hint="Fix FUSION_VALIDATORS."))

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from fusion_site.base.snapshots import GIT_TIMEOUT, SnapshotError, git, repository_info, resolve_revision
 from validation.verdict import escape_invisible
@@ -188,6 +188,12 @@ def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
             _write(root, rel, entry, blobs.get(entry.oid, b""))
         else:
             _prune_empty(root, rel)
+
+
+@overload
+def _inside(root: Path, rel: str, *, make: Literal[True]) -> Path: ...
+@overload
+def _inside(root: Path, rel: str, *, make: Literal[False]) -> Path | None: ...
 
 
 def _inside(root: Path, rel: str, *, make: bool) -> Path | None:

@@ -1,4 +1,4 @@
-"""Replay (DESIGN §5.5): re-execute a run's validator with every model, tool, command and
+"""Replay (docs/validators.md, "Journal, resume, replay"): re-execute a run's validator with every model, tool, command and
 check answer served from its journal, then prove the outcome is the recorded one.
 
 A replay never calls out and writes nothing to the database (it reads a temporary
@@ -16,14 +16,23 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from validation import journal
+from fusion_site.base.snapshots import SnapshotError, snapshot
+from validation import journal, protect
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.journal import JournalIntegrityError, JournalMiss
 from validation.models import JournalEntry, RunStatus, ValidatorRun
+from validation.services.admission import feature_assertion_specs, input_fingerprint
+from validation.services.runner import run_assertions
+from validation.validators import judge
 from validation.validators.repair import ReplayDivergence
 from validation.verdict import FrozenContext, HostValidatorDefect, normalize, parse_candidate, run_host_validators
 
-OUTCOME = {RunStatus.PASSED: "pass", RunStatus.FAILED: "fail", RunStatus.BLOCKED: "blocked", RunStatus.ERROR: "error"}
+OUTCOME: dict[str, str] = {
+    RunStatus.PASSED: "pass",
+    RunStatus.FAILED: "fail",
+    RunStatus.BLOCKED: "blocked",
+    RunStatus.ERROR: "error",
+}
 
 
 class Replayer:
@@ -68,9 +77,6 @@ def _recorded_final(run_id: int) -> dict[str, Any] | None:
 def _checkout(run: ValidatorRun, notes: list[str]) -> Iterator[Any]:
     """The run's revision when its workspace is still there (file evidence is re-checked);
     otherwise no checkout, and the report says so."""
-    from fusion_site.base.snapshots import SnapshotError, snapshot
-    from validation import protect
-
     stack = contextlib.ExitStack()
     try:
         path = stack.enter_context(snapshot(run.mission.workspace, run.revision, label=f"replay-{run.pk}"))
@@ -84,8 +90,6 @@ def _checkout(run: ValidatorRun, notes: list[str]) -> Iterator[Any]:
 
 
 def _context(run: ValidatorRun, checkout, replayer: Replayer) -> ValidationContext:
-    from validation.services.runner import run_assertions
-
     feature = run.feature
     return ValidationContext(
         run_id=run.pk,
@@ -116,8 +120,6 @@ def _accept(candidate: dict, frozen: FrozenContext):
 def _fingerprint_note(run: ValidatorRun, ctx: ValidationContext, notes: list[str]) -> None:
     if run.feature is None or not run.input_fingerprint:
         return
-    from validation.services.admission import feature_assertion_specs, input_fingerprint
-
     profile = {"name": run.validator, **run.validator_config}
     now = input_fingerprint(
         revision=run.revision,
@@ -131,8 +133,6 @@ def _fingerprint_note(run: ValidatorRun, ctx: ValidationContext, notes: list[str
 
 def replay_run(run_id: int) -> ReplayReport:
     """Raises JournalIntegrityError when the chain does not verify; otherwise reports."""
-    from validation.validators import judge
-
     run = ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id)
     chain = journal.verify_chain(run_id)
     if not chain.ok:
@@ -161,7 +161,7 @@ def replay_run(run_id: int) -> ReplayReport:
             return _compare_error(run, report, getattr(exc, "code", "host_defect"), str(exc))
     report.tokens = {"in": judgement.tokens_in, "out": judgement.tokens_out}
     final = _recorded_final(run.pk)
-    accepted = bool(final) and final.get("verdict") == "accepted"
+    accepted = final is not None and final.get("verdict") == "accepted"
     if run.status == RunStatus.ERROR and run.error.split(":", 1)[0] == "timeout" and not accepted:
         return _clock_ran_out(run, report, verdict.model_dump())
     return _compare_verdict(run, report, verdict.model_dump(), final)

@@ -4,6 +4,8 @@ and reviews). Constant query counts per page or fragment, whatever the mission's
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
@@ -18,8 +20,16 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
-from missions.selectors import rollup_state, visible_mission_ids
+from missions.selectors import latest_done_task, rollup_state, visible_mission_ids
 from validation.models import FixLineage, Review, RunStatus, ValidatorRun
+
+if TYPE_CHECKING:
+    # Lint-only dependency (django-stubs-ext): names an annotated model for the type checker.
+    from django_stubs_ext import WithAnnotations
+
+# A `.values()` row the dashboard extends with its own keys (rollup, slices, features, ...):
+# django-stubs types each row as a closed TypedDict of the selected fields.
+Row = dict[str, Any]
 
 
 def consecutive_errors(runs: QuerySet[ValidatorRun], *, window: int = 10) -> int:
@@ -49,11 +59,8 @@ def feature_revision(feature) -> str:
     """The revision a feature stands on: the newest of its own tasks' landed revisions and
     the revisions at which its fixes passed. Every path that judges a feature uses this
     (docs/TRUTH.md): a root whose fix passed is never re-judged on its pre-fix code."""
-    from missions.models import TaskStatus
-    from validation.models import FixLineage
-
-    candidates = []
-    task = feature.tasks.filter(status=TaskStatus.DONE).exclude(revision="").order_by("-finished_at", "-id").first()
+    candidates: list[tuple[datetime | None, str]] = []
+    task = latest_done_task(features=feature)
     if task is not None:
         candidates.append((task.finished_at, task.revision))
     fixes = FixLineage.objects.filter(root=feature).values_list("fix_id", flat=True)
@@ -67,7 +74,9 @@ def feature_revision(feature) -> str:
         candidates.append((fixed.completed_at, fixed.revision))
     if not candidates:
         return ""
-    return max(candidates, key=lambda c: c[0])[1]
+    # A done task has finished_at and a passed run completed_at (set by the services that
+    # finish them); the cast only states that, it converts nothing.
+    return max(candidates, key=lambda c: cast(datetime, c[0]))[1]
 
 
 # --- dashboard reads (validation/views) ------------------------------------------------------------------
@@ -77,7 +86,17 @@ TERMINAL_RUN_STATUSES = ("passed", "failed", "blocked", "error")
 ROUNDS_PER_MILESTONE = 40
 
 
-def dashboard_missions(*, user) -> list[Mission]:
+class DashboardCounts(TypedDict):
+    """What `dashboard_missions` annotates on each mission."""
+
+    features_total: int
+    features_passed: int
+    features_blocked: int
+    last_event_at: datetime | None
+    last_event_type: str | None
+
+
+def dashboard_missions(*, user) -> list[WithAnnotations[Mission, DashboardCounts]]:
     """The missions list: progress, blocked count and last activity in one query."""
 
     latest = MissionEvent.objects.filter(mission=OuterRef("pk")).order_by("-seq")
@@ -98,7 +117,7 @@ def dashboard_missions(*, user) -> list[Mission]:
     )
 
 
-def _lineage_roots(features: dict[int, dict]) -> dict[int, int]:
+def _lineage_roots(features: dict[int, Row]) -> dict[int, int]:
     """feature id -> id of the root of its fix lineage (itself when it is no fix)."""
     roots: dict[int, int] = {}
     for fid in features:
@@ -152,20 +171,26 @@ def mission_overview(*, mission: Mission, milestone_id: int | None = None) -> li
 
     With `milestone_id`, only that milestone (the fragment a live update re-renders)."""
 
-    milestones = list(
-        Milestone.objects.filter(mission=mission, **({"pk": milestone_id} if milestone_id else {}))
-        .order_by("order", "id")
-        .values("id", "key", "title", "status", "description")
+    milestones = cast(
+        list[Row],
+        list(
+            Milestone.objects.filter(mission=mission, **({"pk": milestone_id} if milestone_id else {}))
+            .order_by("order", "id")
+            .values("id", "key", "title", "status", "description")
+        ),
     )
     ids = [m["id"] for m in milestones]
-    slices = list(
-        Slice.objects.filter(milestone_id__in=ids)
-        .order_by("order", "id")
-        .values("id", "milestone_id", "key", "title", "status", "activated_at")
+    slices = cast(
+        list[Row],
+        list(
+            Slice.objects.filter(milestone_id__in=ids)
+            .order_by("order", "id")
+            .values("id", "milestone_id", "key", "title", "status", "activated_at")
+        ),
     )
     # Every feature of the mission: fix lineages may cross milestones and their roots carry the budget.
-    features = {
-        f["id"]: f
+    features: dict[int, Row] = {
+        f["id"]: cast(Row, f)
         for f in MissionFeature.objects.filter(mission=mission)
         .order_by("order", "id")
         .values(
@@ -199,7 +224,7 @@ def mission_overview(*, mission: Mission, milestone_id: int | None = None) -> li
     )
     rounds = milestone_rounds(mission_id=mission.pk, milestone_ids=ids)
 
-    by_slice: dict[int, list[dict]] = defaultdict(list)
+    by_slice: dict[int, list[Row]] = defaultdict(list)
     for f in features.values():
         if f["slice__milestone_id"] not in ids:
             continue
@@ -208,7 +233,7 @@ def mission_overview(*, mission: Mission, milestone_id: int | None = None) -> li
         f["is_fix"] = f["generated_from_id"] is not None
         f["running"] = f["id"] in running
         by_slice[f["slice_id"]].append(f)
-    by_milestone: dict[int, list[dict]] = defaultdict(list)
+    by_milestone: dict[int, list[Row]] = defaultdict(list)
     for s in slices:
         s["features"] = by_slice.get(s["id"], [])
         by_milestone[s["milestone_id"]].append(s)
@@ -245,14 +270,17 @@ def mission_assertions(*, mission: Mission) -> list[dict]:
         links[row["assertion_id"]].append(
             {"id": row["feature_id"], "key": row["feature__key"], "loop_state": row["feature__loop_state"]}
         )
-    rows = list(
-        ContractAssertion.objects.filter(mission=mission)
-        .order_by("milestone__order", "milestone_id", "order", "id")
-        .values("id", "key", "title", "statement", "scope", "check_spec", "status", "milestone__key")
+    assertions = cast(
+        list[Row],
+        list(
+            ContractAssertion.objects.filter(mission=mission)
+            .order_by("milestone__order", "milestone_id", "order", "id")
+            .values("id", "key", "title", "statement", "scope", "check_spec", "status", "milestone__key")
+        ),
     )
-    for row in rows:
-        row["features"] = links.get(row["id"], [])
-    return rows
+    for assertion in assertions:
+        assertion["features"] = links.get(assertion["id"], [])
+    return assertions
 
 
 def mission_feed(*, mission: Mission, limit: int = 30) -> list:

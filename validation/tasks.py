@@ -10,6 +10,11 @@ import logging
 import dramatiq
 from django.conf import settings
 
+from validation.services.autopilot import autopilot_advance as advance
+from validation.services.recovery import recover
+from validation.services.runner import execute_run
+from validation.services.task_outcome import task_outcome_process
+
 logger = logging.getLogger(__name__)
 
 RUN_TIME_LIMIT_MS = (settings.FUSION_VALIDATOR_TIMEOUT + 60) * 1000
@@ -17,8 +22,6 @@ RUN_TIME_LIMIT_MS = (settings.FUSION_VALIDATOR_TIMEOUT + 60) * 1000
 
 @dramatiq.actor(max_retries=5, min_backoff=500, max_backoff=10_000, time_limit=120_000, queue_name="fusion")
 def autopilot_advance(mission_id: int) -> None:
-    from validation.services.autopilot import autopilot_advance as advance
-
     # Each step may unlock the next (slice complete -> next slice); loop until it rests.
     for _ in range(20):
         if advance(mission_id=mission_id) not in ("activated", "complete_slice"):
@@ -27,22 +30,16 @@ def autopilot_advance(mission_id: int) -> None:
 
 @dramatiq.actor(max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=120_000, queue_name="fusion")
 def process_task_outcome(task_id: int) -> None:
-    from validation.services.task_outcome import task_outcome_process
-
     task_outcome_process(task_id=task_id)
 
 
 @dramatiq.actor(max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=RUN_TIME_LIMIT_MS, queue_name="fusion")
 def run_validator(run_id: int) -> None:
-    from validation.services.runner import execute_run
-
     execute_run(run_id)
 
 
 @dramatiq.actor(max_retries=0, time_limit=300_000, queue_name="fusion")
 def recovery_sweep(startup: bool = False) -> None:
-    from validation.services.recovery import recover
-
     report = recover(startup=startup)
     if any(report.values()):
         logger.info("recovery sweep: %s", report)

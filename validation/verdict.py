@@ -20,17 +20,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MAX_TEXT = 20_000
 
+# One assertion's (or a whole verdict's) outcome, and what an evidence item is.
+Outcome = Literal["pass", "fail", "blocked"]
+EvidenceKind = Literal["file", "command", "test-output", "other"]
+
 
 class Evidence(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["file", "command", "test-output", "other"]
+    kind: EvidenceKind
     text: str = Field(max_length=MAX_TEXT)
 
 
 class AssertionVerdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str
-    verdict: Literal["pass", "fail", "blocked"]
+    verdict: Outcome
     message: str = Field(default="", max_length=MAX_TEXT)
     expected: str = Field(default="", max_length=MAX_TEXT)
     actual: str = Field(default="", max_length=MAX_TEXT)
@@ -39,7 +43,7 @@ class AssertionVerdict(BaseModel):
 
 class Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    status: Literal["pass", "fail", "blocked"]
+    status: Outcome
     summary: str = Field(default="", max_length=MAX_TEXT)
     blocked_reason: str = Field(default="", max_length=MAX_TEXT)
     assertions: list[AssertionVerdict]

@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 # Only these survive the scrub; everything else (SECRET_KEY, DATABASE_URL, API keys, …)
 # never reaches a command the host runs.
@@ -118,7 +119,7 @@ def run_command(
     )
 
 
-def _tail(fh, limit: int) -> tuple[str, bool]:
+def _tail(fh: IO[bytes], limit: int) -> tuple[str, bool]:
     size = fh.seek(0, os.SEEK_END)
     truncated = size > limit
     fh.seek(max(size - limit, 0))
@@ -126,7 +127,7 @@ def _tail(fh, limit: int) -> tuple[str, bool]:
     return (f"[… output truncated, last {limit} bytes shown]\n" + text if truncated else text), truncated
 
 
-def _search_all(fh, pattern: str) -> bool:
+def _search_all(fh: IO[bytes], pattern: str) -> bool:
     # The whole output, not the tail: "RESULT: OK" followed by a long log still matched.
     fh.seek(0)
     return re.search(pattern, fh.read().decode("utf-8", errors="replace")) is not None

@@ -209,7 +209,7 @@ def _remove_tree(path: Path) -> None:
         path.unlink()
         return
 
-    def retry(func, name, _exc_info) -> None:
+    def retry(func: Callable[..., object], name: str, _exc_info: object) -> None:
         # A check may have taken the permissions off a folder of its copy.
         if func is os.rmdir and os.path.abspath(name) == os.path.abspath(path):
             return  # its parent is the snapshot root, never ours to change
@@ -302,7 +302,10 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]], workspaces: Iterable
 
 
 def _is_live(folder: Path, live_labels: set[str]) -> bool:
-    label = SNAPSHOT_NAME.match(folder.name).group(1)
+    named = SNAPSHOT_NAME.match(folder.name)
+    if named is None:  # the callers pass only snapshot names; anything else is never ours to remove
+        return True
+    label = named.group(1)
     if label in live_labels:
         return True
     if label.startswith("replay-"):

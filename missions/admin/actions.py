@@ -16,7 +16,8 @@ from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
 from missions.admin.forms import ReasonForm, TaskCompleteForm
-from missions.admin.helpers import run_each
+from missions.admin.helpers import each_action, run_each
+from missions.models import Task
 from missions.services import lifecycle
 from missions.services import tasks as task_services
 
@@ -63,60 +64,37 @@ def _mission_note(mission) -> str:
     return f"now {mission.status}, autopilot {'on' if mission.autopilot else 'off'}"
 
 
-@admin.action(description="Activate selected missions", permissions=["change"])
-def activate_missions(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Activated",
-        fn=lambda m: _mission_note(lifecycle.mission_activate(mission=m, user=request.user)),
+def _mission_action(name: str, description: str, done: str, service: Callable[..., Any], **options: Any):
+    """A one-click action calling the lifecycle `service` for each selected mission."""
+    return each_action(
+        name,
+        description,
+        done=done,
+        call=lambda request, m: _mission_note(service(mission=m, user=request.user, **options)),
     )
 
 
-@admin.action(description="Pause selected missions", permissions=["change"])
-def pause_missions(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Paused",
-        fn=lambda m: _mission_note(lifecycle.mission_pause(mission=m, user=request.user)),
-    )
-
-
-@admin.action(description="Resume selected missions (all-or-nothing)", permissions=["change"])
-def resume_missions(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Resumed",
-        fn=lambda m: _mission_note(lifecycle.mission_resume(mission=m, user=request.user)),
-    )
-
-
-@admin.action(description="Start the autopilot of selected missions", permissions=["change"])
-def autopilot_on(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Autopilot started",
-        fn=lambda m: _mission_note(lifecycle.mission_set_autopilot(mission=m, user=request.user, enabled=True)),
-    )
-
-
-@admin.action(description="Stop the autopilot of selected missions", permissions=["change"])
-def autopilot_off(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Autopilot stopped",
-        fn=lambda m: _mission_note(lifecycle.mission_set_autopilot(mission=m, user=request.user, enabled=False)),
-    )
-
+activate_missions = _mission_action(
+    "activate_missions", "Activate selected missions", "Activated", lifecycle.mission_activate
+)
+pause_missions = _mission_action("pause_missions", "Pause selected missions", "Paused", lifecycle.mission_pause)
+resume_missions = _mission_action(
+    "resume_missions", "Resume selected missions (all-or-nothing)", "Resumed", lifecycle.mission_resume
+)
+autopilot_on = _mission_action(
+    "autopilot_on",
+    "Start the autopilot of selected missions",
+    "Autopilot started",
+    lifecycle.mission_set_autopilot,
+    enabled=True,
+)
+autopilot_off = _mission_action(
+    "autopilot_off",
+    "Stop the autopilot of selected missions",
+    "Autopilot stopped",
+    lifecycle.mission_set_autopilot,
+    enabled=False,
+)
 
 MISSION_ACTIONS = (activate_missions, pause_missions, resume_missions, autopilot_on, autopilot_off)
 
@@ -124,15 +102,11 @@ MISSION_ACTIONS = (activate_missions, pause_missions, resume_missions, autopilot
 # --- tasks ---------------------------------------------------------------------------------
 
 
-@admin.action(description="Start selected tasks", permissions=["change"])
-def start_tasks(modeladmin, request, queryset):
-    run_each(
-        modeladmin,
-        request,
-        queryset,
-        done="Started",
-        fn=lambda t: f"now {task_services.task_start(user=request.user, task=t).status}",
-    )
+def _start_task(request, task: Task) -> str:
+    return f"now {task_services.task_start(user=request.user, task=task).status}"
+
+
+start_tasks = each_action("start_tasks", "Start selected tasks", done="Started", call=_start_task)
 
 
 @admin.action(description="Complete selected tasks (asks for the revision)", permissions=["change"])

@@ -7,6 +7,9 @@ in the admin's transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from django.contrib import admin
 from django.db import models
 
@@ -88,6 +91,9 @@ class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, adm
         ("Record", {"fields": TIMESTAMPS}),
     )
     inlines = (FeatureAssertionInline, TaskInline)
+    # None of its own (ModelAdmin's default): validation.admin_features.LoopFeatureAdmin
+    # extends these with the loop's actions.
+    actions: Sequence[Callable[..., Any]] = ()
 
     @admin.display(description="milestone")
     def milestone_link(self, obj):

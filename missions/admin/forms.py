@@ -3,12 +3,15 @@ for before they act (a task's revision, an operator's reason)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.forms.models import BaseInlineFormSet
 
 from missions.admin.helpers import related
+from missions.checks_spec import pattern_problems
 from missions.errors import Invalid
 from missions.models import (
     AssertionScope,
@@ -62,8 +65,6 @@ class MissionForm(forms.ModelForm):
         }
 
     def clean_protected_paths(self):
-        from missions.checks_spec import pattern_problems
-
         value = self.cleaned_data.get("protected_paths")
         if value in (None, ""):  # an emptied field protects nothing
             return []
@@ -72,8 +73,9 @@ class MissionForm(forms.ModelForm):
             raise forms.ValidationError(problems)
         return value
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean() returns
         base = cleaned.get("base_revision", self.instance.base_revision)
         if cleaned.get("protected_paths") and not (base or "").strip():
             self.add_error("base_revision", "Set a base revision: protected paths are restored from it.")
@@ -90,8 +92,9 @@ class MissionScopedForm(forms.ModelForm):
 
     parent_field = ""
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean() returns
         instance = self.instance
         parent = cleaned.get(self.parent_field) or related(instance, self.parent_field)
         mission_id = mission_id_of(parent)
@@ -117,7 +120,7 @@ class MilestoneForm(MissionScopedForm):
         model = Milestone
         fields = ["mission", "key", "title", "description", "order", "status", "validation_state", "dependencies"]
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         mission = cleaned.get("mission") or related(self.instance, "mission")
         if "dependencies" in cleaned and mission is not None:
@@ -171,7 +174,7 @@ class ContractAssertionForm(MissionScopedForm):
         model = ContractAssertion
         fields = ["milestone", "key", "title", "statement", "scope", "check_spec", "status", "order"]
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         if (
             cleaned.get("scope") == AssertionScope.MILESTONE
@@ -191,9 +194,9 @@ class FeatureAssertionForm(forms.ModelForm):
         # FeatureAssertion.clean() dereferences both foreign keys; when one is missing the
         # form already carries a field error for it, which is what the user must see.
         try:
-            super()._post_clean()
+            super()._post_clean()  # type: ignore[misc]  # private ModelForm hook the stubs omit
         except ObjectDoesNotExist:
-            if not self._errors:
+            if not self.errors:  # cleaning is under way: this is the form's `_errors`, no re-clean
                 raise
 
 
@@ -215,8 +218,9 @@ class TaskForm(forms.ModelForm):
             "finished_at",
         ]
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean() returns
         mission, feature = cleaned.get("mission"), cleaned.get("feature")
         if mission and feature and feature.mission_id != mission.pk:
             self.add_error("feature", "The feature belongs to another mission.")
@@ -237,9 +241,10 @@ class MissionKeyInlineFormSet(BaseInlineFormSet):
 
     def clean(self):
         super().clean()
-        seen: set[str] = set()
+        seen: set[str | None] = set()
         for form in self.forms:
-            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
+            # _should_delete_form: private BaseFormSet API the stubs omit.
+            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):  # type: ignore[attr-defined]
                 continue
             key = form.cleaned_data.get("key")
             if key and key in seen:

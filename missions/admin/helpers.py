@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib import admin, messages
 from django.db import models, transaction
@@ -16,8 +16,18 @@ from django.utils.html import format_html, format_html_join
 from missions.errors import DomainError
 from missions.models import FeatureAssertion
 from missions.services.rollup import milestone_rollup_refresh
+from missions.transitions.progress import milestone_inputs_changed
 
 logger = logging.getLogger(__name__)
+
+_M = TypeVar("_M", bound=models.Model)
+
+if TYPE_CHECKING:
+    # The mixins below extend ModelAdmin methods (super().save_model(), self.model, ...);
+    # at run time they stay plain classes in front of admin.ModelAdmin in each admin's bases.
+    _ModelAdminBase = admin.ModelAdmin[Any]
+else:
+    _ModelAdminBase = object
 
 TIMESTAMPS = ("created_at", "updated_at")
 
@@ -37,8 +47,9 @@ def admin_link(obj: models.Model | None, label: Any = None) -> str:
     return format_html('<a href="{}">{}</a>', url, obj if label is None else label)
 
 
-def related(obj: models.Model, name: str) -> models.Model | None:
-    """`obj.<name>` for a foreign key, None while it is unset (unsaved add forms)."""
+def related(obj: models.Model, name: str) -> Any:
+    """`obj.<name>` for a foreign key, None while it is unset (unsaved add forms). Typed
+    Any: the model it returns depends on `name`."""
     if getattr(obj, f"{name}_id", None) is None:
         return None
     return getattr(obj, name)
@@ -83,7 +94,7 @@ class LinkDisplays:
     feature_link = link_display("feature", ordering="feature__key")
 
 
-class SaveChangedFieldsMixin:
+class SaveChangedFieldsMixin(_ModelAdminBase):
     """An admin edit writes the fields its form changed (and `updated_at`), never the
     state columns that the loop or a worker may have written since the page loaded the row."""
 
@@ -104,8 +115,6 @@ class SaveChangedFieldsMixin:
 def refresh_rollups(milestone_ids: Iterable[int | None]) -> None:
     """An admin write changed what these milestones are judged by: new rollups, and a
     complete milestone is complete no more (docs/TRUTH.md)."""
-    from missions.transitions.progress import milestone_inputs_changed
-
     ids = {pk for pk in milestone_ids if pk is not None}
     if ids:
         milestone_rollup_refresh(milestone_ids=ids)
@@ -125,7 +134,7 @@ def formsets_changed(formsets: Iterable[Any], model: type[models.Model] | None =
     )
 
 
-class RollupRefreshMixin:
+class RollupRefreshMixin(_ModelAdminBase):
     """Recompute the rollup of every milestone whose inputs an admin save or delete touched.
 
     `rollup_milestone_ids(queryset)` names the milestones that depend on the rows; they are
@@ -180,14 +189,12 @@ def error_message(obj: models.Model, exc: DomainError) -> str:
     return format_html("{}: {}<ul>{}</ul>", obj, exc.detail, items)
 
 
-def run_each(
-    modeladmin, request, queryset: Iterable[models.Model], fn: Callable[[models.Model], str | None], *, done: str
-) -> list[models.Model]:
+def run_each(modeladmin, request, queryset: Iterable[_M], fn: Callable[[_M], str | None], *, done: str) -> list[_M]:
     """Call `fn` (a service call) for every object; refusals become error messages, one
     success message lists what worked, each success is written to the admin history.
     Never lets an exception reach the changelist."""
     succeeded: list[str] = []
-    changed: list[models.Model] = []
+    changed: list[_M] = []
     for obj in queryset:
         try:
             note = fn(obj)
@@ -204,3 +211,14 @@ def run_each(
     if succeeded:
         messages.success(request, f"{done}: {', '.join(succeeded)}")
     return changed
+
+
+def each_action(name: str, description: str, *, done: str, call: Callable[[Any, _M], str | None]):
+    """A one-click admin action named `name`: `call(request, obj)` (a service call that
+    returns a note) for every selected object, through `run_each`."""
+
+    def action(modeladmin, request, queryset):
+        run_each(modeladmin, request, queryset, done=done, fn=lambda obj: call(request, obj))
+
+    action.__name__ = name
+    return admin.action(description=description, permissions=["change"])(action)

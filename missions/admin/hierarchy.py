@@ -3,6 +3,7 @@ autopilot) are actions that call the lifecycle services; the status is read-only
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
@@ -20,6 +21,7 @@ from missions.admin.helpers import (
 from missions.admin.inlines import ContractAssertionInline, FeatureInline, MilestoneInline, SliceInline
 from missions.events import audience, revoke_on_commit
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, MissionStatus, Slice
+from missions.services import lifecycle
 
 
 @admin.register(Mission)
@@ -58,11 +60,9 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     @admin.display(description="blocks a resume")
     def resume_blockers(self, obj):
         """Blocked features a resume cannot clear: each needs a repair first."""
-        from missions.services.lifecycle import resume_blockers
-
         if obj is None or obj.pk is None or obj.status not in (MissionStatus.PAUSED, MissionStatus.BLOCKED):
             return "-"
-        blockers = resume_blockers(obj)
+        blockers = lifecycle.resume_blockers(obj)
         if not blockers:
             return "nothing: a resume re-arms the mission"
         features = {f.pk: f for f in MissionFeature.objects.filter(pk__in=[b["feature"] for b in blockers])}
@@ -132,7 +132,7 @@ class MilestoneAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, a
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
         field = form.base_fields.get("dependencies")
-        if field is not None and obj is not None:
+        if isinstance(field, forms.ModelChoiceField) and obj is not None:  # the M2M field, when shown
             field.queryset = Milestone.objects.filter(mission_id=obj.mission_id).exclude(pk=obj.pk)
         return form
 

@@ -9,6 +9,7 @@ from missions.admin.actions import TASK_ACTIONS
 from missions.admin.forms import TaskForm
 from missions.admin.helpers import TIMESTAMPS, LinkDisplays, SaveChangedFieldsMixin, preformatted, pretty_json
 from missions.models import MissionEvent, Task
+from missions.services.tasks import task_create
 
 
 @admin.register(Task)
@@ -65,8 +66,6 @@ class TaskAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
             return
         # A new task goes through the service: it links the feature (idle -> implementing),
         # takes the mission's executor, and starts by itself with the `command` executor.
-        from missions.services.tasks import task_create
-
         task = task_create(
             user=request.user, title=obj.title, prompt=obj.prompt, feature=obj.feature, mission=obj.mission
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -65,8 +65,8 @@ def exception_handler(exc, context):
         return None
     code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), "error")
     if isinstance(exc, exceptions.ValidationError):
-        fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        response.data = {"code": code, "detail": _first_message(fields), "fields": fields}
+        errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        response.data = {"code": code, "detail": _first_message(errors), "fields": errors}
     else:
         response.data = {"code": code, "detail": str(getattr(exc, "detail", exc)), "fields": {}}
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
@@ -106,8 +106,6 @@ class JsonApiErrorsMiddleware:
             and not response.get("Content-Type", "").startswith("application/json")
             and not getattr(response, "streaming", False)
         ):
-            from django.http import JsonResponse
-
             code = _STATUS_CODES.get(response.status_code, "error")
             replaced = JsonResponse(
                 {"code": code, "detail": code.replace("_", " "), "fields": {}}, status=response.status_code

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import action
@@ -11,12 +13,20 @@ from rest_framework.response import Response
 from missions.api.serializers import MissionSerializer
 from missions.services.lifecycle import mission_activate, mission_pause, mission_resume, mission_set_autopilot
 
+if TYPE_CHECKING:
+    from rest_framework.generics import GenericAPIView
+
+    # Mixed in front of the mission viewset (self.get_object()); at run time a plain class.
+    _GenericViewBase = GenericAPIView[Any]
+else:
+    _GenericViewBase = object
+
 
 class AutopilotSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
 
 
-class MissionLifecycleActions:
+class MissionLifecycleActions(_GenericViewBase):
     """Mixed into the mission viewset: activate, pause, resume, autopilot."""
 
     def _lifecycle(self, request, fn, **kwargs):

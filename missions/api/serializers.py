@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import validate_slug
 from rest_framework import serializers
 
+from missions.checks_spec import check_spec_problems, pattern_problems
 from missions.errors import Invalid
 from missions.models import (
     ContractAssertion,
@@ -36,14 +41,12 @@ class VisiblePK(serializers.PrimaryKeyRelatedField):
 
 
 class CheckField(serializers.JSONField):
-    """A deterministic check: one of the shapes of DESIGN §5.1."""
+    """A deterministic check: one of the shapes of README.md, "Mission files" (checks)."""
 
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         if value is None:
             return None
-        from missions.checks_spec import check_spec_problems
-
         problems = check_spec_problems(value)
         if problems:
             raise serializers.ValidationError(problems)
@@ -52,7 +55,7 @@ class CheckField(serializers.JSONField):
 
 class MissionSerializer(serializers.ModelSerializer):
     members = serializers.PrimaryKeyRelatedField(many=True, required=False, queryset=get_user_model().objects.all())
-    owner = serializers.PrimaryKeyRelatedField(read_only=True)
+    owner = serializers.PrimaryKeyRelatedField[AbstractBaseUser](read_only=True)
 
     class Meta:
         model = Mission
@@ -81,8 +84,6 @@ class MissionSerializer(serializers.ModelSerializer):
         read_only_fields = ["status", "status_reason", "autopilot", "owner", "created_at", "updated_at"]
 
     def validate_protected_paths(self, value):
-        from missions.checks_spec import pattern_problems
-
         problems = pattern_problems(value)
         if problems:
             raise serializers.ValidationError(problems)
@@ -124,7 +125,7 @@ class MilestoneSerializer(serializers.ModelSerializer):
         read_only_fields = ["status", "validation_state", "created_at", "updated_at"]
         # The (mission, key) constraint is reported by the service as `duplicate_key`,
         # like every other kind; DRF's generic unique-together message would differ.
-        validators = []
+        validators: list[Callable[[dict[str, Any]], None]] = []
 
     def validate(self, attrs):
         if self.instance is not None and "mission" in attrs and attrs["mission"].pk != self.instance.mission_id:
@@ -207,7 +208,7 @@ class FeatureSerializer(serializers.ModelSerializer):
 class AssertionSerializer(serializers.ModelSerializer):
     milestone = VisiblePK(model=Milestone, mission_path="mission")
     check = CheckField(source="check_spec", required=False, allow_null=True)
-    features = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    features = serializers.PrimaryKeyRelatedField[MissionFeature](many=True, read_only=True)
 
     class Meta:
         model = ContractAssertion
@@ -227,7 +228,7 @@ class AssertionSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["mission", "status", "created_at", "updated_at"]
-        # Human keys are slugs (DESIGN §3): they travel in prompts, verdicts and files.
+        # Human keys are slugs (README.md, "Mission files"): they travel in prompts, verdicts and files.
         extra_kwargs = {"key": {"validators": [validate_slug]}}
 
 

@@ -8,7 +8,9 @@ with the same rule as `missions.services.rollup`.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
+
+from django.db.models import QuerySet
 
 from missions.models import (
     AssertionScope,
@@ -20,6 +22,10 @@ from missions.models import (
     Slice,
 )
 from missions.selectors import rollup_state
+
+# A `.values()` row the tree extends with its own keys (rollup, slices, features, ...):
+# django-stubs types each row as a closed TypedDict of the selected fields.
+Row = dict[str, Any]
 
 FEATURE_FIELDS = (
     "id",
@@ -38,11 +44,14 @@ FEATURE_FIELDS = (
 )
 
 
-def _assertion_rows(mission: Mission) -> tuple[list[dict], dict[int, list[str]], set[int]]:
-    assertions = list(
-        ContractAssertion.objects.filter(mission=mission)
-        .order_by("milestone_id", "order", "id")
-        .values("id", "milestone_id", "key", "scope", "status")
+def _assertion_rows(mission: Mission) -> tuple[list[Row], dict[int, list[str]], set[int]]:
+    assertions = cast(
+        list[Row],
+        list(
+            ContractAssertion.objects.filter(mission=mission)
+            .order_by("milestone_id", "order", "id")
+            .values("id", "milestone_id", "key", "scope", "status")
+        ),
     )
     keys = {a["id"]: a["key"] for a in assertions}
     by_feature: dict[int, list[str]] = defaultdict(list)
@@ -57,7 +66,7 @@ def _assertion_rows(mission: Mission) -> tuple[list[dict], dict[int, list[str]],
     return assertions, by_feature, linked
 
 
-def _rollups(assertions: list[dict], linked: set[int]) -> dict[int, dict[str, Any]]:
+def _rollups(assertions: list[Row], linked: set[int]) -> dict[int, dict[str, Any]]:
     counts: dict[int, dict[str, int]] = defaultdict(
         lambda: dict.fromkeys(("total", "passed", "failed", "blocked", "pending", "unlinked"), 0)
     )
@@ -82,28 +91,30 @@ def mission_tree(*, mission: Mission) -> dict[str, Any]:
         "pending": 0,
         "unlinked": 0,
     }
-    features_by_slice: dict[int, list[dict]] = defaultdict(list)
+    features_by_slice: dict[int, list[Row]] = defaultdict(list)
     for f in MissionFeature.objects.filter(mission=mission).order_by("slice_id", "order", "id").values(*FEATURE_FIELDS):
         f["assertions"] = keys_by_feature.get(f["id"], [])
         f["budget_left"] = max(mission.retry_budget - f["fix_rounds"], 0)
         features_by_slice[f.pop("slice_id")].append(f)
-    slices_by_milestone: dict[int, list[dict]] = defaultdict(list)
-    for sl in (
+    slices_by_milestone: dict[int, list[Row]] = defaultdict(list)
+    slices = (
         Slice.objects.filter(mission=mission)
         .order_by("milestone_id", "order", "id")
         .values("id", "milestone_id", "key", "title", "status", "activated_at")
-    ):
+    )
+    for sl in cast("QuerySet[Slice, Row]", slices):
         sl["features"] = features_by_slice.get(sl["id"], [])
         slices_by_milestone[sl.pop("milestone_id")].append(sl)
     assertion_keys: dict[int, list[str]] = defaultdict(list)
     for a in assertions:
         assertion_keys[a["milestone_id"]].append(a["key"])
-    milestones = []
-    for m in (
+    milestones: list[Row] = []
+    milestone_rows = (
         Milestone.objects.filter(mission=mission)
         .order_by("order", "id")
         .values("id", "key", "title", "status", "validation_state", "order")
-    ):
+    )
+    for m in cast("QuerySet[Milestone, Row]", milestone_rows):
         m["rollup"] = rollups.get(m["id"], empty)
         m["assertions"] = assertion_keys.get(m["id"], [])
         m["slices"] = slices_by_milestone.get(m["id"], [])

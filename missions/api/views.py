@@ -7,8 +7,11 @@ see all), so someone else's object answers 404, never 403.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
+import yaml
 from django.db import transaction
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
@@ -22,14 +25,24 @@ from missions import selectors
 from missions.api import serializers as s
 from missions.api.lifecycle import MissionLifecycleActions
 from missions.api.parsers import YAMLParser
+from missions.api.tree import mission_tree
 from missions.errors import Forbidden, Invalid
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
 from missions.selectors import milestone_rollup
-from missions.services import hierarchy
+from missions.services import files, hierarchy
 from missions.services import tasks as task_services
 
+if TYPE_CHECKING:
+    from rest_framework.generics import GenericAPIView
 
-class MissionScoped:
+    # MissionScoped is mixed in front of a DRF generic view (self.request, get_queryset());
+    # at run time it stays a plain class.
+    _GenericViewBase = GenericAPIView[Any]
+else:
+    _GenericViewBase = object
+
+
+class MissionScoped(_GenericViewBase):
     """Limits every query to the user's missions through `mission_path` (so another
     user's object answers 404). Also used by the validation floor's viewsets."""
 
@@ -38,7 +51,8 @@ class MissionScoped:
     def get_queryset(self):
         visible = selectors.visible_missions(user=self.request.user).values("pk")
         lookup = f"{self.mission_path}__in" if self.mission_path else "pk__in"
-        return self.queryset.filter(**{lookup: visible})
+        # GenericAPIView.get_queryset(): the view's `queryset`, re-evaluated per request.
+        return super().get_queryset().filter(**{lookup: visible})
 
 
 class MissionScopedViewSet(MissionScoped, viewsets.ModelViewSet):
@@ -85,25 +99,26 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
     )
     @action(detail=True, methods=["get"])
     def tree(self, request, pk=None):
-        from missions.api.tree import mission_tree
-
         return Response(mission_tree(mission=self.get_object()))
 
     # A YAML document is a mapping once read (schema validators parse YAML bodies): describe it as one.
     @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def export(self, request, pk=None):
-        from django.http import HttpResponse
-
-        from missions.services import files
-
         text = files.mission_export(mission=self.get_object())
         response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{self.get_object().key}.yaml"'
         return response
 
+    # The body is a mission file, YAML or JSON: the JSON schema its pydantic declaration
+    # generates, inlined (as components, its choice sets would rename the API's enums).
+    from missions.services.files import mission_file_json_schema as _mission_file_schema
+
     @extend_schema(
-        request={"application/yaml": str, "application/json": dict},
+        request={
+            "application/yaml": _mission_file_schema(inline=True),
+            "application/json": _mission_file_schema(inline=True),
+        },
         responses={201: s.MissionSerializer, 200: s.MissionSerializer},
     )
     @action(detail=False, methods=["post"], url_path="import", parser_classes=[YAMLParser, JSONParser])
@@ -111,8 +126,6 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         if not isinstance(request.data, (dict, str)) or not request.data:
             raise Invalid("send a mission file as YAML or JSON", code="invalid_mission_file")
         _refuse_relative_workspace(request.data)
-        from missions.services import files
-
         # Visibility of an existing key and "created or updated" are decided inside the
         # import's transaction: a check made here first would race with a concurrent import.
         result = files.mission_file_import(document=request.data, user=request.user)
@@ -132,8 +145,6 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
 def _document_mission(data) -> dict:
     """The `mission` mapping of a posted file, or {} (the importer reports what is wrong)."""
     if isinstance(data, str):
-        import yaml
-
         try:
             data = yaml.safe_load(data)
         except yaml.YAMLError:

@@ -1,5 +1,7 @@
 """The demo's real Python project (a tiny shop) and its mission file."""
 
+from typing import Any
+
 TESTS = {
     "shop/__init__.py": "",
     "tests/__init__.py": "",
@@ -25,7 +27,8 @@ def unittest_check(test: str) -> dict:
     return {"run": f"python -m unittest -q {test}", "timeout": 60}
 
 
-MISSION = {
+# A mission file as the importer reads it (README.md, "Mission files").
+MISSION: dict[str, Any] = {
     "mission": {
         "key": "demo",
         "title": "Demo: a tiny shop",

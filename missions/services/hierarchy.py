@@ -76,8 +76,8 @@ def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
         mission.members.set(members)
     publish_on_commit(
         mission,
-        "mission:updated",
-        {"mission": mission.pk, "status": mission.status, "change": "created"},
+        "mission:created",
+        {"mission": mission.pk, "status": mission.status},
         actor_id=getattr(user, "pk", None),
     )
     return mission
@@ -155,8 +155,8 @@ def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone
     milestone.dependencies.set(deps)
     publish_on_commit(
         mission,
-        "mission:updated",
-        {"mission": mission.pk, "status": mission.status, "change": "milestone_created", "milestone": milestone.pk},
+        "milestone:created",
+        {"mission": mission.pk, "milestone": milestone.pk, "key": milestone.key, "status": milestone.status},
         actor_id=getattr(user, "pk", None),
     )
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
@@ -180,8 +180,8 @@ def slice_create(*, user, milestone: Milestone, **fields: Any) -> Slice:
     slice_.save()
     publish_on_commit(
         milestone.mission_id,
-        "mission:updated",
-        {"mission": milestone.mission_id, "change": "slice_created", "slice": slice_.pk},
+        "slice:created",
+        {"mission": milestone.mission_id, "slice": slice_.pk, "milestone": milestone.pk, "key": slice_.key},
         actor_id=getattr(user, "pk", None),
     )
     return slice_

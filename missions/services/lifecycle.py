@@ -1,5 +1,6 @@
 """Mission lifecycle (docs/ARCHITECTURE.md, "State machines"): activate, pause, resume
-(all-or-nothing), autopilot."""
+(all-or-nothing), autopilot. Status moves are the mission machine's
+(`missions.transitions.mission`); switching the autopilot is `mission:autopilot`."""
 
 from __future__ import annotations
 
@@ -8,21 +9,23 @@ from django.utils import timezone
 
 from missions import hooks
 from missions.errors import Conflict
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
-from missions.transitions.loop import feature_transition
 from missions.models import LoopState, Mission, MissionFeature, MissionStatus, StopReason
+from missions.transitions.loop import feature_transition
+from missions.transitions.mission import mission_transition
 
 # A resume cannot clear these: they need a repair (clear / re-run) of the feature itself.
 HARD_BLOCKS = (StopReason.BUDGET_EXHAUSTED, StopReason.VALIDATOR_UNAVAILABLE, StopReason.FINGERPRINT)
 
 
-def _set_status(mission: Mission, new: str, *, allowed_from: tuple[str, ...], user, change: str, **extra) -> Mission:
+def _set_status(mission: Mission, new: str, *, allowed_from: tuple[str, ...], user, cause: str, change: str) -> Mission:
     with transaction.atomic():
-        updated = Mission.objects.filter(pk=mission.pk, status__in=allowed_from).update(
-            status=new, status_reason="", updated_at=timezone.now(), **extra
-        )
-        if not updated:
+        lock_mission(mission.pk)
+        old = Mission.objects.filter(pk=mission.pk).values_list("status", flat=True).get()
+        if old not in allowed_from or not mission_transition(
+            mission=mission.pk, old=old, new=new, cause=cause, actor_id=getattr(user, "pk", None)
+        ):
             mission.refresh_from_db()
             raise Conflict(
                 f"a {mission.status} mission cannot be {change}",
@@ -30,12 +33,6 @@ def _set_status(mission: Mission, new: str, *, allowed_from: tuple[str, ...], us
                 extra={"status": mission.status},
             )
         mission.refresh_from_db()
-        publish_on_commit(
-            mission,
-            "mission:updated",
-            {"mission": mission.pk, "status": new, "change": change},
-            actor_id=getattr(user, "pk", None),
-        )
         _kick_autopilot(mission)
     return mission
 
@@ -51,6 +48,7 @@ def mission_activate(*, mission: Mission, user) -> Mission:
         MissionStatus.ACTIVE,
         allowed_from=(MissionStatus.PLANNING, MissionStatus.BLOCKED),
         user=user,
+        cause="activate",
         change="activated",
     )
 
@@ -61,6 +59,7 @@ def mission_pause(*, mission: Mission, user) -> Mission:
         MissionStatus.PAUSED,
         allowed_from=(MissionStatus.ACTIVE, MissionStatus.BLOCKED),
         user=user,
+        cause="pause",
         change="paused",
     )
 
@@ -106,6 +105,7 @@ def mission_resume(*, mission: Mission, user) -> Mission:
         MissionStatus.ACTIVE,
         allowed_from=(MissionStatus.PAUSED, MissionStatus.BLOCKED),
         user=user,
+        cause="resume",
         change="resumed",
     )
 
@@ -116,13 +116,8 @@ def mission_set_autopilot(*, mission: Mission, user, enabled: bool) -> Mission:
     mission.refresh_from_db()
     publish_on_commit(
         mission,
-        "mission:updated",
-        {
-            "mission": mission.pk,
-            "status": mission.status,
-            "autopilot": enabled,
-            "change": "autopilot_started" if enabled else "autopilot_stopped",
-        },
+        "mission:autopilot",
+        {"mission": mission.pk, "status": mission.status, "enabled": enabled},
         actor_id=getattr(user, "pk", None),
     )
     _kick_autopilot(mission)

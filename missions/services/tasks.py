@@ -2,6 +2,7 @@
 
 Creating a task links it to its feature and moves an idle feature to `implementing`.
 Completing it records the revision and, after commit, announces `hooks.task_completed`, which the validation floor judges.
+Status moves are the task machine's (`missions.transitions.task`).
 """
 
 from __future__ import annotations
@@ -15,28 +16,49 @@ from missions import hooks
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
-from missions.transitions.loop import feature_transition
 from missions.models import Executor, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.transitions.loop import feature_transition
+from missions.transitions.task import EVENT as TASK_EVENT
+from missions.transitions.task import task_transition
+
+
+def _task_payload(task: Task, *, revision: str | None = None, revision_name: str | None = None, **extra) -> dict:
+    """What a `task:updated` event says of the task besides its status (`revision` and
+    `revision_name` as they are after the change)."""
+    revision = task.revision if revision is None else revision
+    revision_name = task.revision_name if revision_name is None else revision_name
+    return {
+        "feature": task.feature_id,
+        "revision": revision,
+        **({"revision_name": revision_name} if revision_name and revision_name != revision else {}),
+        **extra,
+    }
 
 
 def _task_event(task: Task, actor_id: int | None, **extra) -> None:
     publish_on_commit(
         task.mission_id,
-        "task:updated",
-        {
-            "task": task.pk,
-            "feature": task.feature_id,
-            "status": task.status,
-            "revision": task.revision,
-            **(
-                {"revision_name": task.revision_name}
-                if task.revision_name and task.revision_name != task.revision
-                else {}
-            ),
-            **extra,
-        },
+        TASK_EVENT,
+        {"task": task.pk, "status": task.status, **_task_payload(task, **extra)},
         actor_id=actor_id,
     )
+
+
+def _move(task: Task, *, new: str, cause: str, user, verb: str, fields: dict, **payload) -> None:
+    """Move a task that is locked (under its mission's lock) and known to be in a state
+    that may move: a lost compare-and-swap cannot happen, and would be refused as the
+    state it found."""
+    if not task_transition(
+        task=task,
+        old=task.status,
+        new=new,
+        cause=cause,
+        actor_id=getattr(user, "pk", None),
+        fields=fields,
+        payload=_task_payload(task, **payload),
+    ):
+        task.refresh_from_db()
+        raise Conflict(f"a {task.status} task cannot {verb}", code="illegal_task_state")
 
 
 def task_prompt_for(feature: MissionFeature) -> str:
@@ -95,11 +117,15 @@ def task_start(*, user, task: Task) -> Task:
         raise Conflict(f"a {task.status} task cannot be started", code="illegal_task_state")
     if task.mission.status != MissionStatus.ACTIVE:
         raise Conflict("the mission is not active; activate or resume it first", code="mission_not_active")
-    Task.objects.filter(pk=task.pk).update(
-        status=TaskStatus.IN_PROGRESS, started_at=timezone.now(), updated_at=timezone.now()
+    _move(
+        task,
+        new=TaskStatus.IN_PROGRESS,
+        cause="start",
+        user=user,
+        verb="be started",
+        fields={"started_at": timezone.now()},
+        change="started",
     )
-    task.refresh_from_db()
-    _task_event(task, getattr(user, "pk", None), change="started")
     if task.executor == Executor.COMMAND:
         send_on_commit("execute_task", task.pk)
     return task
@@ -146,7 +172,6 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
         )
     now = timezone.now()
     fields = {
-        "status": TaskStatus.DONE,
         "revision": revision,
         "revision_name": name[:200],
         "summary": summary,
@@ -157,9 +182,17 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
         fields["started_at"] = now
     if log is not None:
         fields["log"] = log
-    Task.objects.filter(pk=task.pk).update(**fields)
-    task.refresh_from_db()
-    _task_event(task, getattr(user, "pk", None), change="completed")
+    _move(
+        task,
+        new=TaskStatus.DONE,
+        cause="complete",
+        user=user,
+        verb="be completed",
+        fields=fields,
+        revision=revision,
+        revision_name=name[:200],
+        change="completed",
+    )
     _landed_on(task, getattr(user, "pk", None))
     # The hand-off to judging: validation subscribes to this hook (docs/ARCHITECTURE.md).
     announce_on_commit(hooks.task_completed, task_id=task.pk)
@@ -188,10 +221,17 @@ def task_fail(*, user, task: Task, reason: str = "", log: str | None = None) -> 
     if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.FAILED):
         raise Conflict(f"a {task.status} task cannot fail", code="illegal_task_state")
     now = timezone.now()
-    fields = {"status": TaskStatus.FAILED, "summary": reason, "finished_at": now, "updated_at": now}
+    fields = {"summary": reason, "finished_at": now, "updated_at": now}
     if log is not None:
         fields["log"] = log
-    Task.objects.filter(pk=task.pk).update(**fields)
-    task.refresh_from_db()
-    _task_event(task, getattr(user, "pk", None), change="failed", reason=reason[:500])
+    _move(
+        task,
+        new=TaskStatus.FAILED,
+        cause="fail",
+        user=user,
+        verb="fail",
+        fields=fields,
+        change="failed",
+        reason=reason[:500],
+    )
     return task

@@ -1,9 +1,24 @@
-"""The feature loop state machine (docs/TRUTH.md): the table, and the one function that
-changes a feature's `loop_state`.
+"""The feature loop state machine (docs/TRUTH.md; docs/ARCHITECTURE.md, "State
+machines"): the table, and the one function that changes a feature's `loop_state`.
 
-A transition is a compare-and-swap on the old state, an audit row naming the cause (and
-the user for operator actions) and a `feature:updated` event after commit. Zero rows
-updated means another worker won the race: not an error, the caller just stops.
+A transition is a move of the engine (`missions.transitions.machine`): a compare-and-swap
+on the old state, an audit row naming the cause (and the user for operator actions) and a
+`feature:updated` event after commit. Zero rows updated means another worker won the race:
+not an error, the caller just stops. `status` follows the loop (`STATUS_FOR_LOOP`), and a
+feature that leaves a done state reopens its slice, milestone and mission
+(`missions.transitions.progress`).
+
+| from         | to                                                    | causes (see TRANSITIONS)   |
+|--------------|-------------------------------------------------------|----------------------------|
+| idle         | implementing, validating, blocked, passed, superseded | task_linked, validate, ... |
+| implementing | validating, blocked, passed, superseded               | task_done, validate, ...   |
+| validating   | passed, needs_fix, blocked, implementing, superseded  | pass, fail, blocked, ...   |
+| needs_fix    | implementing, validating, blocked, passed, superseded | fix_created, re_run, ...   |
+| passed       | idle, implementing, validating, blocked, needs_fix    | contract_changed, ...      |
+| blocked      | implementing, validating, superseded                  | clear, re_run, resume      |
+| superseded   | (closed)                                              |                            |
+
+Every move publishes `feature:updated`.
 """
 
 from __future__ import annotations
@@ -11,11 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
-from missions.errors import IllegalTransition
-from missions.events import lock_mission, publish_on_commit
 from missions.models import FeatureStatus, LoopState, MissionFeature
+from missions.transitions.machine import Machine, move
 
 S = LoopState
 
@@ -85,7 +98,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
 DONE_STATES = frozenset({S.PASSED, S.SUPERSEDED})
 
 # Feature.status follows the loop; idle keeps whatever planning status it has.
-STATUS_FOR_LOOP = {
+STATUS_FOR_LOOP: dict[str, str] = {
     S.IMPLEMENTING: FeatureStatus.IN_PROGRESS,
     S.VALIDATING: FeatureStatus.IN_PROGRESS,
     S.NEEDS_FIX: FeatureStatus.IN_PROGRESS,
@@ -93,6 +106,18 @@ STATUS_FOR_LOOP = {
     S.BLOCKED: FeatureStatus.BLOCKED,
     S.SUPERSEDED: FeatureStatus.DONE,
 }
+
+
+EVENT = "feature:updated"
+
+FEATURE = Machine(
+    name="feature",
+    model=MissionFeature,
+    field="loop_state",
+    table={
+        old: {new: dict.fromkeys(causes, EVENT) for new, causes in moves.items()} for old, moves in TRANSITIONS.items()
+    },
+)
 
 
 def is_allowed(old: str, new: str, cause: str) -> bool:
@@ -111,33 +136,22 @@ def feature_transition(
     payload: dict[str, Any] | None = None,
 ) -> bool:
     """Move one feature from `old` to `new`. Returns False when another writer won."""
-    if not is_allowed(old, new, cause):
-        raise IllegalTransition(
-            f"a feature cannot go from {old} to {new} by {cause}", extra={"from": old, "to": new, "cause": cause}
-        )
     feature_id = feature if isinstance(feature, int) else feature.pk
-    updates: dict[str, Any] = {"loop_state": new, "updated_at": timezone.now(), **(fields or {})}
+    updates: dict[str, Any] = dict(fields or {})
     if new in STATUS_FOR_LOOP:
         updates.setdefault("status", STATUS_FOR_LOOP[new])
     with transaction.atomic():
-        lock_mission(MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
-        if not MissionFeature.objects.filter(pk=feature_id, loop_state=old).update(**updates):
-            return False
-        mission_id = MissionFeature.objects.filter(pk=feature_id).values_list("mission_id", flat=True).get()
-        publish_on_commit(
-            mission_id,
-            "feature:updated",
-            {
-                "feature": feature_id,
-                "from": old,
-                "loop_state": new,
-                "status": updates.get("status"),
-                "cause": cause,
-                **({"reason": reason} if reason else {}),
-                **(payload or {}),
-            },
+        if not move(
+            FEATURE,
+            pk=feature_id,
+            old=old,
+            new=new,
+            cause=cause,
             actor_id=actor_id,
-        )
+            fields=updates,
+            payload={"status": updates.get("status"), **({"reason": reason} if reason else {}), **(payload or {})},
+        ):
+            return False
         if old in DONE_STATES and new not in DONE_STATES:
             from missions.transitions.progress import reopen_for_feature
 

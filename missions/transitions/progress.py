@@ -1,25 +1,23 @@
 """How far the plan has come: a milestone completes, and anything that undoes a
 completion reopens the slice, the milestone and the mission, with events
 (docs/TRUTH.md, "Honest milestones"). Judging whether a milestone may complete is the
-validation floor's (`validation/services/milestones.py`)."""
+validation floor's (`validation/services/milestones.py`). The moves themselves are the
+machines' (`missions.transitions.slice`, `.milestone`, `.mission`)."""
 
 from __future__ import annotations
 
-from django.utils import timezone
-
 from missions import hooks
-from missions.events import publish_on_commit
 from missions.hooks import announce_on_commit
-from missions.models import Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus, Slice, SliceStatus
+from missions.models import Milestone, MilestoneStatus, MissionFeature, MissionStatus, Slice, SliceStatus
+from missions.transitions.milestone import milestone_transition
+from missions.transitions.mission import mission_transition
+from missions.transitions.slice import slice_transition
 
 
 def milestone_complete(*, milestone: Milestone) -> str:
-    Milestone.objects.filter(pk=milestone.pk).update(status=MilestoneStatus.COMPLETE, updated_at=timezone.now())
-    publish_on_commit(
-        milestone.mission_id,
-        "mission:updated",
-        {"mission": milestone.mission_id, "change": "milestone_completed", "milestone": milestone.pk},
-    )
+    old = Milestone.objects.filter(pk=milestone.pk).values_list("status", flat=True).get()
+    if old != MilestoneStatus.COMPLETE:
+        milestone_transition(milestone=milestone.pk, old=old, new=MilestoneStatus.COMPLETE, cause="complete")
     return "complete"
 
 
@@ -31,15 +29,12 @@ def reopen_for_feature(*, feature_id: int, cause: str) -> None:
 
 
 def reopen_slice(*, slice_id: int, cause: str, **payload) -> None:
-    row = Slice.objects.filter(pk=slice_id).values("mission_id", "milestone_id", "status").first()
+    row = Slice.objects.filter(pk=slice_id).values("milestone_id", "status").first()
     if row is None:
         return
     if row["status"] == SliceStatus.COMPLETE:
-        Slice.objects.filter(pk=slice_id).update(status=SliceStatus.ACTIVE, updated_at=timezone.now())
-        publish_on_commit(
-            row["mission_id"],
-            "mission:updated",
-            {"mission": row["mission_id"], "change": "slice_reopened", "slice": slice_id, "cause": cause, **payload},
+        slice_transition(
+            slice_=slice_id, old=SliceStatus.COMPLETE, new=SliceStatus.ACTIVE, cause=cause, payload=payload
         )
     reopen_milestone(milestone_id=row["milestone_id"], cause=cause, **payload)
 
@@ -60,24 +55,14 @@ def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> None:
         return
     mission_id = row["mission_id"]
     if row["status"] == MilestoneStatus.COMPLETE:
-        Milestone.objects.filter(pk=milestone_id).update(status=MilestoneStatus.ACTIVE, updated_at=timezone.now())
-        publish_on_commit(
-            mission_id,
-            "mission:updated",
-            {
-                "mission": mission_id,
-                "change": "milestone_reopened",
-                "milestone": milestone_id,
-                "cause": cause,
-                **payload,
-            },
+        milestone_transition(
+            milestone=milestone_id,
+            old=MilestoneStatus.COMPLETE,
+            new=MilestoneStatus.ACTIVE,
+            cause=cause,
+            payload=payload,
         )
-    if Mission.objects.filter(pk=mission_id, status=MissionStatus.COMPLETE).update(
-        status=MissionStatus.ACTIVE, updated_at=timezone.now()
+    if mission_transition(
+        mission=mission_id, old=MissionStatus.COMPLETE, new=MissionStatus.ACTIVE, cause=cause, payload=payload
     ):
-        publish_on_commit(
-            mission_id,
-            "mission:updated",
-            {"mission": mission_id, "status": MissionStatus.ACTIVE, "change": "reopened", "cause": cause, **payload},
-        )
         announce_on_commit(hooks.mission_may_advance, mission_id=mission_id)

@@ -5,8 +5,12 @@
  *   event id it was rendered at (data-live-last-id), so nothing between render and
  *   connect is lost; a reconnect resumes from the last id received (replay), and a
  *   `stream-reset` (id too old) re-fetches every region;
+ * - it listens to every type of the server's event catalogue (missions.events.EVENT_TYPES,
+ *   rendered into the page as the JSON element #live-event-types): an EventSource needs one
+ *   listener per type;
  * - each region (data-live-region) names a fragment URL (data-live-url), the event types
- *   that concern it (data-live-on, `*` suffix = prefix) and optionally the ids it shows
+ *   that concern it (data-live-on, `*` suffix = prefix; `mission:updated` = every
+ *   `mission:*` change) and optionally the ids it shows
  *   (data-live-keys "feature:12 milestone:3"); an event re-fetches the affected regions
  *   (coalesced over a few milliseconds) and swaps them in without reloading the page;
  *   inside a data-live-group, an event that no keyed child claims refreshes the group;
@@ -16,12 +20,21 @@
 (function () {
   "use strict";
 
-  var EVENT_TYPES = [
-    "validator-run:started", "validator-run:completed", "validator-run:failures-recorded",
-    "fix-feature:created", "assertion:created", "assertion:updated", "assertion:deleted",
-    "assertion:linked", "assertion:unlinked", "milestone:validation:updated", "feature:updated",
-    "task:updated", "slice:activated", "mission:updated", "review:progress"
-  ];
+  function eventTypes() {
+    var el = document.getElementById("live-event-types");
+    try {
+      var types = el ? JSON.parse(el.textContent) : [];
+      return Array.isArray(types) ? types : [];
+    } catch (e) {
+      return [];
+    }
+  }
+
+  var EVENT_TYPES = eventTypes();
+  /* A region that follows `mission:updated` follows every change of the mission itself:
+   * each named `mission:*` event (activated, paused, halted, reopened, ...) stands for
+   * what was once a `mission:updated` with a `change` field. */
+  var ALIASES = { "mission:updated": "mission:*" };
   var KEY_FIELDS = {
     feature: "feature", source: "feature", root: "feature", fix: "feature", milestone: "milestone",
     slice: "slice", run: "run", assertion: "assertion", review: "review", task: "task"
@@ -31,7 +44,7 @@
   var body = document.body;
   var live = {
     received: [], resets: 0, updates: 0, errors: [], state: "idle", paused: false, source: null,
-    lastId: body.getAttribute("data-live-last-id") || ""
+    lastId: body.getAttribute("data-live-last-id") || "", eventTypes: EVENT_TYPES
   };
   window.fusionLive = live;
 
@@ -41,6 +54,7 @@
 
   function typeMatches(patterns, type) {
     return patterns.some(function (p) {
+      p = ALIASES[p] || p;
       return p === "*" || p === type || (p.slice(-1) === "*" && type.indexOf(p.slice(0, -1)) === 0);
     });
   }

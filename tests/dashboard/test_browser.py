@@ -213,6 +213,41 @@ def test_a_reconnected_page_replays_the_events_it_missed(held_demo, alice, sessi
     assert s.errors == []
 
 
+def test_the_page_follows_the_servers_event_catalogue_and_named_mission_changes(held_demo, alice, session):
+    """live.js listens to exactly `missions.events.EVENT_TYPES`, rendered into the page;
+    a named change of the mission (the autopilot halting, then going on) updates the header
+    that follows `mission:updated`."""
+    from missions.events import EVENT_TYPES
+    from missions.transitions.mission import mission_transition
+
+    mission = held_demo.mission
+    s = session(alice)
+    s.open(f"/missions/{mission.pk}/")
+    s.live()
+    assert s.page.evaluate("window.fusionLive.eventTypes") == list(EVENT_TYPES)
+    header = s.page.locator("[data-live-region=header]")
+    expect(header).not_to_contain_text("Stopped:")
+
+    reason = "feature cart-total is blocked (operator): repair it to continue"
+    off_thread(
+        mission_transition,
+        mission=mission.pk,
+        old="active",
+        new="active",
+        cause="halt",
+        reason=reason,
+    )
+    expect(header).to_contain_text(f"Stopped: {reason}")
+    off_thread(mission_transition, mission=mission.pk, old="active", new="active", cause="continue")
+    expect(header).not_to_contain_text("Stopped:")
+    assert [e["type"] for e in s.page.evaluate("window.fusionLive.received")][-2:] == [
+        "mission:halted",
+        "mission:continued",
+    ]
+    assert s.not_reloaded()
+    assert s.errors == []
+
+
 def test_a_page_whose_last_id_is_too_old_reloads_its_state(held_demo, alice, session, asgi_server):
     from django_eventstream.models import Event as StoredEvent
 

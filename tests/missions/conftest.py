@@ -94,7 +94,7 @@ def make_tree():
         a_milestone.save()
         FeatureAssertion.objects.create(feature=f1, assertion=a_linked)
         task = Task.objects.create(mission=mission, feature=f1, title="Implement f1")
-        event = publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "created"})
+        event = publish_on_commit(mission, "mission:created", {"mission": mission.pk, "status": mission.status})
         milestone_rollup_refresh(milestone_ids=[milestone.pk, milestone2.pk])
         milestone.refresh_from_db()
         return SimpleNamespace(

@@ -108,7 +108,7 @@ def assert_serial_history(mission: Mission) -> None:
         elif event.type == "slice:activated":
             assert not active, f"slice {payload['slice']} activated while {active} still active (seq {event.seq})"
             active.add(payload["slice"])
-        elif event.type == "mission:updated" and payload.get("change") == "slice_completed":
+        elif event.type == "slice:completed":
             sid = payload["slice"]
             assert sid in active, f"slice {sid} completed without being active (seq {event.seq})"
             unfinished = [f for f, s in slice_of.items() if s == sid and loop.get(f) != "passed"]

@@ -57,20 +57,20 @@ def block(f: MissionFeature, reason: str) -> MissionFeature:
 
 def test_mission_lifecycle_actions(admin_client, admin_user, mission):
     steps = [
-        ("activate_missions", "Activated", "active", False),
-        ("autopilot_on", "Autopilot started", "active", True),
-        ("pause_missions", "Paused", "paused", True),
-        ("resume_missions", "Resumed", "active", True),
-        ("autopilot_off", "Autopilot stopped", "active", False),
+        ("activate_missions", "Activated", "active", False, "mission:activated"),
+        ("autopilot_on", "Autopilot started", "active", True, "mission:autopilot"),
+        ("pause_missions", "Paused", "paused", True, "mission:paused"),
+        ("resume_missions", "Resumed", "active", True, "mission:resumed"),
+        ("autopilot_off", "Autopilot stopped", "active", False, "mission:autopilot"),
     ]
-    for action, done, status, autopilot in steps:
+    for action, done, status, autopilot, named in steps:
         response = act(admin_client, "mission", action, [mission])
         assert response.status_code == 200
         assert_message(response, "success", done, mission.key)
         mission.refresh_from_db()
         assert (mission.status, mission.autopilot) == (status, autopilot), action
-        event = MissionEvent.objects.filter(mission=mission, type="mission:updated").order_by("-seq").first()
-        assert event.actor_id == admin_user.pk
+        event = MissionEvent.objects.filter(mission=mission).order_by("-seq").first()
+        assert event.type == named and event.actor_id == admin_user.pk
     assert LogEntry.objects.filter(object_id=str(mission.pk)).count() == len(steps)
 
 

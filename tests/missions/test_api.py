@@ -454,7 +454,7 @@ def test_mission_events_action_lists_the_audit_log_newest_first(api, owner, tree
     assert [r["type"] for r in rows] == [
         "milestone:validation:updated",
         "milestone:validation:updated",
-        "mission:updated",
+        "mission:created",
     ]
     assert [r["seq"] for r in rows] == [3, 2, 1] and rows[-1]["id"] == tree.event.pk
 
@@ -465,7 +465,7 @@ def test_read_only_endpoints_refuse_writes(api, staff, tree):
     assert client.delete(f"/api/events/{tree.event.pk}/").status_code == 405
     response = client.patch(f"/api/events/{tree.event.pk}/", {"type": "x"}, format="json")
     assert response.status_code == 405 and response.json()["code"] == "method_not_allowed"
-    assert MissionEvent.objects.get(pk=tree.event.pk).type == "mission:updated"
+    assert MissionEvent.objects.get(pk=tree.event.pk).type == "mission:created"
 
 
 def test_token_authentication(api, member, tree):

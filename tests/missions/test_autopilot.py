@@ -81,11 +81,7 @@ def test_slices_advance_strictly_in_order(worker, api, owner, git_repo):
     assert activated_slices(mission) == ["s1", "s2", "s3"]
     assert_serial_history(mission)
     # m2 started only after m1 completed
-    seqs = {
-        e.payload.get("milestone"): e.seq
-        for e in events(mission, "mission:updated")
-        if e.payload.get("change") == "milestone_completed"
-    }
+    seqs = {e.payload.get("milestone"): e.seq for e in events(mission, "milestone:completed")}
     s3_activated = next(e.seq for e in events(mission, "slice:activated") if e.payload["key"] == "s3")
     assert seqs[Milestone.objects.get(mission=mission, key="m1").pk] < s3_activated
 
@@ -139,9 +135,7 @@ def test_a_milestone_waits_for_its_dependencies(worker, owner, git_repo):
     worker.drain()
     mission.refresh_from_db()
     assert mission.status == "complete", mission.status_reason
-    m1_done = next(
-        e.seq for e in events(mission, "mission:updated") if e.payload.get("change") == "milestone_completed"
-    )
+    m1_done = next(e.seq for e in events(mission, "milestone:completed"))
     s2_activated = next(e.seq for e in events(mission, "slice:activated") if e.payload["key"] == "s2")
     assert m1_done < s2_activated
 
@@ -262,7 +256,7 @@ def _assert_stopped_at(mission: Mission, key: str) -> None:
     mission.refresh_from_db()
     assert mission.status == "active"
     assert key in mission.status_reason and "blocked" in mission.status_reason
-    stops = [e for e in events(mission, "mission:updated") if e.payload.get("change") == "autopilot_stopped"]
+    stops = events(mission, "mission:halted")
     assert stops and key in stops[-1].payload["reason"] and "budget_exhausted" in stops[-1].payload["reason"]
     assert slice_statuses(mission) == {"s1": "active", "s2": "pending"}
     assert not feature(mission, "b").tasks.exists()
@@ -273,15 +267,13 @@ def test_the_autopilot_stops_at_a_blocked_feature_and_continues_after_a_repair(w
     complete(owner, git_repo, mission, "a", good=False)
     worker.drain()
     _assert_stopped_at(mission, "a")
-    stops = len([e for e in events(mission, "mission:updated") if e.payload.get("change") == "autopilot_stopped"])
+    stops = len(events(mission, "mission:halted"))
     # more outcomes do not repeat the stop
     from validation.tasks import autopilot_advance
 
     autopilot_advance.send(mission.pk)
     worker.drain()
-    assert (
-        len([e for e in events(mission, "mission:updated") if e.payload.get("change") == "autopilot_stopped"]) == stops
-    )
+    assert len(events(mission, "mission:halted")) == stops
 
     client = api(owner)
     a = feature(mission, "a")

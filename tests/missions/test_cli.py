@@ -64,15 +64,15 @@ def test_mission_lifecycle_by_key_and_by_id(mission, owner):
     mission.refresh_from_db()
     assert (mission.status, mission.autopilot) == ("active", False)
     changes = [
-        (e.payload.get("change"), e.actor_id)
-        for e in MissionEvent.objects.filter(mission=mission, type="mission:updated").order_by("seq")
+        (e.type, e.payload.get("enabled"), e.actor_id)
+        for e in MissionEvent.objects.filter(mission=mission, type__startswith="mission:").order_by("seq")
     ]
     assert changes == [
-        ("activated", owner.pk),
-        ("autopilot_started", None),
-        ("paused", None),
-        ("resumed", None),
-        ("autopilot_stopped", None),
+        ("mission:activated", None, owner.pk),
+        ("mission:autopilot", True, None),
+        ("mission:paused", None, None),
+        ("mission:resumed", None, None),
+        ("mission:autopilot", False, None),
     ]
 
 

@@ -31,6 +31,7 @@ ALLOWED = {
     "resume": {"paused", "blocked"},
 }
 RESULT = {"activate": "active", "pause": "paused", "resume": "active"}
+NAMED = {"activate": "mission:activated", "pause": "mission:paused", "resume": "mission:resumed"}
 ALL_STATUSES = ("planning", "active", "paused", "blocked", "complete", "archived")
 
 
@@ -71,7 +72,8 @@ def test_lifecycle_transitions_follow_the_rules(api, owner, mission, action, sta
     if status in ALLOWED[action]:
         assert response.status_code == 200, response.json()
         assert response.json()["status"] == RESULT[action] == mission.status
-        event = events(mission, "mission:updated")[-1]
+        event = events(mission)[-1]
+        assert event.type == NAMED[action] and event.payload["from"] == status
         assert event.actor_id == owner.pk and event.payload["status"] == RESULT[action]
     else:
         assert response.status_code == 409, response.json()
@@ -98,8 +100,8 @@ def test_autopilot_switch_is_recorded_with_the_user(api, owner, mission):
     assert response.status_code == 200 and response.json()["autopilot"] is True
     response = post(client, mission, "autopilot", {"enabled": False})
     assert response.status_code == 200 and response.json()["autopilot"] is False
-    changes = [(e.payload["change"], e.actor_id) for e in events(mission, "mission:updated")]
-    assert changes[-2:] == [("autopilot_started", owner.pk), ("autopilot_stopped", owner.pk)]
+    changes = [(e.payload["enabled"], e.actor_id) for e in events(mission, "mission:autopilot")]
+    assert changes[-2:] == [(True, owner.pk), (False, owner.pk)]
     bad = post(client, mission, "autopilot", {})
     assert bad.status_code == 400 and "enabled" in bad.json()["fields"]
 
@@ -161,8 +163,8 @@ def test_blocks_a_resume_can_clear_do_not_conflict(api, owner, mission):
     assert [(e.payload["feature"], e.payload["from"], e.payload["loop_state"], e.actor_id) for e in rearm] == [
         (stopped.pk, "blocked", "implementing", owner.pk)
     ]
-    resumed = events(mission, "mission:updated")[-1]
-    assert resumed.payload["change"] == "resumed" and resumed.actor_id == owner.pk
+    resumed = events(mission, "mission:resumed")[-1]
+    assert resumed.actor_id == owner.pk
     assert rearm[0].seq < resumed.seq
 
 
@@ -262,7 +264,7 @@ def test_run_in_flight_when_pausing_finishes_and_is_recorded(worker, api, owner,
         lambda: ValidatorRun.objects.filter(feature=a, lease_until__isnull=False).exists(), message="the run to start"
     )
     assert post(client, mission, "pause").status_code == 200
-    paused_at = events(mission, "mission:updated")[-1].seq
+    paused_at = events(mission, "mission:paused")[-1].seq
     worker.drain()
 
     run = ValidatorRun.objects.get(feature=a)

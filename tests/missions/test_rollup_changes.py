@@ -18,9 +18,9 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
+from missions.selectors import milestone_rollup
 from missions.services import hierarchy
 from missions.services.files import mission_import
-from missions.selectors import milestone_rollup
 from validation.models import RunScope, ValidatorRun
 from validation.services.outcomes import run_complete, run_error
 from validation.verdict import AssertionVerdict, Verdict

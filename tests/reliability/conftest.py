@@ -183,7 +183,7 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
         fix_rounds=1,
     )
     f1.refresh_from_db()
-    event = publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "change": "created"})
+    event = publish_on_commit(mission, "mission:created", {"mission": mission.pk, "status": mission.status})
     from tests.review.support import request_body
     from validation.review.preflight import review_create
 

@@ -87,7 +87,10 @@ def test_three_valid_candidates_complete_with_a_verified_report(api_for, alice, 
     events = event_names(mission.pk)
     assert events[:2] == ["state:initializing", "state:candidates_running"]
     assert events.count("candidate_started") == 3 and events.count("candidate_completed") == 3
-    assert events[-7:] == [
+    # A candidate records its outcome, then announces it, then checks whether it was the
+    # last: two candidates finishing together may announce after the other one moved the
+    # review to candidates_complete. The states themselves are compare-and-swaps, in order.
+    assert [e for e in events if e != "candidate_completed"][-7:] == [
         "state:candidates_complete",
         "state:evaluating",
         "evaluation_started",

@@ -98,6 +98,7 @@ class TestLoopEvents:
         assert types_after(seq) == [
             "feature:updated",  # implementing -> validating
             "validator-run:started",
+            "assertion:judged",  # the verdict moves the assertion: pending -> passed
             "milestone:validation:updated",  # the assertion's new status rolls up (same transaction)
             "validator-run:completed",
             "feature:updated",  # validating -> passed
@@ -115,6 +116,14 @@ class TestLoopEvents:
             "tokens": 0,
         }
         assert by_type["milestone:validation:updated"]["state"] == "passed"
+        judged = by_type["assertion:judged"]
+        assert (judged["key"], judged["from"], judged["status"], judged["cause"], judged["run"]) == (
+            "VAL-1",
+            "pending",
+            "passed",
+            "verdict",
+            run_id,
+        )
         # Every row was sent exactly once, with its own seq.
         assert sent.seqs() == rows()
         mission_id = Mission.objects.get().pk
@@ -130,6 +139,7 @@ class TestLoopEvents:
         assert types_after(seq) == [
             "feature:updated",  # implementing -> validating
             "validator-run:started",
+            "assertion:judged",
             "milestone:validation:updated",
             "validator-run:completed",
             "validator-run:failures-recorded",
@@ -167,13 +177,14 @@ class TestLoopEvents:
         assert types_after(seq) == [
             "feature:updated",
             "validator-run:started",
+            "assertion:judged",
             "milestone:validation:updated",
             "validator-run:completed",
             "validator-run:failures-recorded",
             "feature:updated",
-            "mission:updated",
+            "fix-feature:report-only",
         ]
-        assert MissionEvent.objects.get(type="mission:updated").payload["change"] == "report_only_failure"
+        assert MissionEvent.objects.get(type="fix-feature:report-only").payload["feature"] == feature.pk
 
     def test_nothing_is_sent_before_commit(self, sent, build_mission, git_repo, alice):
         build_mission({"hello": [("VAL-1", GREETING)]})

@@ -99,7 +99,7 @@ def test_budget_exhausted_blocks_root(worker, build_mission, git_repo, alice):
     assert feature.loop_state == "blocked" and feature.stop_reason == "budget_exhausted"
     assert fix.loop_state == "blocked"
     assert MissionFeature.objects.filter(generated_from=fix).count() == 0  # no second round
-    assert MissionEvent.objects.filter(type="mission:updated", payload__change="retry_budget_exhausted").count() == 1
+    assert MissionEvent.objects.filter(type="fix-feature:budget-exhausted").count() == 1
 
 
 def test_report_only_mission_records_failure_without_fix(worker, build_mission, git_repo, alice, api_for):

@@ -67,8 +67,8 @@ def runs_of(feature: MissionFeature) -> list[ValidatorRun]:
     return list(ValidatorRun.objects.filter(feature=feature).order_by("id"))
 
 
-def changes(mission, change: str, *, after: int = 0) -> list[MissionEvent]:
-    return [e for e in events(mission, "mission:updated") if e.payload.get("change") == change and e.seq > after]
+def changes(mission, type: str, *, after: int = 0) -> list[MissionEvent]:
+    return [e for e in events(mission, type) if e.seq > after]
 
 
 def last_seq(mission) -> int:
@@ -396,7 +396,7 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(sent, settings, build_
     assert feature.loop_state == "passed"
     # The message carried a time limit that leaves room for the check's own 900 s.
     assert message.options.get("time_limit", 0) >= (settings.FUSION_VALIDATOR_TIMEOUT + 900) * 1000
-    from validation.services.admission import run_time_limit_ms
+    from validation.services.queueing import run_time_limit_ms
 
     assert message.options["time_limit"] == run_time_limit_ms(run) >= 900 * 1000
 
@@ -464,7 +464,7 @@ def test_a_fix_passing_while_its_root_is_blocked_keeps_its_pass(idle_broker, bui
     assert (fix.loop_state, fix.stop_reason) == ("passed", "")
     assert (root.loop_state, root.stop_reason) == ("blocked", "budget_exhausted")
     assert not ValidatorRun.objects.filter(feature=root, status=RunStatus.RUNNING).exists()
-    [note] = changes(root.mission, "fix_passed_root_blocked")
+    [note] = changes(root.mission, "fix-feature:root-blocked")
     assert note.payload["feature"] == root.pk and note.payload["fix"] == fix.pk and note.payload["run"] == fix_run.pk
 
     again = feature_repair(feature=root, user=alice, mode="re_run")

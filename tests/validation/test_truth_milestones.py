@@ -15,25 +15,26 @@ from django.db import transaction
 
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice, Task
 from missions.services.lifecycle import mission_activate
-from validation.services.milestones import milestone_ready
 from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, open_task
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
+from validation.services.milestones import milestone_ready
 from validation.services.operator import feature_repair
 from validation.services.runner import execute_run
 from validation.services.task_outcome import task_outcome_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REOPENED = ["slice_reopened", "milestone_reopened", "reopened"]
+REOPENED = ["slice:reopened", "milestone:reopened", "mission:reopened"]
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
 GOOD = {"hello.py": "def hello():\n    return 'hi'\n"}
 BAD = {"hello.py": "def goodbye():\n    pass\n"}
 
 
 def changes(mission: Mission, *, after: int = 0) -> list[str]:
-    return [e.payload.get("change") for e in events(mission, "mission:updated") if e.seq > after]
+    """The named events after `after`, in order."""
+    return [e.type for e in events(mission) if e.seq > after]
 
 
 def last_seq(mission: Mission) -> int:
@@ -90,10 +91,10 @@ def completed_mission(worker, alice, git_repo, **fields) -> Mission:
 
 def assert_reopened(mission: Mission, *, after: int, cause: str) -> None:
     assert statuses(mission) == ("active", "active", "active")
-    reopened = [e for e in events(mission, "mission:updated") if e.seq > after and e.payload.get("change") in REOPENED]
-    assert [e.payload["change"] for e in reopened] == REOPENED
+    reopened = [e for e in events(mission) if e.seq > after and e.type in REOPENED]
+    assert [e.type for e in reopened] == REOPENED
     assert {e.payload["cause"] for e in reopened} == {cause}
-    assert "completed" not in changes(mission, after=after) and "milestone_completed" not in changes(
+    assert "mission:completed" not in changes(mission, after=after) and "milestone:completed" not in changes(
         mission, after=after
     )
 
@@ -139,7 +140,7 @@ def test_a_failed_manual_validation_leaves_the_mission_incomplete(worker, alice,
     assert run.status == RunStatus.FAILED and run.revision == a.last_run.revision
     a.refresh_from_db()
     assert a.loop_state == "needs_fix" and not MissionFeature.objects.filter(generated_from=a).exists()
-    assert "report_only_failure" in changes(mission)
+    assert "fix-feature:report-only" in changes(mission)
     with transaction.atomic():
         assert milestone_ready(milestone=Milestone.objects.get(mission=mission)) == "waiting"
     assert Milestone.objects.get(mission=mission).status != "complete"
@@ -163,7 +164,7 @@ def test_a_passing_milestone_run_does_not_complete_a_milestone_with_an_unfinishe
     assert milestone_ready(milestone=milestone) == "waiting"
     milestone.refresh_from_db()
     assert milestone.status != "complete"
-    assert "milestone_completed" not in changes(mission)
+    assert "milestone:completed" not in changes(mission)
     assert len(milestone_runs(mission)) == 1
 
 
@@ -346,11 +347,7 @@ def test_an_assertion_linked_to_a_passed_feature_reopens_and_judges_it_again(wor
         assertion_link(user=alice, feature=a, assertion=extra)
     # the milestone was judged over another set: not complete; `a` is judged over its new set
     assert statuses(mission)[1:] == ("active", "active")
-    milestone_reopened = [
-        e
-        for e in events(mission, "mission:updated")
-        if e.seq > before and e.payload.get("change") == "milestone_reopened"
-    ]
+    milestone_reopened = [e for e in events(mission, "milestone:reopened") if e.seq > before]
     assert milestone_reopened and milestone_reopened[0].payload["cause"] == "assertion_created"
     moved = [e.payload for e in events(mission, "feature:updated") if e.seq > before and e.payload["feature"] == a.pk]
     assert [(p["from"], p["loop_state"], p["cause"]) for p in moved][:2] == [

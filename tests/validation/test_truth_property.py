@@ -49,7 +49,6 @@ from hypothesis.stateful import (
 )
 
 import validation.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
-import validation.tasks  # noqa: E402,F401
 from missions import events
 from missions.errors import DomainError, IllegalTransition
 from missions.models import (
@@ -69,13 +68,13 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services import hierarchy, lifecycle
-from validation.services.autopilot import autopilot_advance
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.tasks import task_complete, task_create
 from tests.validation import truth_model as model
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.selectors import feature_revision
 from validation.services import operator, runner
+from validation.services.autopilot import autopilot_advance
 from validation.services.recovery import reap_runs, recover
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -279,9 +278,9 @@ class TruthMachine(RuleBasedStateMachine):
         for line in self.refused:
             what, _, rest = line.partition(": ")
             STATS[f"refused {what.split()[0]} {rest.split()[0]}"] += 1
-        for p in MissionEvent.objects.filter(
-            mission=self.mission, type="mission:updated", payload__change="follow_up_refused"
-        ).values_list("payload", flat=True):
+        for p in MissionEvent.objects.filter(mission=self.mission, type="follow-up:refused").values_list(
+            "payload", flat=True
+        ):
             STATS[f"follow-up refused: {p.get('step')} {p.get('code')}"] += 1
         for p in MissionEvent.objects.filter(
             mission=self.mission, type="task:updated", payload__has_key="warning"

@@ -1,4 +1,4 @@
-"""Advisory reviews over the API (DESIGN §6).
+"""Advisory reviews over the API (README.md, "API").
 
     POST /api/reviews/                 closed request body -> 202 receipt (Idempotency-Key honoured)
     GET  /api/reviews/ , /{id}/        the review record and its artifact list (hashes, no content)
@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from missions import selectors
 from validation.models import Review, ReviewArtifact
 from validation.review import result as results
+from validation.review.feature import feature_review
 from validation.review.preflight import review_create
 from validation.review.state import review_cancel
 
@@ -120,8 +121,11 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         visible = selectors.visible_missions(user=user).values("pk")
         return self.queryset.filter(Q(mission__in=visible) | Q(mission__isnull=True, created_by=user))
 
+    # The body's schema is its pydantic declaration (drf-spectacular's pydantic extension).
+    from validation.review.request import ReviewRequest as _ReviewRequest
+
     @extend_schema(
-        request=ReviewRequestSerializer,
+        request=_ReviewRequest,
         parameters=[PROFILE_PARAM, KEY_PARAM],
         responses={202: OpenApiResponse(description="Receipt: id, state, result_url, events_url.")},
     )
@@ -172,8 +176,6 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 @action(detail=True, methods=["post"])
 def review(self, request, pk=None):
     """Advisory review of the feature's change, its request filled from the feature."""
-    from validation.review.feature import feature_review
-
     preflight = feature_review(
         feature=self.get_object(),
         user=request.user,

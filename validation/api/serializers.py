@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from missions.models import ContractAssertion
 from validation.models import FixLineage, JournalEntry, ValidatorFailure, ValidatorRun
 
 
@@ -47,7 +48,7 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class LineageSerializer(serializers.ModelSerializer):
-    failed_assertions = serializers.SlugRelatedField(many=True, read_only=True, slug_field="key")
+    failed_assertions = serializers.SlugRelatedField[ContractAssertion](many=True, read_only=True, slug_field="key")
 
     class Meta:
         model = FixLineage

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from validation.journal import canonical
 
@@ -194,7 +194,7 @@ def _key(finding: Any) -> bytes:
         return repr(finding).encode()
 
 
-def _nonblank(value: Any) -> bool:
+def _nonblank(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 
@@ -343,8 +343,8 @@ def _check_envelope(doc: dict, labels: tuple[str, ...], errors: _Collector) -> N
         errors.add("conflicts must be an array")
     else:
         for i, conflict in enumerate(conflicts):
-            ids = conflict.get("candidate_ids") if isinstance(conflict, dict) else None
-            if not isinstance(ids, list) or len({c for c in ids if isinstance(c, str) and c in labels}) < 2:
+            named = conflict.get("candidate_ids") if isinstance(conflict, dict) else None
+            if not isinstance(named, list) or len({c for c in named if isinstance(c, str) and c in labels}) < 2:
                 errors.add(f"conflicts[{i}] must name at least two distinct candidates in candidate_ids")
     if "synthesis_plan" in doc and not isinstance(doc["synthesis_plan"], (str, list)):
         errors.add("synthesis_plan must be a string or an array of strings")

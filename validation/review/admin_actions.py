@@ -12,12 +12,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from missions.errors import DomainError
+from validation.review.feature import feature_review
 
 
 @admin.action(description="Review the change (advisory, several blind reviewers)")
 def review_features(modeladmin, request, queryset):
-    from validation.review.feature import feature_review
-
     started, problems = [], []
     for feature in queryset.select_related("mission"):
         try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from missions.errors import Conflict
-from missions.models import AssertionScope, MissionFeature, Task, TaskStatus
+from missions.models import AssertionScope, MissionFeature, Task
+from missions.selectors import latest_done_task
 from validation.models import RunStatus, ValidatorRun
 from validation.review.preflight import Preflight, review_create
 
@@ -32,7 +33,7 @@ def _criteria(feature: MissionFeature) -> list[str]:
 
 
 def _task(feature: MissionFeature) -> Task | None:
-    done = Task.objects.filter(feature=feature, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
+    done = latest_done_task(features=feature)
     return done or Task.objects.filter(feature=feature).order_by("-id").first()
 
 

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import dramatiq
 from django.db import DatabaseError
+from django.db.models import Max
+from django.utils import timezone
 
 from validation.models import Review
 from validation.review import artifacts
 from validation.review.scheduling import Captured, actor_name, captured_stages, enqueue  # noqa: F401  (the API of this module)
 from validation.review.stages import SLOTS, outcome_name, stage_candidate, stage_evaluate, stage_render, stage_start
-from validation.review.state import S, review_fail
+from validation.review.state import ACTIVE, S, review_fail
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +53,9 @@ def guarded(stage: str, fn: Callable[..., Any], review_id: int, *args: Any) -> A
 
 # --- actors -----------------------------------------------------------------------------------
 
-_ACTOR = dict(max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=STAGE_TIME_LIMIT_MS, queue_name="fusion")
+_ACTOR: dict[str, Any] = dict(
+    max_retries=3, min_backoff=1000, max_backoff=30_000, time_limit=STAGE_TIME_LIMIT_MS, queue_name="fusion"
+)
 
 
 @dramatiq.actor(**_ACTOR)
@@ -74,7 +79,12 @@ def review_render(review_id: int) -> None:
 
 
 ACTORS = {"start": review_start, "candidate": review_candidate, "evaluate": review_evaluate, "render": review_render}
-STAGES = {"start": stage_start, "candidate": stage_candidate, "evaluate": stage_evaluate, "render": stage_render}
+STAGES: dict[str, Callable[..., str]] = {
+    "start": stage_start,
+    "candidate": stage_candidate,
+    "evaluate": stage_evaluate,
+    "render": stage_render,
+}
 # `scheduling.enqueue` sends to these by name.
 assert all(actor.actor_name == actor_name(stage) for stage, actor in ACTORS.items())
 
@@ -88,8 +98,6 @@ def run_captured(queue: Captured) -> None:
 
 def live_snapshot_labels() -> set[str]:
     """Snapshot labels of reviews still running (for the recovery sweep's cleanup)."""
-    from validation.review.state import ACTIVE
-
     return {f"review-{pk}" for pk in Review.objects.filter(state__in=ACTIVE).values_list("pk", flat=True)}
 
 
@@ -98,13 +106,6 @@ def reviews_redrive(*, startup: bool = False, grace_seconds: int = 600) -> list[
     restart). Stages are idempotent and reuse stored answers, so a stage that was in fact
     still running costs at most a duplicate model call, never a wrong state. At start-up
     every unfinished review is re-driven; later only those quiet for `grace_seconds`."""
-    from datetime import timedelta
-
-    from django.db.models import Max
-    from django.utils import timezone
-
-    from validation.review.state import ACTIVE
-
     quiet_since = timezone.now() - timedelta(seconds=grace_seconds)
     redriven = []
     reviews = Review.objects.filter(state__in=ACTIVE).annotate(last_artifact=Max("artifacts__created_at"))

@@ -23,6 +23,7 @@ from validation.models import Review
 from validation.review import artifacts
 from validation.review.profiles import public_model, resolve_profile
 from validation.review.request import normalize_request, request_digest, review_subject
+from validation.review.scheduling import enqueue
 from validation.review.state import progress
 
 INPUT_SCHEMA = "fusion-missions.review-input.v1"
@@ -187,6 +188,4 @@ def _record_inputs(review: Review, profile: dict[str, Any], request: dict[str, A
 
 
 def _start(review_id: int) -> None:
-    from validation.review.pipeline import enqueue
-
     enqueue("start", review_id)

@@ -102,5 +102,4 @@ def _bullets(heading: str, items: list[str], empty: str) -> list[str]:
 
 
 def unique(items: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return [x for x in items if not (x in seen or seen.add(x))]
+    return list(dict.fromkeys(items))  # first occurrences, in order

@@ -11,11 +11,20 @@ Rules, in the order they are applied:
 Normalization trims every string, fills omitted optional arrays with `[]`, and writes
 verification as `{status, evidence}` (provided) or `{status, evidence: [], reason}`
 (not_run). Keys come out in one fixed order; the canonical form is RFC 8785 anyway.
+
+The body is declared once, as the pydantic models below (`ReviewRequest`): rule 3 is
+their validation, its errors translated to the messages of this contract, and
+`review_request_json_schema()` is their JSON schema.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError
+from pydantic import model_validator as _model_validator
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError, core_schema
 
 from missions.errors import Invalid
 from validation.journal import canonical, sha256_of
@@ -38,7 +47,8 @@ CORE_KEYS = (
 )
 REFERENCE_KEYS = ("mission", "feature", "revision")
 ALLOWED_KEYS = frozenset(CORE_KEYS + REFERENCE_KEYS)
-STATUSES = ("provided", "not_run")
+Status = Literal["provided", "not_run"]
+STATUSES: tuple[str, ...] = get_args(Status)
 
 EXPECTED_SHAPE: dict[str, Any] = {
     "objective": "What the change is meant to achieve (non-empty string).",
@@ -72,141 +82,258 @@ def legacy_prompt_error() -> LegacyPromptRequest:
     )
 
 
-class _Errors:
-    def __init__(self) -> None:
-        self.items: list[tuple[str, str]] = []
-
-    def add(self, path: str, message: str) -> None:
-        self.items.append((path, message))
-
-    def as_fields(self) -> dict[str, list[str]]:
-        fields: dict[str, list[str]] = {}
-        for path, message in self.items:
-            fields.setdefault(path, []).append(message)
-        return fields
+# ---------------------------------------------------------------- the rules of one value
 
 
-def _string(value: Any, path: str, errors: _Errors) -> str | None:
-    if not isinstance(value, str):
-        errors.add(path, "must be a string")
-        return None
-    text = value.strip()
-    if not text:
-        errors.add(path, "must not be blank")
-        return None
-    if "\x00" in text:
-        errors.add(path, "must not contain NUL characters")
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        errors.add(path, "must be valid Unicode text (no lone surrogates)")
-        return None
-    if len(text) > MAX_STRING:
-        errors.add(path, f"must be at most {MAX_STRING} characters")
-        return None
-    return text
+def _problem(message: str) -> PydanticCustomError:
+    return PydanticCustomError("review_request", message)
 
 
-def _strings(value: Any, path: str, errors: _Errors, *, min_items: int = 0) -> list[str] | None:
-    if not isinstance(value, list):
-        errors.add(path, "must be an array of strings")
-        return None
-    if len(value) < min_items:
-        errors.add(path, "must have at least one item")
-        return None
-    if len(value) > MAX_ITEMS:
-        errors.add(path, f"must have at most {MAX_ITEMS} items")
-        return None
-    out = [_string(item, f"{path}[{i}]", errors) for i, item in enumerate(value)]
-    return None if any(item is None for item in out) else out  # type: ignore[return-value]
+class _Rule:
+    """A value's own rules, around pydantic's type check (`wrong_type`: how a value of
+    the wrong type reads); `json` adds the limits to the schema."""
+
+    wrong_type: str | None = None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_wrap_validator_function(self.validate, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        return {**handler(schema), **self.json()}
+
+    def validate(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        self.before(value)
+        try:
+            value = handler(value)
+        except ValidationError as exc:
+            if self.wrong_type and any(not e["loc"] for e in exc.errors()):  # the value itself, not an item
+                raise _problem(self.wrong_type) from exc
+            raise
+        return self.check(value)
+
+    def before(self, value: Any) -> None:
+        pass
+
+    def check(self, value: Any) -> Any:
+        return value
+
+    def json(self) -> dict[str, Any]:
+        return {}
 
 
-def _unknown(body: dict, allowed, prefix: str, errors: _Errors) -> None:
-    for key in sorted(k for k in body if k not in allowed):
-        errors.add(f"{prefix}{key}", "unknown field")
+class _Text(_Rule):
+    """Trimmed; then not blank, no NUL, valid Unicode, at most MAX_STRING characters."""
+
+    def check(self, value: str) -> str:
+        text = value.strip()
+        if not text:
+            raise _problem("must not be blank")
+        if "\x00" in text:
+            raise _problem("must not contain NUL characters")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _problem("must be valid Unicode text (no lone surrogates)") from None
+        if len(text) > MAX_STRING:
+            raise _problem(f"must be at most {MAX_STRING} characters")
+        return text
+
+    def json(self) -> dict[str, Any]:
+        return {"minLength": 1, "maxLength": MAX_STRING, "pattern": r"\S"}
 
 
-def _evidence(value: Any, errors: _Errors) -> list[dict[str, str]] | None:
-    path = "verification.evidence"
-    if not isinstance(value, list):
-        errors.add(path, "must be an array of {check, outcome} objects")
-        return None
-    if len(value) > MAX_ITEMS:
-        errors.add(path, f"must have at most {MAX_ITEMS} items")
-        return None
-    out: list[dict[str, str]] = []
-    ok = True
-    for i, item in enumerate(value):
-        item_path = f"{path}[{i}]"
-        if not isinstance(item, dict):
-            errors.add(item_path, "must be an object with check and outcome")
-            ok = False
-            continue
-        _unknown(item, ("check", "outcome"), f"{item_path}.", errors)
-        entry: dict[str, str] = {}
-        for key in ("check", "outcome"):
-            if key not in item:
-                errors.add(f"{item_path}.{key}", "is required")
-                ok = False
-                continue
-            text = _string(item[key], f"{item_path}.{key}", errors)
-            ok = ok and text is not None
-            if text is not None:
-                entry[key] = text
-        out.append(entry)
-    return out if ok else None
+@dataclass(frozen=True)
+class _Array(_Rule):
+    """Its size is checked before its items are."""
+
+    wrong_type: str | None
+    min_items: int = 0
+
+    def before(self, value: Any) -> None:
+        if isinstance(value, list) and len(value) < self.min_items:
+            raise _problem("must have at least one item")
+        if isinstance(value, list) and len(value) > MAX_ITEMS:
+            raise _problem(f"must have at most {MAX_ITEMS} items")
+
+    def json(self) -> dict[str, Any]:
+        return {"maxItems": MAX_ITEMS, **({"minItems": self.min_items} if self.min_items else {})}
 
 
-def _verification(value: Any, errors: _Errors) -> dict[str, Any] | None:
-    if not isinstance(value, dict):
-        errors.add("verification", "must be an object with status and evidence or reason")
-        return None
-    before = len(errors.items)
-    _unknown(value, ("status", "evidence", "reason"), "verification.", errors)
-    status = value.get("status")
-    if "status" not in value:
-        errors.add("verification.status", "is required")
-    elif status not in STATUSES:
-        errors.add("verification.status", "must be 'provided' or 'not_run'")
-        status = None
-    evidence = _evidence(value["evidence"], errors) if "evidence" in value else []
-    reason = _string(value["reason"], "verification.reason", errors) if "reason" in value else None
+@dataclass(frozen=True)
+class _Typed(_Rule):
+    """Only the wording of a value of the wrong type (an object, one of the statuses)."""
+
+    wrong_type: str | None
+
+
+class _Reference(_Rule):
+    """A mission or feature: an id (a positive integer) or a key (a string)."""
+
+    def validate(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise _problem("must be an id (integer) or a key (string)")
+        if isinstance(value, int):
+            if not 1 <= value <= MAX_ID:
+                raise _problem("must be a positive id")
+            return value
+        return _Text().check(value)
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                {"type": "string", **_Text().json()},
+            ]
+        }
+
+
+class _Revision(_Rule):
+    def check(self, value: str) -> str:
+        if len(value) > MAX_REVISION or value.startswith("-") or any(c.isspace() for c in value):
+            raise _problem(f"must be a commit-ish without spaces, at most {MAX_REVISION} characters")
+        return value
+
+    def json(self) -> dict[str, Any]:
+        return {"maxLength": MAX_REVISION, "pattern": r"^[^-\s]\S*$"}
+
+
+Text = Annotated[str, _Text()]
+Texts = Annotated[list[Text], _Array("must be an array of strings")]
+NonEmptyTexts = Annotated[list[Text], _Array("must be an array of strings", min_items=1)]
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _optional(**kwargs: Any) -> Any:
+    """Not required, yet never null once given: an omitted key stays out of `model_fields_set`."""
+    return Field(default=None, json_schema_extra=_no_default, **kwargs)
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", field_title_generator=lambda name, _: name)
+
+
+class ReviewEvidence(_Closed):
+    """One check that was run and what it gave."""
+
+    check: Text
+    outcome: Text
+
+
+class ReviewVerification(_Closed):
+    """`{status: provided, evidence: [...]}` (at least one entry) or `{status: not_run, reason}`."""
+
+    status: Annotated[Status, _Typed("must be 'provided' or 'not_run'")]
+    evidence: Annotated[
+        list[Annotated[ReviewEvidence, _Typed("must be an object with check and outcome")]],
+        _Array("must be an array of {check, outcome} objects"),
+    ] = Field(default_factory=list)
+    reason: Text = _optional()
+
+    @_model_validator(mode="wrap")
+    @classmethod
+    def _status_rules(cls, data: Any, handler: Any) -> Any:
+        """The cross-field rule, told along with the problems of the fields themselves."""
+        try:
+            result, found = handler(data), []
+        except ValidationError as exc:
+            result, found = None, exc.errors()
+        more = _status_problems(data, found) if isinstance(data, dict) else []
+        if found or more:
+            raise ValidationError.from_exception_data(cls.__name__, [*map(_again, found), *more])
+        return result
+
+    def normalized(self) -> dict[str, Any]:
+        if self.status == "provided":
+            return {"status": "provided", "evidence": [e.model_dump() for e in self.evidence]}
+        return {"status": "not_run", "evidence": [], "reason": self.reason}
+
+
+def _status_problems(value: dict, found: list[ErrorDetails]) -> list[InitErrorDetails]:
+    status = value.get("status") if value.get("status") in STATUSES else None
+    evidence_ok = not any(e["loc"][:1] == ("evidence",) for e in found)
+    problems: list[tuple[str, str]] = []
     if status == "provided":
-        if "evidence" in value and evidence is not None and not evidence:
-            errors.add("verification.evidence", "must not be empty when status is 'provided'")
+        if "evidence" in value and evidence_ok and not value["evidence"]:
+            problems.append(("evidence", "must not be empty when status is 'provided'"))
         elif "evidence" not in value:
-            errors.add("verification.evidence", "is required when status is 'provided'")
+            problems.append(("evidence", "is required when status is 'provided'"))
         if "reason" in value:
-            errors.add("verification.reason", "is not allowed when status is 'provided'")
+            problems.append(("reason", "is not allowed when status is 'provided'"))
     elif status == "not_run":
         if "reason" not in value:
-            errors.add("verification.reason", "is required when status is 'not_run'")
+            problems.append(("reason", "is required when status is 'not_run'"))
         if isinstance(value.get("evidence"), list) and value["evidence"]:
-            errors.add("verification.evidence", "must be empty when status is 'not_run'")
-    if len(errors.items) > before:
-        return None
-    if status == "provided":
-        return {"status": "provided", "evidence": evidence}
-    return {"status": "not_run", "evidence": [], "reason": reason}
+            problems.append(("evidence", "must be empty when status is 'not_run'"))
+    return [{"type": _problem(message), "loc": (name,), "input": value.get(name)} for name, message in problems]
 
 
-def _reference(key: str, value: Any, errors: _Errors) -> Any:
-    if key == "revision":
-        text = _string(value, key, errors)
-        if text is not None and (len(text) > MAX_REVISION or text.startswith("-") or any(c.isspace() for c in text)):
-            errors.add(key, f"must be a commit-ish without spaces, at most {MAX_REVISION} characters")
-            return None
-        return text
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        errors.add(key, "must be an id (integer) or a key (string)")
-        return None
-    if isinstance(value, int):
-        if not 1 <= value <= MAX_ID:
-            errors.add(key, "must be a positive id")
-            return None
-        return value
-    return _string(value, key, errors)
+def _again(error: ErrorDetails) -> InitErrorDetails:
+    """An error pydantic reported, raised again with the cross-field ones."""
+    kind = PydanticCustomError(error["type"], error["msg"], error.get("ctx"))
+    return {"type": kind, "loc": error["loc"], "input": error["input"]}
+
+
+class ReviewRequest(_Closed):
+    """A review request. Its fields are declared in the order their problems are told;
+    the normalized request writes them in `CORE_KEYS` order, then the references given."""
+
+    objective: Text = Field(description="What the change is meant to achieve.")
+    changeSummary: Text = Field(description="What was changed.")
+    background: Texts = Field(description="Context a reviewer needs (may be empty).")
+    scope: NonEmptyTexts = Field(description="What to review: paths, modules or behaviours.")
+    acceptanceCriteria: NonEmptyTexts = Field(description="What must hold for the change to be right.")
+    verification: Annotated[ReviewVerification, _Typed("must be an object with status and evidence or reason")]
+    knownLimitations: Texts = Field(default_factory=list)
+    exclusions: Texts = Field(default_factory=list, description="What not to review.")
+    mission: Annotated[int | str, _Reference()] = _optional(description="Mission id or key.")
+    feature: Annotated[int | str, _Reference()] = _optional(description="Feature id (or key with mission).")
+    revision: Annotated[Text, _Revision()] = _optional(description="Commit to review (default: the workspace HEAD).")
+
+
+def review_request_json_schema() -> dict[str, Any]:
+    """The JSON schema of a review request body."""
+    return ReviewRequest.model_json_schema()
+
+
+# ---------------------------------------------------------------- errors in the contract's wording
+
+_WORDING = {
+    "missing": "is required",
+    "extra_forbidden": "unknown field",
+    "string_type": "must be a string",
+}
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}" if path else str(part)
+    return path
+
+
+def _errors(exc: ValidationError) -> list[tuple[str, str]]:
+    """(path, message) per problem, in the contract's order: an object's unknown keys first,
+    by name, then its fields in their declared order."""
+    found = exc.errors(include_url=False)
+    first: dict[tuple, int] = {}
+    for n, error in enumerate(found):
+        for depth in range(len(error["loc"])):
+            first.setdefault(tuple(error["loc"][:depth]), n)
+
+    def rank(item: tuple[int, ErrorDetails]) -> tuple:
+        n, error = item
+        loc = tuple(error["loc"])
+        if error["type"] == "extra_forbidden":
+            return (first[loc[:-1]], len(loc) - 1, str(loc[-1]), n)
+        return (n, len(loc) + 1, "", n)
+
+    out = []
+    for _, error in sorted(enumerate(found), key=rank):
+        out.append((_path(tuple(error["loc"])), _WORDING.get(error["type"], error["msg"])))
+    return out
 
 
 def normalize_request(body: Any) -> dict[str, Any]:
@@ -215,46 +342,31 @@ def normalize_request(body: Any) -> dict[str, Any]:
         raise ReviewRequestInvalid("the review request must be a JSON object", fields={"": ["must be a JSON object"]})
     if "prompt" in body:
         raise legacy_prompt_error()
-    errors = _Errors()
-    _unknown(body, ALLOWED_KEYS, "", errors)
-    out: dict[str, Any] = {}
-    for key in ("objective", "changeSummary"):
-        if key not in body:
-            errors.add(key, "is required")
-        else:
-            out[key] = _string(body[key], key, errors)
-    for key, minimum in (("background", 0), ("scope", 1), ("acceptanceCriteria", 1)):
-        if key not in body:
-            errors.add(key, "is required")
-        else:
-            out[key] = _strings(body[key], key, errors, min_items=minimum)
-    if "verification" not in body:
-        errors.add("verification", "is required")
-    else:
-        out["verification"] = _verification(body["verification"], errors)
-    for key in ("knownLimitations", "exclusions"):
-        out[key] = _strings(body[key], key, errors) if key in body else []
-    for key in REFERENCE_KEYS:
-        if key in body:
-            out[key] = _reference(key, body[key], errors)
-    if errors.items:
-        raise _invalid(errors)
-    ordered = {key: out[key] for key in (*CORE_KEYS, *REFERENCE_KEYS) if key in out}
-    if len(canonical(ordered)) > MAX_CANONICAL_BYTES:
+    try:
+        request = ReviewRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(_errors(exc)) from None
+    out = {key: getattr(request, key) for key in CORE_KEYS}
+    out["verification"] = request.verification.normalized()
+    out.update({key: getattr(request, key) for key in REFERENCE_KEYS if key in request.model_fields_set})
+    if len(canonical(out)) > MAX_CANONICAL_BYTES:
         raise ReviewRequestInvalid(
             f"the review request is larger than {MAX_CANONICAL_BYTES} bytes",
             code="review_request_too_large",
             fields={"": ["too large"]},
         )
-    return ordered
+    return out
 
 
-def _invalid(errors: _Errors) -> ReviewRequestInvalid:
-    listed = "; ".join(f"{path}: {message}" for path, message in errors.items)
+def _invalid(errors: list[tuple[str, str]]) -> ReviewRequestInvalid:
+    listed = "; ".join(f"{path}: {message}" for path, message in errors)
+    fields: dict[str, list[str]] = {}
+    for path, message in errors:
+        fields.setdefault(path, []).append(message)
     return ReviewRequestInvalid(
         f"the review request is invalid: {listed}",
-        fields=errors.as_fields(),
-        extra={"errors": [{"path": p, "message": m} for p, m in errors.items]},
+        fields=fields,
+        extra={"errors": [{"path": p, "message": m} for p, m in errors]},
     )
 
 

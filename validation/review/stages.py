@@ -220,6 +220,8 @@ def stage_evaluate(review_id: int) -> str:
         if review is None or review.state != S.EVALUATING:  # EVALUATING: a redelivery resumes
             return "stale"
     review = _review(review_id)
+    if review is None:  # deleted since the transition
+        return "stale"
     label_map = anonymize(review_id)
     candidates = parse_candidates(review, label_map)
     artifacts.store_json(review_id, kind="candidates", name="candidates.json", value=candidates)
@@ -315,6 +317,8 @@ def stage_render(review_id: int) -> str:
         if review is None or review.state != S.RENDERING:
             return "stale"
     review = _review(review_id)
+    if review is None:  # deleted since the transition
+        return "stale"
     evaluation = artifacts.load_json(review_id, "evaluation.json")
     candidates = artifacts.load_json(review_id, "candidates.json")
     accounting = evaluation["validation_accounting"]

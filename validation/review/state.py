@@ -22,7 +22,7 @@ from validation.models import Review, ReviewState
 S = ReviewState
 TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 ACTIVE = tuple(s for s in S.values if s not in TERMINAL)
-NEXT = {
+NEXT: dict[str, str] = {
     S.INITIALIZING: S.CANDIDATES_RUNNING,
     S.CANDIDATES_RUNNING: S.CANDIDATES_COMPLETE,
     S.CANDIDATES_COMPLETE: S.EVALUATING,
@@ -30,7 +30,7 @@ NEXT = {
     S.EVALUATION_COMPLETE: S.RENDERING,
     S.RENDERING: S.COMPLETED,
 }
-TERMINAL_EVENT = {S.COMPLETED: "completed", S.FAILED: "failed", S.CANCELLED: "cancelled"}
+TERMINAL_EVENT: dict[str, str] = {S.COMPLETED: "completed", S.FAILED: "failed", S.CANCELLED: "cancelled"}
 
 
 def progress(review: Review | int, event: str, **data: Any) -> None:

@@ -13,8 +13,8 @@ from django.utils import timezone
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
-from missions.transitions.loop import feature_transition
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
+from missions.transitions.loop import feature_transition
 from validation import hooks, profiles
 from validation.journal import canonical, sha256_of
 from validation.models import RunScope, RunStatus, ValidatorRun
@@ -225,8 +225,11 @@ def new_run(
     **fields: Any,
 ) -> ValidatorRun:
     """The one place a ValidatorRun row is made: every run carries its frozen input."""
+    run_mission_id = feature.mission_id if feature else mission_id
+    if run_mission_id is None:  # the column is NOT NULL: refuse before the insert fails
+        raise ValueError("a milestone run (no feature) needs its mission_id")
     return ValidatorRun.objects.create(
-        mission_id=feature.mission_id if feature else mission_id,
+        mission_id=run_mission_id,
         feature=feature,
         milestone_id=milestone_id,
         scope=RunScope.FEATURE if feature else RunScope.MILESTONE,

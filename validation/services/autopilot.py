@@ -1,14 +1,15 @@
 """Autopilot (docs/TRUTH.md): strictly serial — the first pending slice of the first
 incomplete milestone is activated and triaged into tasks; the next one waits until every
 feature of the slice has passed. Event-driven (outcomes notify it); the recovery sweep
-re-drives it. A row lock on the mission makes duplicate triggers harmless."""
+re-drives it. A row lock on the mission makes duplicate triggers harmless. Every status it
+changes goes through the machines of `missions.transitions` (docs/ARCHITECTURE.md, "State
+machines"): a stop is `mission:halted` with its reason, going on again `mission:continued`."""
 
 from __future__ import annotations
 
 from django.db import transaction
 from django.utils import timezone
 
-from missions.events import publish_on_commit
 from missions.models import (
     LoopState,
     Milestone,
@@ -21,6 +22,9 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services.tasks import task_create
+from missions.transitions.milestone import milestone_transition
+from missions.transitions.mission import mission_transition
+from missions.transitions.slice import slice_transition
 from validation.models import ValidatorRun
 from validation.services.milestones import milestone_ready
 from validation.services.queueing import autopilot_notify
@@ -28,23 +32,13 @@ from validation.services.queueing import autopilot_notify
 
 def _stop(mission: Mission, reason: str) -> str:
     if mission.status_reason != reason:
-        Mission.objects.filter(pk=mission.pk).update(status_reason=reason, updated_at=timezone.now())
-        publish_on_commit(
-            mission,
-            "mission:updated",
-            {"mission": mission.pk, "status": mission.status, "change": "autopilot_stopped", "reason": reason},
-        )
+        mission_transition(mission=mission, old=mission.status, new=mission.status, cause="halt", reason=reason)
     return "stopped"
 
 
 def _clear_stop(mission: Mission) -> None:
     if mission.status_reason:
-        Mission.objects.filter(pk=mission.pk).update(status_reason="", updated_at=timezone.now())
-        publish_on_commit(
-            mission,
-            "mission:updated",
-            {"mission": mission.pk, "status": mission.status, "change": "autopilot_continued"},
-        )
+        mission_transition(mission=mission, old=mission.status, new=mission.status, cause="continue")
 
 
 def _needs_task(feature: MissionFeature) -> bool:
@@ -76,13 +70,20 @@ def _triage(slice_: Slice) -> int:
 
 
 def _activate_slice(mission: Mission, slice_: Slice) -> None:
-    now = timezone.now()
-    Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.ACTIVE, activated_at=now, updated_at=now)
-    Milestone.objects.filter(pk=slice_.milestone_id, status=MilestoneStatus.PENDING).update(
-        status=MilestoneStatus.ACTIVE, updated_at=now
+    slice_transition(
+        slice_=slice_,
+        old=slice_.status,
+        new=SliceStatus.ACTIVE,
+        cause="activate",
+        fields={"activated_at": timezone.now()},
+        payload={"milestone": slice_.milestone_id, "key": slice_.key},
     )
-    publish_on_commit(
-        mission, "slice:activated", {"slice": slice_.pk, "milestone": slice_.milestone_id, "key": slice_.key}
+    milestone_transition(  # a no-op (a lost compare-and-swap) unless the milestone is pending
+        milestone=slice_.milestone_id,
+        old=MilestoneStatus.PENDING,
+        new=MilestoneStatus.ACTIVE,
+        cause="activate",
+        payload={"slice": slice_.pk},
     )
     _triage(slice_)
 
@@ -107,10 +108,7 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
             _triage(slice_)
             _clear_stop(mission)
             return "waiting"
-        Slice.objects.filter(pk=slice_.pk).update(status=SliceStatus.COMPLETE, updated_at=timezone.now())
-        publish_on_commit(
-            mission, "mission:updated", {"mission": mission.pk, "change": "slice_completed", "slice": slice_.pk}
-        )
+        slice_transition(slice_=slice_, old=slice_.status, new=SliceStatus.COMPLETE, cause="complete")
     state = milestone_ready(milestone=milestone)
     return _stop(mission, state[len("stop:") :]) if state.startswith("stop:") else state
 
@@ -134,12 +132,7 @@ def autopilot_advance(*, mission_id: int) -> str:
             if waiting:
                 return _stop(mission, f"milestones {', '.join(waiting)} wait for dependencies that cannot complete")
             break
-    Mission.objects.filter(pk=mission.pk).update(
-        status=MissionStatus.COMPLETE, status_reason="", updated_at=timezone.now()
-    )
-    publish_on_commit(
-        mission, "mission:updated", {"mission": mission.pk, "status": MissionStatus.COMPLETE, "change": "completed"}
-    )
+    mission_transition(mission=mission, old=mission.status, new=MissionStatus.COMPLETE, cause="complete")
     return "complete"
 
 

@@ -13,20 +13,20 @@ from django.utils import timezone
 from fusion_site.base.redact import bounded
 from missions.errors import Conflict
 from missions.events import lock_mission, publish_on_commit
-from missions.transitions.loop import feature_transition
 from missions.models import (
     AssertionScope,
     FeatureAssertion,
     LoopState,
     MissionFeature,
     MissionStatus,
-    Slice,
     SliceStatus,
     StopReason,
     Task,
     TaskStatus,
 )
 from missions.services.tasks import task_create
+from missions.transitions.loop import feature_transition
+from missions.transitions.slice import slice_transition
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.queueing import autopilot_notify
@@ -162,7 +162,13 @@ def _create_fix_feature(
         [FeatureAssertion(feature=fix, assertion=a) for a in to_link], ignore_conflicts=True
     )
     if source.slice.status == SliceStatus.COMPLETE:  # a regression reopens the slice it lands in
-        Slice.objects.filter(pk=source.slice_id).update(status=SliceStatus.ACTIVE, updated_at=timezone.now())
+        slice_transition(
+            slice_=source.slice_id,
+            old=SliceStatus.COMPLETE,
+            new=SliceStatus.ACTIVE,
+            cause="fix_created",
+            payload={"feature": fix.pk, "source": source.pk},
+        )
     return fix
 
 
@@ -184,13 +190,8 @@ def _exhaust(root: MissionFeature, source: MissionFeature, run: ValidatorRun, ac
             )
     publish_on_commit(
         root.mission_id,
-        "mission:updated",
-        {
-            "mission": root.mission_id,
-            "change": "retry_budget_exhausted",
-            "feature": root.pk,
-            "run": run.pk,
-        },
+        "fix-feature:budget-exhausted",
+        {"mission": root.mission_id, "feature": root.pk, "run": run.pk},
         actor_id=actor_id,
     )
     autopilot_notify(root.mission_id)
@@ -212,10 +213,9 @@ def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
     if root.loop_state == LoopState.BLOCKED:
         publish_on_commit(
             root.mission_id,
-            "mission:updated",
+            "fix-feature:root-blocked",
             {
                 "mission": root.mission_id,
-                "change": "fix_passed_root_blocked",
                 "feature": root.pk,
                 "fix": fix.pk,
                 "run": run.pk,

@@ -19,10 +19,9 @@ def follow_up(mission_id: int, step: str, action: Callable[[], object]) -> None:
     except DomainError as exc:
         publish_on_commit(
             mission_id,
-            "mission:updated",
+            "follow-up:refused",
             {
                 "mission": mission_id,
-                "change": "follow_up_refused",
                 "step": step,
                 "code": exc.code,
                 "reason": str(exc)[:500],

@@ -8,9 +8,11 @@ one. Completing and reopening are the plan's (`missions/transitions/progress.py`
 
 from __future__ import annotations
 
+from functools import partial
+
 from fusion_site.base.snapshots import SnapshotError, is_ancestor, pin_revision
-from missions.transitions.loop import feature_transition
 from missions.models import LoopState, Milestone, MissionFeature
+from missions.transitions.loop import feature_transition
 from missions.transitions.progress import milestone_complete
 from validation import profiles
 from validation.models import RunScope, RunStatus, ValidatorRun
@@ -133,7 +135,7 @@ def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
     fix it calls for) and gets a fix feature under the usual lineage and budget rules."""
     if verdict.status == "fail":
         for source, keys in regression_sources(run).items():
-            follow_up(run.mission_id, "milestone_regression", lambda s=source, k=keys: _send_back(run, s, k))
+            follow_up(run.mission_id, "milestone_regression", partial(_send_back, run, source, keys))
     autopilot_notify(run.mission_id)
 
 

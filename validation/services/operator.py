@@ -7,8 +7,8 @@ from django.db.models import Q
 
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission
-from missions.transitions.loop import feature_transition
 from missions.models import LoopState, MissionFeature, MissionStatus
+from missions.transitions.loop import feature_transition
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.admission import Admission, feature_admit, feature_assertion_specs, same_contract
 from validation.services.fixes import fix_for_failure
@@ -111,7 +111,9 @@ def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> lis
     )
     moved = []
     for feature in candidates:
-        if same_contract(feature_assertion_specs(feature), feature.last_run.assertions):
+        judged = feature.last_run
+        assert judged is not None  # last_run__isnull=False above
+        if same_contract(feature_assertion_specs(feature), judged.assertions):
             continue
         if not feature_transition(
             feature=feature.pk,

@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from fusion_site.base.redact import bounded
 from missions.events import lock_mission, publish_on_commit
-from missions.transitions.loop import feature_transition
 from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
 from missions.services.rollup import milestone_rollup_refresh
+from missions.transitions.assertion import assertion_transition
+from missions.transitions.loop import feature_transition
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision
 from validation.services.admission import (
@@ -104,13 +105,10 @@ def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFai
         )
     }
     failures = []
-    now = timezone.now()
     for item in verdict.assertions:
         assertion = by_key.get(item.key)
         if assertion is not None:
-            ContractAssertion.objects.filter(pk=assertion.pk).update(
-                status=ASSERTION_STATUS[item.verdict], updated_at=now
-            )
+            _judge(assertion, ASSERTION_STATUS[item.verdict], run)
         if item.verdict == "fail":
             failures.append(
                 ValidatorFailure.objects.create(
@@ -126,6 +124,20 @@ def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFai
             )
     milestone_rollup_refresh(milestone_ids={a.milestone_id for a in by_key.values()} | {run.milestone_id})
     return failures
+
+
+def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None:
+    """The assertion's status is the verdict's (the last verdict recorded wins); the same
+    status again is no move."""
+    while assertion.status != status:
+        if not assertion_transition(
+            assertion=assertion,
+            old=assertion.status,
+            new=status,
+            cause="verdict",
+            payload={"key": assertion.key, "milestone": assertion.milestone_id, "run": run.pk},
+        ):
+            assertion.refresh_from_db(fields=["status"])  # another writer won: judge from its state
 
 
 def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
@@ -150,13 +162,8 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
         else:
             publish_on_commit(
                 run.mission_id,
-                "mission:updated",
-                {
-                    "mission": run.mission_id,
-                    "change": "report_only_failure",
-                    "feature": feature.pk,
-                    "run": run.pk,
-                },
+                "fix-feature:report-only",
+                {"mission": run.mission_id, "feature": feature.pk, "run": run.pk},
             )
     else:
         feature_transition(

@@ -14,7 +14,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
-from missions.models import AssertionScope, MissionFeature, Task, TaskStatus
+from missions.models import AssertionScope, MissionFeature
+from missions.selectors import latest_done_task
 from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
@@ -50,7 +51,7 @@ def run_assertions(run: ValidatorRun) -> list[AssertionSpec]:
 def _task_context(feature: MissionFeature | None) -> tuple[str, str]:
     if feature is None:
         return "", ""
-    task = Task.objects.filter(feature=feature, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
+    task = latest_done_task(features=feature)
     if task is None:
         return "", ""
     return task.summary[:4000], task.log[-4000:]

@@ -22,7 +22,7 @@ def _warn(task: Task, reason: str) -> None:
 @transaction.atomic
 def task_outcome_process(*, task_id: int) -> str:
     task = Task.objects.select_related("mission", "feature").filter(pk=task_id).first()
-    if task is None or task.feature_id is None:
+    if task is None or task.feature is None:  # loaded with the task (select_related)
         return "skipped"
     if task.status != TaskStatus.DONE:
         return "not_done"

@@ -17,6 +17,8 @@ class Judgement:
 
 
 def judge(ctx: ValidationContext) -> Judgement:
+    # The kinds are imported on use: each imports `Judgement` from this package (a cycle at
+    # the top of the module), and the agent kind loads pydantic-ai, heavy, only when judging.
     kind = ctx.profile["kind"]
     if kind == "checks":
         from validation.validators.composite import judge_checks_only

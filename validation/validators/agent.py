@@ -1,4 +1,4 @@
-"""The `agent` validator (DESIGN §5.2): a fresh pydantic-ai agent per run, read-only tools
+"""The `agent` validator (docs/validators.md, "`agent`"): a fresh pydantic-ai agent per run, read-only tools
 confined to the checkout, the verdict as structured output, host validation with bounded
 repair, and every exchange journaled so that a run replays and resumes without paying twice.
 
@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from pydantic import BaseModel, ConfigDict
-from pydantic_ai import Agent, ModelRetry, RunContext, Tool
+from pydantic_ai import Agent, AgentRetries, ModelRetry, RunContext, Tool
 from pydantic_ai.exceptions import ModelAPIError, UnexpectedModelBehavior, UsageLimitExceeded, UserError
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import Model
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import NativeOutput, PromptedOutput, ToolOutput
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 
 from validation import journal
@@ -137,7 +138,10 @@ class AgentSession:
         if payload is None:
             return None
         self.account(payload["usage"])
-        return ModelMessagesTypeAdapter.validate_python([payload["response"]])[0]
+        message = ModelMessagesTypeAdapter.validate_python([payload["response"]])[0]
+        if not isinstance(message, ModelResponse):  # only `record_response` writes this kind
+            raise journal.JournalIntegrityError(f"the journaled answer {key} is not a model response")
+        return message
 
     def check_budget(self, estimate: int) -> None:
         budget = self.options.token_budget
@@ -277,7 +281,9 @@ def resolve_model(options: AgentOptions, *, replay: bool) -> Model:
     from pydantic_ai.models import infer_model
     from pydantic_ai.providers import infer_provider, infer_provider_class
 
-    factory = (lambda name: infer_provider_class(name)(api_key=key)) if key else infer_provider
+    # infer_provider_class is typed as the base Provider, whose __init__ takes nothing; the
+    # concrete class it returns (OpenAIProvider, AnthropicProvider, ...) takes api_key.
+    factory = (lambda name: infer_provider_class(name)(api_key=key)) if key else infer_provider  # type: ignore[call-arg]
     try:
         return infer_model(options.model, provider_factory=factory)
     except (UserError, ValueError, ImportError, TypeError) as exc:
@@ -287,16 +293,19 @@ def resolve_model(options: AgentOptions, *, replay: bool) -> Model:
 def _compatible_model(options: AgentOptions, key: str | None) -> Model:
     """An OpenAI-compatible server at `base_url`, with what it does and does not accept."""
     from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.profiles import ModelProfile
+    from pydantic_ai.profiles.openai import OpenAIModelProfile
     from pydantic_ai.providers.openai import OpenAIProvider
 
     provider = OpenAIProvider(base_url=options.base_url, api_key=key or "not-needed")
-    profile = dict(provider.model_profile(options.model) or {})
-    profile.update(
-        supports_json_schema_output=True,
-        supports_json_object_output=True,
-        supports_forced_tool_choice=options.tool_choice != "auto",
-        openai_supports_strict_tool_definition=False,
-    )
+    base: ModelProfile = provider.model_profile(options.model) or {}
+    profile: OpenAIModelProfile = {
+        **base,
+        "supports_json_schema_output": True,
+        "supports_json_object_output": True,
+        "supports_forced_tool_choice": options.tool_choice != "auto",
+        "openai_supports_strict_tool_definition": False,
+    }
     json_object = options.native_format == "json_object"
 
     class CompatibleChatModel(OpenAIChatModel):
@@ -316,7 +325,7 @@ def _compatible_model(options: AgentOptions, key: str | None) -> Model:
     return CompatibleChatModel(options.model, provider=provider, profile=profile)
 
 
-def _output_spec(options: AgentOptions):
+def _output_spec(options: AgentOptions) -> NativeOutput[Candidate] | PromptedOutput[Candidate] | ToolOutput[Candidate]:
     if options.output_mode == "native":
         return NativeOutput(Candidate, name="verdict", description="The verdict document")
     if options.output_mode == "prompted":
@@ -345,13 +354,19 @@ def _tool_list(session: AgentSession) -> list[Tool]:
         """Run the declared deterministic check of one linked assertion and get its result."""
         return await session.tool(ctx, "run_check", key=key)
 
-    functions = {"read": read, "grep": grep, "find": find, "ls": ls, "run_check": run_check}
+    functions: dict[str, Callable[..., Awaitable[str]]] = {
+        "read": read,
+        "grep": grep,
+        "find": find,
+        "ls": ls,
+        "run_check": run_check,
+    }
     return [Tool(functions[name], takes_ctx=True) for name in session.options.tools if name in functions]
 
 
-def build_agent(session: AgentSession, system: str) -> Agent:
+def build_agent(session: AgentSession, system: str) -> Agent[Any, Candidate]:
     options = session.options
-    settings: dict[str, Any] = {"timeout": float(options.timeout)}
+    settings: ModelSettings = {"timeout": float(options.timeout)}
     if options.temperature is not None:
         settings["temperature"] = float(options.temperature)
     if options.max_tokens:
@@ -359,12 +374,13 @@ def build_agent(session: AgentSession, system: str) -> Agent:
     if options.output_mode == "tool" and options.tool_choice == "output":
         settings["tool_choice"] = ["submit_verdict"]
     model = JournaledModel(resolve_model(options, replay=not session.log.live), session)
+    retries: AgentRetries = {"output": options.max_repairs, "tools": 2}
     agent = Agent(
         model,
         output_type=_output_spec(options),
         system_prompt=system,
         tools=_tool_list(session),
-        retries={"output": options.max_repairs, "tools": 2},
+        retries=retries,
         model_settings=settings,
     )
 
@@ -384,7 +400,7 @@ def build_agent(session: AgentSession, system: str) -> Agent:
     return agent
 
 
-async def _run(agent: Agent, user: str, options: AgentOptions) -> None:
+async def _run(agent: Agent[Any, Candidate], user: str, options: AgentOptions) -> None:
     limits = UsageLimits(request_limit=options.max_requests)
     await asyncio.wait_for(agent.run(user, usage_limits=limits), timeout=options.timeout)
 

@@ -23,7 +23,16 @@ from fusion_site.base.snapshots import private_copy
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation import journal, protect
 from validation.context import AssertionSpec, ValidationContext
-from validation.verdict import AssertionVerdict, Evidence, escape_invisible, file_ref, line_of, read_checkout_text
+from validation.verdict import (
+    AssertionVerdict,
+    Evidence,
+    EvidenceKind,
+    Outcome,
+    escape_invisible,
+    file_ref,
+    line_of,
+    read_checkout_text,
+)
 
 NO_CHECK = "no check and no agent configured"
 EVIDENCE_LIMIT = 4000  # what `bounded` keeps of one evidence text
@@ -37,7 +46,7 @@ def _confined(root: Path, rel: str) -> Path | None:
     return target if target.is_relative_to(root.resolve()) else None
 
 
-def judge_file(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
+def judge_file(root: Path, spec: dict[str, Any]) -> tuple[Outcome, str, str, str]:
     """(verdict, expected, actual, evidence text) of a file check `check_spec_problems` accepts."""
     rel = spec["file"]
     target = _confined(root, rel)
@@ -74,7 +83,7 @@ def _output_tail(output: str, limit: int) -> str:
     return f"[… output truncated, last {limit} characters shown]\n" + text[-limit:]
 
 
-def judge_run(root: Path, spec: dict[str, Any]) -> tuple[str, str, str, str]:
+def judge_run(root: Path, spec: dict[str, Any]) -> tuple[Outcome, str, str, str]:
     timeout = min(float(spec.get("timeout", settings.FUSION_CHECK_TIMEOUT)), MAX_TIMEOUT)
     expect_exit = spec.get("expect_exit", 0)
     pattern = spec.get("expect_output")
@@ -119,7 +128,13 @@ def _shown(text: str, limit: int = 4000) -> str:
 
 
 def _assertion_verdict(
-    key: str, verdict: str, message: str, kind: str, evidence: str, expected: str = "", actual: str = ""
+    key: str,
+    verdict: Outcome,
+    message: str,
+    kind: EvidenceKind,
+    evidence: str,
+    expected: str = "",
+    actual: str = "",
 ) -> AssertionVerdict:
     # A file reference is a path the check names, not output: redacting or cutting it
     # would make it name no file.
@@ -145,6 +160,8 @@ def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
             "other",
             f"{assertion.key}: check {json.dumps(spec, ensure_ascii=False, default=str)}",
         )
+    assert spec is not None  # check_spec_problems has a problem for anything but an object
+    kind: EvidenceKind
     if "run" in spec:
         verdict, expected, actual, evidence = judge_run(root, spec)
         kind = "test-output"
@@ -180,6 +197,7 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> Assertio
     spec = assertion.check
     if check_spec_problems(spec):  # judge_assertion blocks it without running anything
         return judge_assertion(ctx.checkout, assertion)
+    assert spec is not None  # check_spec_problems has a problem for anything but an object
     protection = ctx.protection
     own = spec.get("protect") or []
     if own and not protection.base:

@@ -1,4 +1,4 @@
-"""The `command` validator (DESIGN §5.3): an external agent CLI run in the checkout with the
+"""The `command` validator (docs/validators.md, "`command`"): an external agent CLI run in the checkout with the
 prompt on stdin; its standard output must be the verdict JSON.
 
 The parse is strict: the whole of stdout is one JSON document, or else it holds exactly

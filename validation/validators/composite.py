@@ -4,11 +4,13 @@ the kind, the host runs every declared check itself (`with_declared_checks`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from validation import profiles
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.validators import Judgement
 from validation.validators.checks import blocked_without_check, run_checks
-from validation.verdict import Verdict, normalize
+from validation.verdict import AssertionVerdict, Verdict, normalize
 
 
 def _document(items) -> dict:
@@ -40,8 +42,6 @@ def judge_composite(ctx: ValidationContext) -> Judgement:
         raise ValidatorCrashed(str(exc), code="misconfigured") from exc
     sub = ValidationContext(**{**ctx.__dict__, "assertions": rest, "profile": agent_profile})
     judged = dispatch(sub)
-    from validation.verdict import AssertionVerdict
-
     for item in judged.candidate.get("assertions", []):
         results.setdefault(item["key"], AssertionVerdict.model_validate(item))
     items = [results.get(a.key) or blocked_without_check(a) for a in ctx.assertions]
@@ -59,7 +59,12 @@ def with_declared_checks(ctx: ValidationContext, judged: Judgement) -> Judgement
     if not with_check or not isinstance(items, list):
         return judged
     checked = {v.key: v for v in run_checks(ctx, with_check)}
-    merged = [_merge(item, checked.pop(item.get("key"), None)) if isinstance(item, dict) else item for item in items]
+
+    def own_check(item: dict[str, Any]) -> AssertionVerdict | None:
+        key = item.get("key")  # anything but a string: no check of ours; host validation rejects it
+        return checked.pop(key, None) if isinstance(key, str) else None
+
+    merged = [_merge(item, own_check(item)) if isinstance(item, dict) else item for item in items]
     merged += [v.model_dump() for v in checked.values()]  # checked assertions the model left out
     return Judgement({**judged.candidate, "assertions": merged}, judged.tokens_in, judged.tokens_out)
 

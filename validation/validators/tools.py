@@ -13,6 +13,7 @@ import fnmatch
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from fusion_site.base.redact import redact
@@ -171,4 +172,4 @@ def run_check(ctx, key: str) -> str:
     return _bounded(json.dumps(verdict.model_dump(), indent=1))
 
 
-TOOL_FUNCTIONS = {"read": read, "ls": ls, "find": find, "grep": grep}
+TOOL_FUNCTIONS: dict[str, Callable[..., str]] = {"read": read, "ls": ls, "find": find, "grep": grep}

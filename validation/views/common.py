@@ -3,12 +3,17 @@ follows, and the short texts that describe checks, events and durations."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_safe
+from django_eventstream import get_current_event_id
 
 from missions.events import mission_channel
 
@@ -24,11 +29,42 @@ def fragment(request, template: str, context: dict[str, Any]):
     return response
 
 
+Parts = dict[str, tuple[str, Callable[[Any], dict[str, Any]]]]
+
+
+def object_pages(
+    *, noun: str, template: str, parts: Parts, load: Callable[[HttpRequest, int], Any], mission_of: Callable[[int], int]
+) -> tuple[Callable[..., HttpResponse], Callable[..., HttpResponse]]:
+    """The page of one object (`…/<pk>/`) and each of its regions (`…/<pk>/_/<part>/`),
+    built from one table of parts: {part: (fragment template, context builder)}. The page
+    renders every part; a live update re-renders one. The stream position is taken
+    before any read, so later changes are replayed to the page."""
+
+    @login_required
+    @require_safe
+    def detail(request: HttpRequest, pk: int) -> HttpResponse:
+        stream = mission_live(mission_of(pk))
+        obj = load(request, pk)
+        context = {**stream, noun: obj, "mission": obj.mission}
+        for _template, build in parts.values():
+            context.update(build(obj))
+        return render(request, template, context)
+
+    @login_required
+    @require_safe
+    def part(request: HttpRequest, pk: int, part: str) -> HttpResponse:
+        if part not in parts:
+            raise Http404("no such part")
+        obj = load(request, pk)
+        part_template, build = parts[part]
+        return fragment(request, part_template, {noun: obj, "mission": obj.mission, **build(obj)})
+
+    return detail, part
+
+
 def live(channels: set[str], stream_url: str) -> dict[str, str]:
     """The stream a page follows and the event id it was rendered at. Taken *before* the
     page reads its data: whatever happens after is replayed to the page when it connects."""
-    from django_eventstream import get_current_event_id
-
     return {"stream_url": stream_url, "last_event_id": get_current_event_id(sorted(channels))}
 
 
@@ -89,7 +125,7 @@ def label(state: str | None) -> str:
 def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int, str] | None = None) -> str:
     """One line of the activity feed, built from the event's structure (never free text
     beyond the short reasons the loop records)."""
-    p = event.payload or {}
+    p: dict[str, Any] = event.payload or {}
 
     def feature(key: str = "feature") -> str:
         fid = p.get(key)
@@ -97,7 +133,9 @@ def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int
 
     def milestone() -> str:
         mid = p.get("milestone")
-        return f"milestone {(milestone_keys or {}).get(mid, f'#{mid}')}"
+        # Milestone ids are ints: any other value (or none) names no milestone.
+        name = (milestone_keys or {}).get(mid, f"#{mid}") if isinstance(mid, int) else f"#{mid}"
+        return f"milestone {name}"
 
     kind = event.type
     if kind == "feature:updated":

@@ -6,9 +6,14 @@ answers 404, exactly like the API.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
 from django.http import Http404
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.utils.timesince import timesince
 from django.views.decorators.http import require_safe
 
 from missions import selectors as plan
@@ -19,14 +24,20 @@ from validation import selectors
 from validation.views import common
 from validation.views.charts import legend, rounds_svg
 
+if TYPE_CHECKING:
+    # Lint-only dependency (django-stubs-ext): names an annotated model for the type checker.
+    from django_stubs_ext import WithAnnotations
+
 # --- missions list -----------------------------------------------------------------------
 
 
-def _list_context(request) -> dict:
-    from django.utils import timezone
-    from django.utils.timesince import timesince
+class _ListedMission(selectors.DashboardCounts):
+    activity: str  # set below, for the template
 
-    missions = selectors.dashboard_missions(user=request.user)
+
+def _list_context(request) -> dict:
+    # The rows gain `activity` here; the cast only says so, it converts nothing.
+    missions = cast("list[WithAnnotations[Mission, _ListedMission]]", selectors.dashboard_missions(user=request.user))
     now = timezone.now()
     for m in missions:
         if m.last_event_at:
@@ -58,8 +69,6 @@ def _mission(request, pk: int) -> Mission:
 
 
 def _header_context(mission: Mission) -> dict:
-    from django.db.models import Count, Q
-
     counts = MissionFeature.objects.filter(mission=mission).aggregate(
         total=Count("id"),
         passed=Count("id", filter=Q(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED])),
@@ -174,23 +183,10 @@ FEATURE_PARTS = {
 }
 
 
-@login_required
-@require_safe
-def feature_detail(request, pk: int):
-    mission_id = MissionFeature.objects.filter(pk=pk).values_list("mission_id", flat=True).first()
-    live = common.mission_live(mission_id or 0)  # before the reads, as on the mission page
-    feature = _feature(request, pk)
-    context = {**live, "feature": feature, "mission": feature.mission}
-    for _template, build in FEATURE_PARTS.values():
-        context.update(build(feature))
-    return render(request, "missions/feature_detail.html", context)
-
-
-@login_required
-@require_safe
-def feature_part(request, pk: int, part: str):
-    if part not in FEATURE_PARTS:
-        raise Http404("no such part")
-    feature = _feature(request, pk)
-    template, build = FEATURE_PARTS[part]
-    return common.fragment(request, template, {"feature": feature, "mission": feature.mission, **build(feature)})
+feature_detail, feature_part = common.object_pages(
+    noun="feature",
+    template="missions/feature_detail.html",
+    parts=FEATURE_PARTS,
+    load=_feature,
+    mission_of=lambda pk: MissionFeature.objects.filter(pk=pk).values_list("mission_id", flat=True).first() or 0,
+)

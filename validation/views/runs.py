@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import get_object_or_404, render
+from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 
@@ -54,25 +54,9 @@ def _mission_of_run(pk: int) -> int:
     return ValidatorRun.objects.filter(pk=pk).values_list("mission_id", flat=True).first() or 0
 
 
-@login_required
-@require_safe
-def run_detail(request, pk: int):
-    live = common.mission_live(_mission_of_run(pk))
-    run = _run(request, pk)
-    context = {**live, "run": run, "mission": run.mission}
-    for _template, build in RUN_PARTS.values():
-        context.update(build(run))
-    return render(request, "validation/run_detail.html", context)
-
-
-@login_required
-@require_safe
-def run_part(request, pk: int, part: str):
-    if part not in RUN_PARTS:
-        raise Http404("no such part")
-    run = _run(request, pk)
-    template, build = RUN_PARTS[part]
-    return common.fragment(request, template, {"run": run, "mission": run.mission, **build(run)})
+run_detail, run_part = common.object_pages(
+    noun="run", template="validation/run_detail.html", parts=RUN_PARTS, load=_run, mission_of=_mission_of_run
+)
 
 
 # --- reviews -----------------------------------------------------------------------------
@@ -87,11 +71,11 @@ def _review(request, pk: int):
 
 def _render_markdown(text: str) -> str:
     """CommonMark with raw HTML disabled (escaped), so the report cannot inject markup."""
+    # Imported on use: markdown-it-py is no declared dependency (it comes with rich), so
+    # its absence falls back to escaped text instead of breaking the module's import.
     try:
         from markdown_it import MarkdownIt
     except ImportError:  # pragma: no cover - markdown-it-py comes with rich
-        from django.utils.html import escape
-
         return f"<pre>{escape(text)}</pre>"
     return MarkdownIt("commonmark", {"html": False}).render(text)
 

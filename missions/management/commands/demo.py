@@ -14,11 +14,15 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from missions.demo import implementer
 from missions.demo.project import MISSION, TESTS
+from missions.management.workers import start_embedded_worker
 from missions.models import Mission
+from missions.services.files import mission_import
+from missions.services.lifecycle import mission_activate
 
 
 def make_repository(path: Path) -> str:
@@ -42,9 +46,6 @@ def make_repository(path: Path) -> str:
 
 
 def create_demo(*, directory: Path | None = None, user=None) -> Mission:
-    from missions.services.files import mission_import
-    from missions.services.lifecycle import mission_activate
-
     Mission.objects.filter(key=MISSION["mission"]["key"]).delete()
     repo = (directory or Path(settings.DATA_DIR) / "demo-repo").resolve()
     base = make_repository(repo)
@@ -72,8 +73,6 @@ class Command(BaseCommand):
         if if_missing and Mission.objects.filter(key=MISSION["mission"]["key"]).exists():
             self.stdout.write("demo mission exists; not re-created")
             return
-        from django.contrib.auth import get_user_model
-
         owner = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
         mission = create_demo(user=owner)
         self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.workspace}")
@@ -88,8 +87,6 @@ class Command(BaseCommand):
             raise CommandError(
                 "--wait runs in-process workers; unset REDIS_URL or run rundramatiq workers and watch the API"
             )
-        from missions.management.commands.serve import start_embedded_worker
-
         worker = start_embedded_worker(settings.FUSION_WORKER_THREADS)
         deadline = time.monotonic() + timeout
         try:

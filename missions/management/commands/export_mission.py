@@ -1,4 +1,4 @@
-"""`manage.py export_mission MISSION [--output FILE]`: write a mission as its file (DESIGN §8)."""
+"""`manage.py export_mission MISSION [--output FILE]`: write a mission as its file (README.md, "Mission files")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`manage.py import_mission FILE.yaml`: create or update a mission from its file (DESIGN §8)."""
+"""`manage.py import_mission FILE.yaml`: create or update a mission from its file (README.md, "Mission files")."""
 
 from __future__ import annotations
 

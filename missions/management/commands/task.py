@@ -26,7 +26,7 @@ from missions.services import tasks as services
 
 
 def describe(task: Task) -> str:
-    feature = f" for {task.mission.key}/{task.feature.key}" if task.feature_id else ""
+    feature = f" for {task.mission.key}/{task.feature.key}" if task.feature else ""
     revision = f" at {task.revision}" if task.revision else ""
     return f"task {task.pk}{feature}: {task.status}{revision}"
 

@@ -1,6 +1,6 @@
 """`manage.py repair_feature FEATURE --mode clear|re_run --reason TEXT [--user NAME]`
 
-The operator's repair (DESIGN §4.8): `clear` puts the feature back to implementing with
+The operator's repair (docs/TRUTH.md; docs/ARCHITECTURE.md, "State machines"): `clear` puts the feature back to implementing with
 its counters and fix rounds reset; `re_run` starts a new validation run now (even on an
 input that failed before). The reason and the user are written to the audit log.
 

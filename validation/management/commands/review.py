@@ -13,6 +13,7 @@ still running after --timeout.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,16 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from missions.errors import DomainError
+from missions.management.cli import feature_by_ref
 from validation.models import Review
 from validation.review import result as results
-from validation.review.state import TERMINAL, S
+from validation.review.feature import feature_review
+from validation.review.pipeline import captured_stages, run_captured
+from validation.review.preflight import review_create
+from validation.review.state import TERMINAL, S, review_cancel
 
-EXIT = {S.COMPLETED: 0, S.FAILED: 1, S.CANCELLED: 2}
+# By review state (a str: the choices compare and hash as their values).
+EXIT: dict[str, int] = {S.COMPLETED: 0, S.FAILED: 1, S.CANCELLED: 2}
 LISTS = {
     "background": "background",
     "scope": "scope",
@@ -85,8 +91,6 @@ class Command(BaseCommand):
             if o["result"]:
                 return self._finish(self._get(o["result"]))
             if o["cancel"]:
-                from validation.review.state import review_cancel
-
                 review = review_cancel(review=self._get(o["cancel"]))
                 self.stdout.write(f"review {review.pk}: {review.state}")
                 return None
@@ -101,8 +105,6 @@ class Command(BaseCommand):
         return review
 
     def _request(self, o: dict[str, Any]) -> None:
-        from validation.review.pipeline import captured_stages, run_captured
-
         user = self._user(o["user"])
         if o["idempotency_key"] and user is None:
             raise CommandError("--idempotency-key needs --user: keys belong to a user")
@@ -127,18 +129,13 @@ class Command(BaseCommand):
     def _create(self, o: dict[str, Any], user):
         kwargs = dict(user=user, idempotency_key=o["idempotency_key"], profile=o["profile"], source="cli")
         if o["of_feature"]:
-            from missions.management.cli import feature_by_ref
-            from validation.review.feature import feature_review
-
             return feature_review(feature=feature_by_ref(o["of_feature"]), **kwargs)
-        from validation.review.preflight import review_create
-
         return review_create(body=self._body(o), unrestricted=user is None or user.is_staff, **kwargs)
 
     def _body(self, o: dict[str, Any]) -> Any:
         body: Any = {}
         if o["file"]:
-            raw = self.stdin.read() if o["file"] == "-" else Path(o["file"]).read_text(encoding="utf-8")
+            raw = sys.stdin.read() if o["file"] == "-" else Path(o["file"]).read_text(encoding="utf-8")
             try:
                 body = yaml.safe_load(raw)  # YAML is a superset of JSON
             except yaml.YAMLError as exc:

@@ -4,11 +4,19 @@ Dramatiq worker threads in this same process."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
+from daphne.cli import CommandLineInterface
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+
+from missions.management.workers import start_embedded_worker
+from validation.services.recovery import recover
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -38,8 +46,6 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Fusion Missions on http://{host}:{port}/ (admin /admin/, API /api/, docs /api/docs/)")
         )
-        from daphne.cli import CommandLineInterface
-
         try:
             CommandLineInterface().run(["-b", host, "-p", port, "--proxy-headers", "fusion_site.asgi:application"])
         finally:
@@ -47,23 +53,8 @@ class Command(BaseCommand):
                 worker.stop()
 
 
-def start_embedded_worker(threads: int):
-    import dramatiq
-    from dramatiq import Worker
-
-    broker = dramatiq.get_broker()
-    broker.emit_after("process_boot")
-    worker = Worker(broker, worker_threads=threads, worker_timeout=100)
-    worker.start()
-    return worker
-
-
 def start_sweeper(*, startup: bool) -> threading.Thread:
     """Recovery at start-up and then every FUSION_SWEEP_INTERVAL seconds."""
-    from django.db import close_old_connections
-
-    from validation.services.recovery import recover
-
     stop = threading.Event()
 
     def loop():
@@ -73,9 +64,7 @@ def start_sweeper(*, startup: bool) -> threading.Thread:
             try:
                 recover(startup=startup and first)
             except Exception:  # noqa: BLE001 — a failed sweep must not kill the server; the next one retries
-                import logging
-
-                logging.getLogger(__name__).exception("recovery sweep failed")
+                logger.exception("recovery sweep failed")
             finally:
                 close_old_connections()
             first = False

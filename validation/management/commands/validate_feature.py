@@ -14,8 +14,10 @@ from missions.errors import DomainError
 from missions.management.cli import feature_by_ref
 from validation.models import RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
+from validation.services.runner import execute_run
 
-EXIT = {RunStatus.PASSED: 0, RunStatus.FAILED: 1}
+# By run status (a str: the choices compare and hash as their values).
+EXIT: dict[str, int] = {RunStatus.PASSED: 0, RunStatus.FAILED: 1}
 
 
 class Command(BaseCommand):
@@ -28,7 +30,8 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for a queued run")
 
     def handle(self, *args, feature: str, sync: bool, validator: str | None, timeout: float, **options):
-        console = Console(file=self.stdout, highlight=False)
+        # OutputWrapper is a file-like TextIOBase; typeshed's TextIOBase is no IO[str].
+        console = Console(file=self.stdout, highlight=False)  # type: ignore[arg-type]
         target = feature_by_ref(feature)
         try:
             admission = feature_admit(
@@ -48,8 +51,6 @@ class Command(BaseCommand):
 
     def _wait(self, run: ValidatorRun, *, sync: bool, timeout: float, console: Console) -> ValidatorRun:
         if sync:
-            from validation.services.runner import execute_run
-
             with console.status("validating…"):
                 execute_run(run.pk)
             return ValidatorRun.objects.get(pk=run.pk)

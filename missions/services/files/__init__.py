@@ -1,0 +1,54 @@
+"""Missions as code: import and export the mission file; see README.md (Mission files).
+
+Decisions (what the file means):
+- The whole document is validated before anything is written; every error is reported
+  as `path: message` (`milestones[0].slices[1].key: duplicate key s1`) in one
+  `Invalid(code="invalid_mission_file")`. Then the import runs in one transaction.
+- Entities are matched by key: the mission by `key`, milestones, slices, features and
+  assertions by their key within the mission. A matched entity may move (a slice to
+  another milestone, a feature to another slice, an assertion to another milestone).
+- The file is declarative: an omitted field means the model default, so re-importing a
+  file without `description` clears a stored description. Order comes from list
+  positions; stored orders are only renumbered when the file's order differs from the
+  stored relative order (so re-importing an export never rewrites anything).
+- Entities that are in the database but not in the file are LEFT ALONE, never deleted:
+  the database holds work the file knows nothing about (tasks, runs, failures, fix
+  features the loop generated after the last export). Delete through the API or admin.
+  References in the file (milestone `dependencies`, a feature's `assertions`) must name
+  entities of the file; links of a file entity are made to match the file exactly.
+- States are not imported: they change through the services. The mission `status` is
+  applied to a NEW mission only and ignored when the mission exists.
+- A `check` (it executes code) or an `executor_command` may only be set or changed by
+  staff or from the CLI (`user=None`); an unchanged value is allowed for anyone.
+- Relative `workspace` paths are resolved against `base_dir` (the file's folder) and
+  stored absolute; export writes the workspace as stored.
+- The validator profile name is not checked against the configured profiles: they
+  depend on the environment, and a missing one is reported when a run needs it.
+
+Where it lives:
+- `schema`: the file declared once (pydantic models whose types, defaults and limits come
+  from the Django model fields), its errors in the file's wording, its JSON schema
+  (`docs/mission-file.schema.json`);
+- `yaml_io`: the YAML reader (duplicate keys refused) and the writer of exports;
+- `validating`: the declaration's verdict plus the rules that need the whole file;
+- `importing` and `exporting`: the database side.
+"""
+
+from __future__ import annotations
+
+from missions.services.files.exporting import mission_export
+from missions.services.files.importing import ImportResult, mission_file_import, mission_import
+from missions.services.files.importing import _locked_mission as _locked_mission  # looked up here by `_apply`
+from missions.services.files.schema import MISSION_FIELDS, MissionFile, mission_file_json_schema
+from missions.services.files.yaml_io import MAX_DOCUMENT_CHARS
+
+__all__ = [
+    "MAX_DOCUMENT_CHARS",
+    "MISSION_FIELDS",
+    "ImportResult",
+    "MissionFile",
+    "mission_export",
+    "mission_file_import",
+    "mission_file_json_schema",
+    "mission_import",
+]

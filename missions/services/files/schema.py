@@ -1,0 +1,406 @@
+"""The mission file, declared once: pydantic models whose types, defaults and limits come
+from the Django model fields, the errors they raise in the file's wording, and the JSON
+schema (`docs/mission-file.schema.json`, `python manage.py mission_file_schema`).
+
+The models only judge each value on its own (types, unknown fields, the rules of a text,
+a number, a check, a list of patterns); what needs the whole file (duplicate keys,
+references, dependency cycles, protection, the workspace) is `validating`'s.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
+
+from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
+from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
+
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
+
+# A value with these problems is still read by the cross-field rules (as before the
+# declaration was pydantic's); any other failed value reads as its default.
+PROBLEM_LISTS = "check_problems", "pattern_problems"
+
+
+def plain(value: Any) -> Any:
+    """A choices enum (a model default not yet reloaded) written as its plain value."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _problem(message: str) -> PydanticCustomError:
+    return PydanticCustomError("mission_file", message)
+
+
+def _problems(kind: str, suffixes: list[str]) -> PydanticCustomError:
+    """Several problems of one value, each a suffix of its path (`: …` or `[2]: …`)."""
+    return PydanticCustomError(kind, "{suffixes}", {"suffixes": suffixes})
+
+
+class _Rule:
+    """A field's own rules, run after pydantic's type check; `json` adds their limits to the schema."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_wrap_validator_function(self.validate, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        return {**handler(schema), **self.json()}
+
+    def validate(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        return self.check(handler(value))
+
+    def check(self, value: Any) -> Any:
+        return value
+
+    def json(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Text(_Rule):
+    """A string column: NUL, choices, blank, slug, length, in this order (the first problem is told)."""
+
+    max_length: int | None
+    nonblank: bool
+    choices: tuple[str, ...] = ()
+    slug: bool = False
+
+    def check(self, value: str) -> str:
+        if "\x00" in value:
+            raise _problem("must not contain NUL characters")
+        if self.choices and value not in self.choices:
+            raise _problem(f"must be one of {', '.join(self.choices)}")
+        if self.nonblank and not value.strip():
+            raise _problem("must not be blank")
+        if self.slug and not _SLUG.match(value):
+            raise _problem("must be a slug (letters, digits, hyphens and underscores)")
+        if self.max_length is not None and len(value) > self.max_length:
+            raise _problem(f"must be at most {self.max_length} characters")
+        return value
+
+    def json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"enum": list(self.choices)} if self.choices else {}
+        if self.slug:
+            out["pattern"] = "^[-a-zA-Z0-9_]+$"
+        elif self.nonblank and not self.choices:
+            out["pattern"] = r"\S"
+        if self.max_length is not None and not self.choices:
+            out["maxLength"] = self.max_length
+        return out
+
+
+@dataclass(frozen=True)
+class Integer(_Rule):
+    minimum: int | None
+    maximum: int | None
+
+    def check(self, value: int) -> int:
+        if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            raise _problem(f"must be between {self.minimum} and {self.maximum}")
+        return value
+
+    def json(self) -> dict[str, Any]:
+        limits = {"minimum": self.minimum, "maximum": self.maximum}
+        return {name: limit for name, limit in limits.items() if limit is not None}
+
+
+class _Reworded(_Rule):
+    """A value of the wrong type reads as `wrong_type` (the field's own wording)."""
+
+    wrong_type = ""
+
+    def validate(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        try:
+            value = handler(value)
+        except ValueError as exc:  # pydantic's ValidationError of the type check
+            raise _problem(self.wrong_type) from exc
+        return self.check(value)
+
+
+class Check(_Reworded):
+    """An assertion's deterministic check: `missions.checks_spec` decides its shape."""
+
+    wrong_type = "must be a mapping (a check, DESIGN §5.1) or null"
+
+    def check(self, value: dict | None) -> dict | None:
+        if value is None:
+            return None
+        suffixes = [f": {p}" for p in check_spec_problems(value)]
+        if any(isinstance(v, str) and "\x00" in v for v in value.values()):
+            suffixes.append(": must not contain NUL characters")
+        if suffixes:
+            raise _problems("check_problems", suffixes)
+        return value
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        # null, like any omitted field, means none: written as an object only (OpenAPI 3.0 has no null type)
+        return {"type": "object", "additionalProperties": True}
+
+
+class Patterns(_Reworded):
+    """Glob patterns relative to the workspace (`missions.checks_spec.pattern_problems`)."""
+
+    wrong_type = "must be a list of glob patterns"
+
+    def check(self, value: list) -> list:
+        if suffixes := pattern_problems(value, ""):
+            raise _problems("pattern_problems", suffixes)
+        return value
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN_CHARS},
+            "maxItems": MAX_PATTERNS,
+        }
+
+
+class _KeyRule(_Reworded):
+    wrong_type = "must be a key (a non-empty string)"
+
+    def check(self, value: str) -> str:
+        if not value:
+            raise _problem(self.wrong_type)
+        return value
+
+    def json(self) -> dict[str, Any]:
+        return {"minLength": 1}
+
+
+# A reference to another entity of the file by its key.
+Key = Annotated[str, _KeyRule()]
+
+
+@dataclass(frozen=True)
+class Column:
+    """Marks a field as a model column; the reader keeps its value under `attname`."""
+
+    attname: str
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def column(model: type[models.Model], name: str) -> Any:
+    """The file field of a model column: its rule, default and limits come from the model,
+    so the file follows the database schema."""
+    f = model._meta.get_field("check_spec" if name == "check" else name)
+    assert isinstance(f, models.Field), f"{model.__name__}.{name} is not a column"
+    rule: _Rule | None
+    if isinstance(f, models.JSONField):
+        rule = Check() if name == "check" else Patterns()
+    elif isinstance(f, models.BooleanField):
+        rule = None
+    elif isinstance(f, models.IntegerField):
+        maxima = [v.limit_value for v in f.validators if isinstance(v, MaxValueValidator)]
+        minima = [v.limit_value for v in f.validators if isinstance(v, MinValueValidator)]
+        rule = Integer(minimum=max(minima) if minima else None, maximum=min(maxima) if maxima else None)
+    else:
+        choices = tuple(str(c) for c, _ in f.choices or ())
+        rule = Text(f.max_length, not f.blank, choices, slug=isinstance(f, models.SlugField) and not choices)
+    required = not f.has_default() and not f.blank and not f.null
+    description = str(f.help_text) or None
+    if required:
+        info = Field(description=description)
+    elif isinstance(f.get_default(), list):
+        info = Field(default_factory=list, description=description)  # never one shared list
+    elif f.get_default() is None:
+        info = Field(default=None, description=description, json_schema_extra=_no_default)
+    else:
+        info = Field(default=plain(f.get_default()), description=description)
+    info.metadata += [Column(f.attname), *([rule] if rule else [])]
+    return info
+
+
+class _Closed(BaseModel):
+    """Strict types, unknown fields refused; a null value means the field was omitted."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (v is None and k in cls.model_fields)}
+        return data
+
+
+class MissionFileAssertion(_Closed):
+    """A contract assertion; `scope: milestone` ones are judged on the milestone, not linked to features."""
+
+    key: str = column(ContractAssertion, "key")
+    title: str = column(ContractAssertion, "title")
+    statement: str = column(ContractAssertion, "statement")
+    scope: str = column(ContractAssertion, "scope")
+    check: dict[Any, Any] | None = column(ContractAssertion, "check")
+
+
+class MissionFileFeature(_Closed):
+    key: str = column(MissionFeature, "key")
+    title: str = column(MissionFeature, "title")
+    description: str = column(MissionFeature, "description")
+    acceptance_criteria: str = column(MissionFeature, "acceptance_criteria")
+    assertions: list[Key] = Field(default_factory=list, description="Keys of feature-scoped assertions of the file.")
+
+
+class MissionFileSlice(_Closed):
+    key: str = column(Slice, "key")
+    title: str = column(Slice, "title")
+    description: str = column(Slice, "description")
+    features: list[MissionFileFeature] = Field(default_factory=list)
+
+
+class MissionFileMilestone(_Closed):
+    key: str = column(Milestone, "key")
+    title: str = column(Milestone, "title")
+    description: str = column(Milestone, "description")
+    dependencies: list[Key] = Field(default_factory=list, description="Keys of milestones of the file.")
+    assertions: list[MissionFileAssertion] = Field(default_factory=list)
+    slices: list[MissionFileSlice] = Field(default_factory=list)
+
+
+class MissionFileMission(_Closed):
+    """The mission. `status` applies to a new mission only; states change through the services."""
+
+    key: str = column(Mission, "key")
+    title: str = column(Mission, "title")
+    description: str = column(Mission, "description")
+    status: str = column(Mission, "status")
+    workspace: str = column(Mission, "workspace")
+    base_revision: str = column(Mission, "base_revision")
+    protected_paths: list[Any] = column(Mission, "protected_paths")
+    on_protected_change: str = column(Mission, "on_protected_change")
+    validator: str = column(Mission, "validator")
+    executor: str = column(Mission, "executor")
+    executor_command: str = column(Mission, "executor_command")
+    autopilot: bool = column(Mission, "autopilot")
+    auto_fix: bool = column(Mission, "auto_fix")
+    retry_budget: int = column(Mission, "retry_budget")
+
+
+class MissionFile(_Closed):
+    """A mission file (README.md, Mission files): entities are matched by key, order comes
+    from list positions, an omitted or null field takes its default."""
+
+    mission: MissionFileMission
+    milestones: list[MissionFileMilestone] = Field(default_factory=list)
+
+
+@functools.cache
+def columns(model: type[BaseModel]) -> dict[str, str]:
+    """{file field: model attname} of the entity's columns, in the file's order."""
+    return {
+        name: meta.attname
+        for name, info in model.model_fields.items()
+        for meta in info.metadata
+        if isinstance(meta, Column)
+    }
+
+
+def fallback(model: type[BaseModel], name: str) -> Any:
+    """What a missing or refused value reads as: its default ("" for a required text)."""
+    info = model.model_fields[name]
+    return "" if info.is_required() else info.get_default(call_default_factory=True)
+
+
+def text_rule(model: type[BaseModel], name: str) -> Text:
+    return next(meta for meta in model.model_fields[name].metadata if isinstance(meta, Text))
+
+
+MISSION_FIELDS = tuple(columns(MissionFileMission))
+MILESTONE_FIELDS = tuple(columns(MissionFileMilestone))
+ASSERTION_FIELDS = tuple(columns(MissionFileAssertion))
+SLICE_FIELDS = tuple(columns(MissionFileSlice))
+FEATURE_FIELDS = tuple(columns(MissionFileFeature))
+
+
+def mission_file_json_schema(*, inline: bool = False) -> dict[str, Any]:
+    """The JSON schema of a mission file (as read from YAML or JSON). `inline` writes each
+    `$defs` entry in place of its references, for a document where `#/$defs/…` would not
+    resolve (the OpenAPI schema)."""
+    schema = MissionFile.model_json_schema()
+    if not inline:
+        return schema
+    defs = schema.pop("$defs", {})
+
+    def resolved(node: Any) -> Any:
+        if isinstance(node, list):
+            return [resolved(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:  # `#/$defs/Name`: the models do not nest themselves
+            node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+        return {key: resolved(value) for key, value in node.items()}
+
+    return resolved(schema)
+
+
+# ---------------------------------------------------------------- errors in the file's wording
+
+_WORDING = {
+    "missing": "required",
+    "extra_forbidden": "unknown field",
+    "invalid_key": "unknown field",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "model_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+}
+_UNKNOWN = ("extra_forbidden", "invalid_key")
+_DOCUMENT = "document: must be a mapping with `mission` and `milestones`"
+
+
+def path_of(loc: tuple[int | str, ...]) -> str:
+    """`("milestones", 0, "slices", 1, "key")` -> `milestones[0].slices[1].key`."""
+    path = ""
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}" if path else str(part)
+    return path
+
+
+def error_lines(errors: list[ErrorDetails]) -> list[str]:
+    """pydantic's errors as `path: message` lines, in the order the file is read: a
+    mapping's unknown fields first, then its fields in their declared order."""
+    lines = []
+    for error in unknown_first(errors):
+        loc = tuple(error["loc"])
+        if error["type"] in _UNKNOWN:
+            # the field's name as written, even when YAML read it as a number or a date
+            name = error["input"] if error["type"] == "invalid_key" else loc[-1]
+            parent = path_of(loc[:-1])
+            lines.append(f"{parent}.{name}: unknown field" if parent else f"{name}: unknown field")
+        elif not loc:
+            lines.append(_DOCUMENT)
+        elif error["type"] in PROBLEM_LISTS:
+            lines += [f"{path_of(loc)}{suffix}" for suffix in error.get("ctx", {})["suffixes"]]
+        else:
+            lines.append(f"{path_of(loc)}: {_WORDING.get(error['type'], error['msg'])}")
+    return lines
+
+
+def unknown_first(errors: list[ErrorDetails], *, by_name: bool = False) -> list[ErrorDetails]:
+    """pydantic reports a mapping's unknown fields after its fields; put them before the
+    first error inside that mapping (in the order written, or by name)."""
+    first: dict[tuple, int] = {}
+    for n, error in enumerate(errors):
+        loc = tuple(error["loc"])
+        for depth in range(len(loc)):
+            first.setdefault(loc[:depth], n)
+
+    def rank(item: tuple[int, ErrorDetails]) -> tuple:
+        n, error = item
+        loc = tuple(error["loc"])
+        if error["type"] in _UNKNOWN:
+            return (first[loc[:-1]], len(loc) - 1, str(loc[-1]) if by_name else "", n)
+        return (n, len(loc) + 1, "", n)
+
+    return [error for _, error in sorted(enumerate(errors), key=rank)]

@@ -1,0 +1,228 @@
+"""Reading a mission file: the YAML, the declaration's verdict (`schema`), then the rules
+that need the whole file. Every error is collected before one `Invalid` is raised."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from missions.errors import Invalid
+from missions.models import AssertionScope
+from missions.services.files import yaml_io
+from missions.services.files.schema import (
+    PROBLEM_LISTS,
+    MissionFile,
+    MissionFileAssertion,
+    MissionFileFeature,
+    MissionFileMilestone,
+    MissionFileMission,
+    MissionFileSlice,
+    columns,
+    error_lines,
+    fallback,
+    path_of,
+    text_rule,
+)
+
+MAX_ERRORS = 200
+
+Loc = tuple[int | str, ...]
+
+
+@dataclass
+class Node:
+    path: str
+    values: dict[str, Any]  # model attname -> value
+    refs: list[str] = field(default_factory=list)  # dependencies, or a feature's assertion keys
+    assertions: list[Node] = field(default_factory=list)
+    slices: list[Node] = field(default_factory=list)
+    features: list[Node] = field(default_factory=list)
+
+    @property
+    def key(self) -> Any:
+        return self.values["key"]
+
+
+@dataclass
+class Document:
+    mission: Node
+    milestones: list[Node]
+
+    def all_slices(self) -> list[Node]:
+        return [s for m in self.milestones for s in m.slices]
+
+    def all_features(self) -> list[Node]:
+        return [f for s in self.all_slices() for f in s.features]
+
+    def all_assertions(self) -> list[Node]:
+        return [a for m in self.milestones for a in m.assertions]
+
+
+def invalid(errors: list[str]) -> Invalid:
+    if len(errors) > MAX_ERRORS:
+        errors = errors[:MAX_ERRORS] + [f"document: {len(errors) - MAX_ERRORS} more errors not shown"]
+    return Invalid("mission file is invalid", code="invalid_mission_file", fields={"errors": errors})
+
+
+def validated(document: str | dict, base_dir: pathlib.Path | None) -> Document:
+    errors: list[str] = []
+    raw = yaml_io.load(document, errors)
+    mission: Node | None = None
+    milestones: list[Node] = []
+    if not errors:
+        try:
+            data, failed = MissionFile.model_validate(raw).model_dump(), set()
+        except ValidationError as exc:
+            found = exc.errors(include_url=False)
+            errors += error_lines(found)
+            data, failed = raw, {tuple(e["loc"]) for e in found if e["type"] not in PROBLEM_LISTS}
+        if isinstance(data, dict):
+            mission, milestones = _read(data, failed)
+            if mission is not None:
+                _resolve_workspace(mission, base_dir, errors)
+                _check_protection(mission, errors)
+            _cross_check(milestones, errors)
+    if errors or mission is None:
+        raise invalid(errors or ["document: must be a mapping with `mission` and `milestones`"])
+    return Document(mission, milestones)
+
+
+# ---------------------------------------------------------------- the file as nodes
+
+
+def _read(data: dict, failed: set[Loc]) -> tuple[Node | None, list[Node]]:
+    """The nodes the rules below and the import work on. Read from pydantic's output when
+    the file is valid; otherwise from the file itself, where a value that failed reads as
+    its default and a node that is not a mapping is left out, so that every rule still
+    reports what it finds."""
+    mission = _node(data.get("mission"), ("mission",), MissionFileMission, failed)
+    milestones = []
+    for i, raw in _items(data, "milestones"):
+        loc = ("milestones", i)
+        if (m := _node(raw, loc, MissionFileMilestone, failed)) is None:
+            continue
+        milestones.append(m)
+        m.refs = _keys(raw, "dependencies", loc, failed)
+        for j, item in _items(raw, "assertions"):
+            if (a := _node(item, (*loc, "assertions", j), MissionFileAssertion, failed)) is not None:
+                m.assertions.append(a)
+        for j, item in _items(raw, "slices"):
+            slice_loc = (*loc, "slices", j)
+            if (s := _node(item, slice_loc, MissionFileSlice, failed)) is None:
+                continue
+            m.slices.append(s)
+            for k, fitem in _items(item, "features"):
+                feature_loc = (*slice_loc, "features", k)
+                if (f := _node(fitem, feature_loc, MissionFileFeature, failed)) is not None:
+                    f.refs = _keys(fitem, "assertions", feature_loc, failed)
+                    s.features.append(f)
+    return mission, milestones
+
+
+def _node(raw: Any, loc: Loc, model: type[BaseModel], failed: set[Loc]) -> Node | None:
+    if not isinstance(raw, dict):
+        return None
+    values = {}
+    for name, attname in columns(model).items():
+        value = raw.get(name)
+        values[attname] = fallback(model, name) if value is None or (*loc, name) in failed else value
+    return Node(path_of(loc), values)
+
+
+def _items(raw: dict, name: str) -> list[tuple[int, Any]]:
+    items = raw.get(name)
+    return list(enumerate(items)) if isinstance(items, list) else []
+
+
+def _keys(raw: dict, name: str, loc: Loc, failed: set[Loc]) -> list[str]:
+    return [item for i, item in _items(raw, name) if (*loc, name, i) not in failed]
+
+
+# ---------------------------------------------------------------- rules of the whole file
+
+
+def _resolve_workspace(mission: Node, base_dir: pathlib.Path | None, errors: list[str]) -> None:
+    workspace = mission.values["workspace"]
+    if not workspace or base_dir is None or os.path.isabs(workspace):
+        return
+    resolved = os.path.normpath(os.path.join(os.path.abspath(base_dir), workspace))
+    limit = text_rule(MissionFileMission, "workspace").max_length or 0
+    if len(resolved) > limit:
+        errors.append(f"mission.workspace: must be at most {limit} characters once resolved ({resolved})")
+    mission.values["workspace"] = resolved
+
+
+def _check_protection(mission: Node, errors: list[str]) -> None:
+    # Protected paths are restored from the base revision: without one there is nothing to restore.
+    if mission.values["protected_paths"] and not mission.values["base_revision"].strip():
+        errors.append(
+            "mission.base_revision: required when protected_paths is set (protected files are restored from it)"
+        )
+
+
+def _cross_check(milestones: list[Node], errors: list[str]) -> None:
+    slices = [s for m in milestones for s in m.slices]
+    features = [f for s in slices for f in s.features]
+    assertions = [a for m in milestones for a in m.assertions]
+    for group in (milestones, slices, features, assertions):
+        seen: set[str] = set()
+        for node in group:
+            if isinstance(node.key, str) and node.key:
+                if node.key in seen:
+                    errors.append(f"{node.path}.key: duplicate key {node.key}")
+                seen.add(node.key)
+    _check_dependencies(milestones, errors)
+    scopes: dict[str, str] = {}
+    for a in assertions:
+        scopes.setdefault(a.key, a.values["scope"])
+    for f in features:
+        path = f"{f.path}.assertions"
+        for key in _dedupe(f.refs, path, "assertion key", errors):
+            if key not in scopes:
+                errors.append(f"{path}: unknown assertion key {key}")
+            elif scopes[key] == AssertionScope.MILESTONE:
+                errors.append(f"{path}: milestone-scoped assertion {key} cannot be linked to a feature")
+
+
+def _dedupe(refs: list[str], path: str, what: str, errors: list[str]) -> list[str]:
+    out: list[str] = []
+    for ref in refs:
+        if ref in out:
+            errors.append(f"{path}: duplicate {what} {ref}")
+        else:
+            out.append(ref)
+    return out
+
+
+def _check_dependencies(milestones: list[Node], errors: list[str]) -> None:
+    known = {m.key for m in milestones}
+    edges: dict[str, list[str]] = {}
+    for m in milestones:
+        path = f"{m.path}.dependencies"
+        for ref in _dedupe(m.refs, path, "milestone", errors):
+            if ref == m.key:
+                errors.append(f"{path}: a milestone cannot depend on itself")
+            elif ref not in known:
+                errors.append(f"{path}: unknown milestone {ref}")
+            else:
+                edges.setdefault(m.key, []).append(ref)
+    paths = {m.key: m.path for m in milestones}
+    state: dict[str, int] = {}  # 1 = on the current walk, 2 = finished
+
+    def walk(key: str, trail: list[str]) -> None:
+        state[key] = 1
+        for nxt in edges.get(key, []):
+            if state.get(nxt) == 1:
+                cycle = trail[trail.index(nxt) :] + [nxt]
+                errors.append(f"{paths[nxt]}.dependencies: dependency cycle {' -> '.join(cycle)}")
+            elif nxt not in state:
+                walk(nxt, trail + [nxt])
+        state[key] = 2
+
+    for m in milestones:
+        if m.key not in state:
+            walk(m.key, [m.key])

@@ -1,0 +1,87 @@
+"""The mission file as text: a YAML reader that refuses duplicate keys, and the writer of exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+MAX_DOCUMENT_CHARS = 5_000_000
+
+
+def load(document: str | bytes | dict, errors: list[str]) -> Any:
+    """The document as data (a mapping passes through); a problem is appended to `errors`."""
+    if isinstance(document, dict):
+        return document
+    if isinstance(document, bytes):
+        document = document.decode("utf-8", errors="replace")
+    if not isinstance(document, str):
+        errors.append("document: must be YAML text or a mapping")
+        return None
+    if len(document) > MAX_DOCUMENT_CHARS:
+        errors.append(f"document: too large (at most {MAX_DOCUMENT_CHARS} characters)")
+        return None
+    try:
+        return yaml.load(document, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        errors.append(f"document: invalid YAML: {problem}{where}")
+        return None
+
+
+def dump(document: dict[str, Any]) -> str:
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+class KeyList(list):
+    """A list of keys, written inline (`assertions: [VAL-1, VAL-2]`) as in README.md (Mission files)."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)):
+            continue
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _represent_keys(dumper: _Dumper, value: KeyList) -> yaml.SequenceNode:
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
+
+
+def _represent_str(dumper: _Dumper, value: str) -> yaml.ScalarNode:
+    # Multi-line text reads best as a literal block; the emitter falls back to a quoted
+    # style by itself when the text cannot be a block (trailing spaces, tabs...).
+    # Other line breaks (NEL, LS, PS, CR) are normalized to "\n" by a reader of a block
+    # or a quoted line fold: only the double-quoted style keeps them, as escapes.
+    style: str | None
+    if any(c in value for c in _OTHER_BREAKS):
+        style = '"'
+    else:
+        style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_OTHER_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
+
+
+_Dumper.add_representer(str, _represent_str)
+_Dumper.add_representer(KeyList, _represent_keys)
