@@ -5,7 +5,7 @@ Run:  .venv/bin/python bench/events_fanout.py [--clients 200] [--events 100] [--
 Starts real servers (`manage.py serve`, Daphne) on a throw-away SQLite database, opens
 N server-sent-event clients (`/events/missions/<id>/`, token sign-in) and N WebSocket
 clients (`/ws/missions/<id>/`), publishes E events through the REST API (each
-`POST /api/missions/<id>/autopilot/` writes one `mission:updated`), and measures the
+`POST /api/missions/<id>/autopilot/` writes one `mission:autopilot`), and measures the
 delivery latency of every event to every client: from the event's audit row
 (`MissionEvent.created_at`, written just before commit) to the moment the client has
 parsed it. Two configurations:
@@ -199,7 +199,7 @@ async def sse_client(
                 fields = dict(line.split(": ", 1) for line in raw.decode().split("\n") if ": " in line)
                 if fields.get("event") == "stream-open":
                     ready.set()
-                elif fields.get("event") == "mission:updated":
+                elif fields.get("event") == "mission:autopilot":
                     deliveries.record(name, json.loads(fields["data"])["seq"])
     finally:
         writer.close()

@@ -41,7 +41,7 @@ class TokenAuthMiddleware(BaseMiddleware):
         key = scope_token(scope)
         if key is not None:
             scope = dict(scope, user=await database_sync_to_async(token_user)(key))
-        return await self.inner(scope, receive, send)
+        return await self.inner(scope, receive, send)  # type: ignore[call-arg,misc]  # an ASGI 3 app; the stubs also allow ASGI 2
 
 
 class MissionConsumer(AsyncWebsocketConsumer):
@@ -60,6 +60,7 @@ class MissionConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=FORBIDDEN)
             return
+        assert user is not None  # can_see_mission refuses a missing user
         self.user_id = user.pk
         self.group = group_name(self.mission_id)
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -112,12 +112,10 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
 
     # The body is a mission file, YAML or JSON: the JSON schema its pydantic declaration
     # generates, inlined (as components, its choice sets would rename the API's enums).
-    from missions.services.files import mission_file_json_schema as _mission_file_schema
-
     @extend_schema(
         request={
-            "application/yaml": _mission_file_schema(inline=True),
-            "application/json": _mission_file_schema(inline=True),
+            "application/yaml": files.mission_file_json_schema(inline=True),
+            "application/json": files.mission_file_json_schema(inline=True),
         },
         responses={201: s.MissionSerializer, 200: s.MissionSerializer},
     )

@@ -76,7 +76,10 @@ def task_prompt_for(feature: MissionFeature) -> str:
 def task_create(
     *, user, title: str = "", prompt: str = "", feature: MissionFeature | None = None, mission: Mission | None = None
 ) -> Task:
-    mission = mission or feature.mission
+    if mission is None:
+        if feature is None:
+            raise Invalid("a task needs a feature or a mission", fields={"feature": ["required"]})
+        mission = feature.mission
     lock_mission(mission.pk)
     if feature is not None:
         feature = MissionFeature.objects.select_for_update().get(pk=feature.pk)

@@ -114,7 +114,8 @@ def still_allowed(user_id, channels) -> bool:
         return False
     if user.is_staff:
         return True
-    ids = {channel_mission_id(c) for c in channels}
-    if None in ids:
+    found = {channel_mission_id(c) for c in channels}
+    ids = {i for i in found if i is not None}
+    if len(ids) != len(found):
         return False  # the global channel (staff only), or a channel that is not a mission's
     return visible_missions(user=user).filter(pk__in=ids).count() == len(ids)

@@ -41,7 +41,7 @@ class InMemoryChannelLayer(_InMemoryChannelLayer):
         now = time.monotonic()
         if now - self._swept >= self.SWEEP_EVERY:
             self._swept = now
-            super()._clean_expired()
+            super()._clean_expired()  # type: ignore[misc]  # a private method the stubs of channels leave out
 
     def _queue(self, channel) -> asyncio.Queue:
         queue = self.channels.get(channel)

@@ -21,7 +21,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.db import connections
 from django.dispatch import receiver
-from django.http import HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpResponseBadRequest, HttpResponseBase, StreamingHttpResponse
 from django_eventstream.eventrequest import EventRequest
 from django_eventstream.eventstream import EventPermissionError, get_events
 from django_eventstream.utils import (
@@ -120,8 +120,9 @@ def _db(fn):
     return sync_to_async(run, thread_sensitive=False)
 
 
-async def events(request, **kwargs):
+async def events(request, **kwargs) -> HttpResponseBase:
     """`/events/missions/<id>/` and `/events/missions/`: see `auth.MissionChannelManager`."""
+    response: HttpResponseBase
     try:
         event_request = await _db(EventRequest)(request, view_kwargs=kwargs)
     except EventRequest.ResumeNotAllowedError as exc:

@@ -9,8 +9,7 @@
  *   rendered into the page as the JSON element #live-event-types): an EventSource needs one
  *   listener per type;
  * - each region (data-live-region) names a fragment URL (data-live-url), the event types
- *   that concern it (data-live-on, `*` suffix = prefix; `mission:updated` = every
- *   `mission:*` change) and optionally the ids it shows
+ *   that concern it (data-live-on, `*` suffix = prefix) and optionally the ids it shows
  *   (data-live-keys "feature:12 milestone:3"); an event re-fetches the affected regions
  *   (coalesced over a few milliseconds) and swaps them in without reloading the page;
  *   inside a data-live-group, an event that no keyed child claims refreshes the group;
@@ -31,10 +30,6 @@
   }
 
   var EVENT_TYPES = eventTypes();
-  /* A region that follows `mission:updated` follows every change of the mission itself:
-   * each named `mission:*` event (activated, paused, halted, reopened, ...) stands for
-   * what was once a `mission:updated` with a `change` field. */
-  var ALIASES = { "mission:updated": "mission:*" };
   var KEY_FIELDS = {
     feature: "feature", source: "feature", root: "feature", fix: "feature", milestone: "milestone",
     slice: "slice", run: "run", assertion: "assertion", review: "review", task: "task"
@@ -54,7 +49,6 @@
 
   function typeMatches(patterns, type) {
     return patterns.some(function (p) {
-      p = ALIASES[p] || p;
       return p === "*" || p === type || (p.slice(-1) === "*" && type.indexOf(p.slice(0, -1)) === 0);
     });
   }

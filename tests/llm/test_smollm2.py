@@ -33,7 +33,7 @@ FEATURES = {
     ],
     "goodbye": [("VAL-BYE-1", "hello.py defines a function goodbye() that returns 'bye'", None)],
 }
-# What this server accepts (issue 5): a named tool choice but not "required", and a JSON
+# What this server accepts: a named tool choice but not "required", and a JSON
 # schema only as {"type": "json_object", "schema": ...}.
 MODES = {
     "tool": {"output_mode": "tool", "tool_choice": "output"},

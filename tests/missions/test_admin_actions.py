@@ -1,4 +1,4 @@
-"""Admin actions (issue 4): each calls the service, reports success or the refusal as an
+"""Admin actions: each calls the service, reports success or the refusal as an
 admin message and never crashes; intermediate pages ask for what an action needs."""
 
 from __future__ import annotations

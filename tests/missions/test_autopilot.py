@@ -1,4 +1,4 @@
-"""The autopilot (DESIGN §4.6, issue 4 §3) on a real worker: strictly serial slices,
+"""The autopilot on a real worker: strictly serial slices,
 milestone dependencies, harmless duplicate triggers, a stop at a blocked feature that
 says why, and continuing after a repair."""
 

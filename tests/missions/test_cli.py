@@ -217,7 +217,7 @@ def test_repair_re_run(mission, git_repo):
 
 
 def test_repair_re_run_records_the_reason(mission, git_repo, owner):
-    """DESIGN §4.1: leaving `blocked` is recorded with who and why — for a re-run too."""
+    """leaving `blocked` is recorded with who and why — for a re-run too."""
     Mission.objects.filter(pk=mission.pk).update(status="active")
     implement(git_repo, "a")
     block(feature(mission, "a"), "fingerprint_failures")

@@ -1,4 +1,4 @@
-"""The `command` task executor (issue 4 §4) on a real worker and a real repository: the
+"""The `command` task executor  on a real worker and a real repository: the
 revision it records, failures with their log tail, timeouts, the scrubbed environment,
 the bounded log, and one task at a time per mission."""
 

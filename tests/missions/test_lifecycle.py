@@ -1,4 +1,4 @@
-"""Mission lifecycle (DESIGN §4.8, issue 4 §1) through the API: activate, pause, resume
+"""Mission lifecycle through the API: activate, pause, resume
 (all-or-nothing), autopilot; what a paused mission does and does not do. The admin and
 the CLI are covered in test_admin_actions.py and test_cli.py."""
 

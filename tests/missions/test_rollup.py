@@ -1,4 +1,4 @@
-"""Milestone rollup (DESIGN §4.6): the precedence rule, the stored `validation_state`, the
+"""Milestone rollup: the precedence rule, the stored `validation_state`, the
 `validation` endpoint, and recomputation in the same request as every change that feeds it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The milestone rollup (DESIGN §4.6) after every kind of change that feeds it —
+"""The milestone rollup after every kind of change that feeds it —
 assertion create / update / delete, link / unlink, a run outcome, a feature delete, an
 import — for each state it can reach. After every change the stored `validation_state`,
 the state computed from the rows and the last `milestone:validation:updated` event agree."""

@@ -1,4 +1,4 @@
-"""Concurrency (issue 8, item 3): threads with their own database connections, released
+"""Concurrency: threads with their own database connections, released
 together by a barrier, against the real API. Runs on SQLite (IMMEDIATE transactions
 serialize the writers) and on PostgreSQL (row locks and partial unique indexes decide).
 

@@ -1,4 +1,4 @@
-"""Faults in the production shape (issue 8, items 1 and 2): PostgreSQL, Redis and separate
+"""Faults in the production shape: PostgreSQL, Redis and separate
 `manage.py rundramatiq` worker processes pointed at the pytest test database.
 
 The test process is the web tier and the periodic sweep: it completes the tasks (their

@@ -1,4 +1,4 @@
-"""Hostile input (issue 8, item 4).
+"""Hostile input.
 
 - schemathesis against /api/schema/ through the Django WSGI application, for every
   operation and method, as a member of the mission and as a stranger, in positive and
@@ -72,7 +72,7 @@ def load_schema(token: str):
 
 
 def json_error_check(ctx, response, case):
-    """Every refusal is JSON with a stable `code` (DESIGN §8: errors are JSON)."""
+    """Every refusal is JSON with a stable `code` (README.md, "API")."""
     if 400 <= response.status_code < 500 and response.status_code != 405:
         try:
             body = response.json()

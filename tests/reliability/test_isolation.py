@@ -1,4 +1,4 @@
-"""Isolation and redaction (issue 8, item 5, second half).
+"""Isolation and redaction.
 
 - Command checks, the `command` validator and the `command` task executor never see the
   server's secrets: with SECRET_KEY-, DATABASE_URL-, *_TOKEN- and plainly named secrets

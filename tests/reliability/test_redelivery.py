@@ -2,7 +2,7 @@
 host's accepted decision and the run's completion (what `test_faults.py`'s database
 outage does with real workers, staged here in-process so every pass runs it).
 
-Invariant (issue 8): every (feature, implementation attempt) has exactly one accepted
+Invariant: every (feature, implementation attempt) has exactly one accepted
 verdict — the journal of the run holds one `decision final accepted`, however often its
 message is delivered.
 """

@@ -1,4 +1,4 @@
-"""The security matrix (issue 8, item 5): every API endpoint and method, the SSE streams,
+"""The security matrix: every API endpoint and method, the SSE streams,
 the WebSocket, every admin page, the dashboard and the CLI, for an anonymous user, a
 member of the mission, a signed-in non-member (the stranger) and staff.
 
@@ -6,7 +6,7 @@ The API rows are keyed by the OpenAPI schema's (method, path): an endpoint added
 API without a row here fails `test_every_api_operation_has_a_row`, and every URL pattern
 under /api/ must be an operation of the schema or one of the few documented extras.
 
-What each role gets (DESIGN §7, §9 "Security"):
+What each role gets (README.md, "Dashboard and live events" and "API"):
 - anonymous: 401 with `code: not_authenticated` everywhere under /api/; SSE
   `stream-error` forbidden; WebSocket closed with 4403; admin and dashboard redirect to
   a sign-in page. Nothing is written.

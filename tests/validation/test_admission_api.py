@@ -1,4 +1,4 @@
-"""Admission and the loop's operator actions through the REST API (DESIGN §4.3, §4.8, §8)."""
+"""Admission and the loop's operator actions through the REST API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `checks` validator (DESIGN §5.1) against a real git worktree snapshot."""
+"""The `checks` validator against a real git worktree snapshot."""
 
 from __future__ import annotations
 

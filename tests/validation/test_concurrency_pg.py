@@ -1,4 +1,4 @@
-"""Concurrency of the loop (issue 3, Tests): real threads, each with its own database
+"""Concurrency of the loop: real threads, each with its own database
 connection, released together by a barrier.
 
 Written for PostgreSQL, where writers really interleave and the row locks, the partial

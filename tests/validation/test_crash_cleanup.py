@@ -1,4 +1,4 @@
-"""Crashes never leak a snapshot and never strand a run (DESIGN §4.4, §4.7, issue 3 item 4).
+"""Crashes never leak a snapshot and never strand a run.
 
 A validator that raises inside the snapshot — a known validator error or a defect of
 ours — ends the run as `error` at once, and the worktree is gone both as a folder and in

@@ -1,4 +1,4 @@
-"""The audit log and live events of the loop (DESIGN §4.1, §7): the exact MissionEvent
+"""The audit log and live events of the loop: the exact MissionEvent
 types each step writes, in `seq` order, and that nothing is sent before commit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recovery (DESIGN §4.7): every stranded case is re-driven, and a second sweep right
+"""Recovery: every stranded case is re-driven, and a second sweep right
 after the first changes nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""End to end with real `manage.py rundramatiq` worker processes on Redis (issue 3, Tests).
+"""End to end with real `manage.py rundramatiq` worker processes on Redis.
 
 The test process plays the web tier: it completes tasks (the messages go to Redis on
 commit) and watches the database; separate `rundramatiq` processes, pointed at the same
@@ -6,8 +6,8 @@ test database, Redis DB and key prefix, do all the validation work.
 
 Killed worker: dramatiq's RedisBroker would requeue a dead worker's unacked message only
 during its probabilistic maintenance (0.1 % of commands) after a 60 s heartbeat timeout:
-too slow and too random for a test, and not the design's safety net anyway. What DESIGN
-§2/§4.7 promise is that the database is the truth and the recovery sweep re-drives it:
+too slow and too random for a test, and not the design's safety net anyway. What the product
+promises (docs/TRUTH.md) is that the database is the truth and the recovery sweep re-drives it:
 the killed worker's run keeps its lease (FUSION_RUN_LEASE_SECONDS=3 s in the workers
 here), then a sweep — sent as the `recovery_sweep` actor through Redis, as a periodic
 tick would — reaps it as `error`, starts a retry run that the new worker executes, and

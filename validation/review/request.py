@@ -22,8 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError
-from pydantic import model_validator as _model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError, core_schema
 
 from missions.errors import Invalid
@@ -232,7 +239,7 @@ class ReviewVerification(_Closed):
     ] = Field(default_factory=list)
     reason: Text = _optional()
 
-    @_model_validator(mode="wrap")
+    @model_validator(mode="wrap")
     @classmethod
     def _status_rules(cls, data: Any, handler: Any) -> Any:
         """The cross-field rule, told along with the problems of the fields themselves."""

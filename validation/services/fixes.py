@@ -21,15 +21,15 @@ from missions.models import (
     MissionStatus,
     SliceStatus,
     StopReason,
-    Task,
-    TaskStatus,
 )
+from missions.selectors import latest_done_task
 from missions.services.tasks import task_create
 from missions.transitions.loop import feature_transition
 from missions.transitions.slice import slice_transition
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.queueing import autopilot_notify
+from validation.services.run_state import run_finish
 
 CAUSE_LIMIT = 12_000
 
@@ -231,11 +231,8 @@ def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
 def _cancel_running(feature: MissionFeature, *, reason: str) -> None:
     """Newer evidence makes a running judgement moot: it ends `cancelled`; its late result
     (the worker may still be on it) changes nothing, as the feature no longer names it."""
-    now = timezone.now()
     for run in ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING):
-        if ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-            status=RunStatus.CANCELLED, summary=reason[:500], completed_at=now, updated_at=now
-        ):
+        if run_finish(run=run, status=RunStatus.CANCELLED, summary=reason[:500]):
             publish_on_commit(
                 feature.mission_id,
                 "validator-run:completed",
@@ -282,10 +279,8 @@ def regression_sources(run: ValidatorRun) -> dict[MissionFeature, list[str]]:
                 assertion.features.order_by("id")[:1]
             )
         else:
-            task = (
-                Task.objects.filter(feature__in=roots, status=TaskStatus.DONE).order_by("-finished_at", "-id").first()
-            )
-            linked = [task.feature] if task else list(roots.order_by("-id")[:1])
+            task = latest_done_task(features=roots)
+            linked = [task.feature] if task and task.feature else list(roots.order_by("-id")[:1])
         for feature in linked:
             sources.setdefault(feature, []).append(failure.assertion_key)
     return sources

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fusion_site.base.redact import bounded
-from missions.events import lock_mission, publish_on_commit
+from missions.events import publish_on_commit
 from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
@@ -26,6 +26,7 @@ from validation.services.fixes import close_lineage, fix_create, fix_passed
 from validation.services.follow_up import follow_up
 from validation.services.milestones import milestone_run_completed, milestone_run_errored
 from validation.services.queueing import autopilot_notify, queue_run
+from validation.services.run_state import run_finish
 from validation.verdict import Verdict
 
 RUN_STATUS = {"pass": RunStatus.PASSED, "fail": RunStatus.FAILED, "blocked": RunStatus.BLOCKED}
@@ -33,22 +34,12 @@ ASSERTION_STATUS = {"pass": AssertionStatus.PASSED, "fail": AssertionStatus.FAIL
 ERROR_LIMIT = 3
 
 
-def _finish(run: ValidatorRun, **fields) -> bool:
-    lock_mission(run.mission_id)
-    now = timezone.now()
-    return bool(
-        ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-            completed_at=now, updated_at=now, **fields
-        )
-    )
-
-
 @transaction.atomic
 def run_complete(*, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_out: int = 0) -> bool:
     run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     status = RUN_STATUS[verdict.status]
-    if not _finish(
-        run,
+    if not run_finish(
+        run=run,
         status=status,
         verdict=verdict.model_dump(),
         summary=bounded(verdict.summary, 4000),
@@ -141,6 +132,8 @@ def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None
 
 
 def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
+    if run.feature_id is None:
+        return None  # a milestone run moves no feature
     feature = MissionFeature.objects.select_for_update().get(pk=run.feature_id)
     return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
 
@@ -222,7 +215,7 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     blocked as `validator_unavailable`."""
     run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     text = bounded(message, 4000)
-    if not _finish(run, status=RunStatus.ERROR, error=f"{code}: {text}", summary=text[:500]):
+    if not run_finish(run=run, status=RunStatus.ERROR, error=f"{code}: {text}", summary=text[:500]):
         return False
     publish_on_commit(
         run.mission_id,

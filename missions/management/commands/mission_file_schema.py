@@ -1,6 +1,6 @@
 """`manage.py mission_file_schema`: print the JSON schema of a mission file (README.md, "Mission files").
 
-    python manage.py mission_file_schema > docs/mission-file.schema.json
+The committed copy is its output: `python manage.py mission_file_schema > docs/mission-file.schema.json`.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ Decisions (what the file means):
 
 Where it lives:
 - `schema`: the file declared once (pydantic models whose types, defaults and limits come
-  from the Django model fields), its errors in the file's wording, its JSON schema
-  (`docs/mission-file.schema.json`);
+  from the Django model fields) and its JSON schema (`docs/mission-file.schema.json`);
 - `yaml_io`: the YAML reader (duplicate keys refused) and the writer of exports;
-- `validating`: the declaration's verdict plus the rules that need the whole file;
+- `validating`: the declaration's verdict as `path: message` errors, then the rules that
+  need the whole file (duplicate keys, references, cycles, protection, workspace);
 - `importing` and `exporting`: the database side.
 """
 

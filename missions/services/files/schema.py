@@ -1,5 +1,5 @@
 """The mission file, declared once: pydantic models whose types, defaults and limits come
-from the Django model fields, the errors they raise in the file's wording, and the JSON
+from the Django model fields, the rules that raise the file's own messages, and the JSON
 schema (`docs/mission-file.schema.json`, `python manage.py mission_file_schema`).
 
 The models only judge each value on its own (types, unknown fields, the rules of a text,
@@ -17,16 +17,24 @@ from typing import Annotated, Any
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
-from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, core_schema
 
 from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
-# A value with these problems is still read by the cross-field rules (as before the
-# declaration was pydantic's); any other failed value reads as its default.
+# Error types of a value that is read all the same by the rules of the whole file (a list
+# with a bad pattern still needs a base_revision); any other refused value reads as its default.
 PROBLEM_LISTS = "check_problems", "pattern_problems"
 
 
@@ -119,7 +127,7 @@ class _Reworded(_Rule):
     def validate(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
         try:
             value = handler(value)
-        except ValueError as exc:  # pydantic's ValidationError of the type check
+        except ValidationError as exc:  # the type check
             raise _problem(self.wrong_type) from exc
         return self.check(value)
 
@@ -340,67 +348,3 @@ def mission_file_json_schema(*, inline: bool = False) -> dict[str, Any]:
         return {key: resolved(value) for key, value in node.items()}
 
     return resolved(schema)
-
-
-# ---------------------------------------------------------------- errors in the file's wording
-
-_WORDING = {
-    "missing": "required",
-    "extra_forbidden": "unknown field",
-    "invalid_key": "unknown field",
-    "string_type": "must be a string",
-    "bool_type": "must be true or false",
-    "int_type": "must be an integer",
-    "model_type": "must be a mapping",
-    "dict_type": "must be a mapping",
-    "list_type": "must be a list",
-}
-_UNKNOWN = ("extra_forbidden", "invalid_key")
-_DOCUMENT = "document: must be a mapping with `mission` and `milestones`"
-
-
-def path_of(loc: tuple[int | str, ...]) -> str:
-    """`("milestones", 0, "slices", 1, "key")` -> `milestones[0].slices[1].key`."""
-    path = ""
-    for part in loc:
-        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}" if path else str(part)
-    return path
-
-
-def error_lines(errors: list[ErrorDetails]) -> list[str]:
-    """pydantic's errors as `path: message` lines, in the order the file is read: a
-    mapping's unknown fields first, then its fields in their declared order."""
-    lines = []
-    for error in unknown_first(errors):
-        loc = tuple(error["loc"])
-        if error["type"] in _UNKNOWN:
-            # the field's name as written, even when YAML read it as a number or a date
-            name = error["input"] if error["type"] == "invalid_key" else loc[-1]
-            parent = path_of(loc[:-1])
-            lines.append(f"{parent}.{name}: unknown field" if parent else f"{name}: unknown field")
-        elif not loc:
-            lines.append(_DOCUMENT)
-        elif error["type"] in PROBLEM_LISTS:
-            lines += [f"{path_of(loc)}{suffix}" for suffix in error.get("ctx", {})["suffixes"]]
-        else:
-            lines.append(f"{path_of(loc)}: {_WORDING.get(error['type'], error['msg'])}")
-    return lines
-
-
-def unknown_first(errors: list[ErrorDetails], *, by_name: bool = False) -> list[ErrorDetails]:
-    """pydantic reports a mapping's unknown fields after its fields; put them before the
-    first error inside that mapping (in the order written, or by name)."""
-    first: dict[tuple, int] = {}
-    for n, error in enumerate(errors):
-        loc = tuple(error["loc"])
-        for depth in range(len(loc)):
-            first.setdefault(loc[:depth], n)
-
-    def rank(item: tuple[int, ErrorDetails]) -> tuple:
-        n, error = item
-        loc = tuple(error["loc"])
-        if error["type"] in _UNKNOWN:
-            return (first[loc[:-1]], len(loc) - 1, str(loc[-1]) if by_name else "", n)
-        return (n, len(loc) + 1, "", n)
-
-    return [error for _, error in sorted(enumerate(errors), key=rank)]

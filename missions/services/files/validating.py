@@ -1,5 +1,6 @@
-"""Reading a mission file: the YAML, the declaration's verdict (`schema`), then the rules
-that need the whole file. Every error is collected before one `Invalid` is raised."""
+"""Reading a mission file: the YAML, the declaration's verdict (`schema`) in the file's
+wording, then the rules that need the whole file. Every error is collected before one
+`Invalid` is raised."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from missions.errors import Invalid
 from missions.models import AssertionScope
@@ -22,9 +24,7 @@ from missions.services.files.schema import (
     MissionFileMission,
     MissionFileSlice,
     columns,
-    error_lines,
     fallback,
-    path_of,
     text_rule,
 )
 
@@ -87,8 +87,81 @@ def validated(document: str | dict, base_dir: pathlib.Path | None) -> Document:
                 _check_protection(mission, errors)
             _cross_check(milestones, errors)
     if errors or mission is None:
-        raise invalid(errors or ["document: must be a mapping with `mission` and `milestones`"])
+        raise invalid(errors or [_DOCUMENT])
     return Document(mission, milestones)
+
+
+# ---------------------------------------------------------------- errors in the file's wording
+
+_WORDING = {
+    "missing": "required",
+    "extra_forbidden": "unknown field",
+    "invalid_key": "unknown field",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "model_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+}
+_UNKNOWN = ("extra_forbidden", "invalid_key")
+_DOCUMENT = "document: must be a mapping with `mission` and `milestones`"
+
+
+def path_of(loc: tuple[int | str, ...]) -> str:
+    """`("milestones", 0, "slices", 1, "key")` -> `milestones[0].slices[1].key`."""
+    path = ""
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}" if path else str(part)
+    return path
+
+
+def error_lines(errors: list[ErrorDetails]) -> list[str]:
+    """pydantic's errors as `path: message` lines, in the order the file is read: a
+    mapping's unknown fields first, then its fields in their declared order."""
+    lines = []
+    for error in unknown_first(errors):
+        loc = tuple(error["loc"])
+        if error["type"] in _UNKNOWN:
+            # the field's name as written, even when YAML read it as a number or a date
+            name = error["input"] if error["type"] == "invalid_key" else loc[-1]
+            parent = path_of(loc[:-1])
+            lines.append(f"{parent}.{name}: unknown field" if parent else f"{name}: unknown field")
+        elif not loc:
+            lines.append(_DOCUMENT)
+        elif error["type"] in PROBLEM_LISTS:
+            lines += [f"{path_of(loc)}{suffix}" for suffix in error.get("ctx", {})["suffixes"]]
+        else:
+            lines.append(f"{path_of(loc)}: {_WORDING.get(error['type'], error['msg'])}")
+    return lines
+
+
+def unknown_first(errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """pydantic reports a mapping's unknown fields after its fields; put them, in the order
+    written, before the first error inside that mapping (outer mappings' first)."""
+    # pydantic lists the errors of one mapping together: `starts[d]` is where the errors
+    # under the current location's first d parts began.
+    before: dict[int, list[tuple[int, int]]] = {}
+    starts: list[int] = []
+    previous: tuple = ()
+    for n, error in enumerate(errors):
+        loc = tuple(error["loc"])
+        same = 0
+        while same < min(len(loc), len(previous)) and loc[same] == previous[same]:
+            same += 1
+        starts = starts[: min(same, len(loc) - 1) + 1] if loc else []
+        starts += [n] * (len(loc) - len(starts))
+        if error["type"] in _UNKNOWN:
+            before.setdefault(starts[len(loc) - 1], []).append((len(loc), n))
+        previous = loc
+    if not before:
+        return errors
+    out = []
+    for n, error in enumerate(errors):
+        out += [errors[m] for _, m in sorted(before.get(n, ()))]
+        if error["type"] not in _UNKNOWN:
+            out.append(error)
+    return out
 
 
 # ---------------------------------------------------------------- the file as nodes

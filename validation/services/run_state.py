@@ -1,0 +1,33 @@
+"""`ValidatorRun.status` (docs/ARCHITECTURE.md, "State machines"): a run is created
+`running` (or already `passed`, for a reused pass) by `admission.new_run`, and ends once.
+
+    running -> passed | failed | blocked | error   (its verdict or its error: outcomes.py)
+    running -> cancelled                           (newer evidence made it moot: fixes.py)
+
+The end is a compare-and-swap on `running`: a late result after a reap or a cancel
+changes nothing. The callers publish `validator-run:completed` with what they recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from missions.errors import IllegalTransition
+from missions.events import lock_mission
+from validation.models import RunStatus, ValidatorRun
+
+ENDS = frozenset({RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR, RunStatus.CANCELLED})
+
+
+def run_finish(*, run: ValidatorRun, status: str, **fields: Any) -> bool:
+    """End a running run with `status`. False when it had ended already (another writer won)."""
+    if status not in ENDS:
+        raise IllegalTransition(f"a run cannot go from running to {status}", extra={"from": "running", "to": status})
+    lock_mission(run.mission_id)
+    now = timezone.now()
+    updated = ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=status, completed_at=now, updated_at=now, **fields
+    )
+    return bool(updated)
