@@ -104,6 +104,8 @@ def _file_problems(spec: dict) -> list[str]:
 def check_spec_problems(spec: Any) -> list[str]:
     if not isinstance(spec, dict):
         return ["a check must be an object"]
+    if not all(isinstance(key, str) for key in spec):
+        return ["a check's keys must be strings"]
     if "run" in spec and "file" in spec:
         return ["a check is either a run check or a file check, not both"]
     if "run" in spec:

@@ -258,7 +258,11 @@ MISTAKES = [
     ),
     (
         _set(["milestones", 0, "assertions", 0, "check"], "pytest"),
-        "milestones[0].assertions[0].check: must be a mapping (a check, DESIGN §5.1) or null",
+        "milestones[0].assertions[0].check: must be a mapping (a check: see README.md, Mission files) or null",
+    ),
+    (
+        _set(["milestones", 0, "assertions", 0, "check"], {"run": "pytest", 1: "x"}),
+        "milestones[0].assertions[0].check: a check's keys must be strings",
     ),
     (_set(["extra"], 1), "extra: unknown field"),
     (

@@ -151,6 +151,7 @@ def test_prompt_key_is_refused_first_with_the_new_shape():
         ({"mission": True}, "mission", "must be an id (integer) or a key (string)"),
         ({"feature": 0}, "feature", "must be a positive id"),
         ({"mission": 2**63}, "mission", "must be a positive id"),
+        ({"mission": 2**53}, "mission", "must be a positive id"),  # past what canonical JSON holds exactly
         ({"objective": "a\x00b"}, "objective", "must not contain NUL characters"),
         ({"scope": ["\ud800"]}, "scope[0]", "must be valid Unicode text (no lone surrogates)"),
         ({"revision": "-x"}, "revision", "must be a commit-ish without spaces, at most 80 characters"),

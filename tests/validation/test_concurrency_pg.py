@@ -368,16 +368,16 @@ def test_the_side_that_commits_second_writes_nothing(idle_broker, build_mission,
     feature = features(build_mission, git_repo, 1)[0]
     run = expired_run(feature)
     holding = threading.Event()
-    real_finish = outcomes._finish
+    real_finish = outcomes.run_finish
 
-    def slow_finish(run_, **fields):
-        won = real_finish(run_, **fields)
+    def slow_finish(**fields):
+        won = real_finish(**fields)
         if threading.current_thread().name == "racer-0":
             holding.set()
             time.sleep(0.5)  # the terminal write is made but not committed
         return won
 
-    monkeypatch.setattr(outcomes, "_finish", slow_finish)
+    monkeypatch.setattr(outcomes, "run_finish", slow_finish)
     reap = reap_runs
     complete = lambda: run_complete(run_id=run.pk, verdict=pass_verdict("VAL-0"))  # noqa: E731
 

@@ -25,6 +25,7 @@ from validation.models import Review, ReviewArtifact
 from validation.review import result as results
 from validation.review.feature import feature_review
 from validation.review.preflight import review_create
+from validation.review.request import ReviewRequest
 from validation.review.state import review_cancel
 
 PROFILE_PARAM = OpenApiParameter("profile", str, description="Review profile (default: `default`).")
@@ -81,24 +82,6 @@ class ReviewSerializer(serializers.ModelSerializer):
         return results.urls(obj)["events_url"]
 
 
-class ReviewRequestSerializer(serializers.Serializer):
-    """For the schema only: the body is validated by `validation.review.request`."""
-
-    objective = serializers.CharField()
-    background = serializers.ListField(child=serializers.CharField())
-    changeSummary = serializers.CharField()
-    scope = serializers.ListField(child=serializers.CharField(), min_length=1)
-    acceptanceCriteria = serializers.ListField(child=serializers.CharField(), min_length=1)
-    verification = serializers.JSONField(
-        help_text="{status: provided, evidence: [{check, outcome}]} or {status: not_run, reason}"
-    )
-    knownLimitations = serializers.ListField(child=serializers.CharField(), required=False)
-    exclusions = serializers.ListField(child=serializers.CharField(), required=False)
-    mission = serializers.JSONField(required=False, help_text="Mission id or key.")
-    feature = serializers.JSONField(required=False, help_text="Feature id (or key with mission).")
-    revision = serializers.CharField(required=False, help_text="Commit to review (default: the workspace HEAD).")
-
-
 def _receipt_response(preflight) -> Response:
     body = results.receipt(preflight.review)
     response = Response({**body, "replayed": not preflight.created}, status=status.HTTP_202_ACCEPTED)
@@ -121,11 +104,8 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         visible = selectors.visible_missions(user=user).values("pk")
         return self.queryset.filter(Q(mission__in=visible) | Q(mission__isnull=True, created_by=user))
 
-    # The body's schema is its pydantic declaration (drf-spectacular's pydantic extension).
-    from validation.review.request import ReviewRequest as _ReviewRequest
-
     @extend_schema(
-        request=_ReviewRequest,
+        request=ReviewRequest,  # the body's one declaration (drf-spectacular's pydantic extension)
         parameters=[PROFILE_PARAM, KEY_PARAM],
         responses={202: OpenApiResponse(description="Receipt: id, state, result_url, events_url.")},
     )

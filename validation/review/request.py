@@ -40,7 +40,9 @@ MAX_STRING = 20_000
 MAX_ITEMS = 100
 MAX_CANONICAL_BYTES = 256 * 1024
 MAX_REVISION = 80
-MAX_ID = 2**63 - 1
+# Ids travel in the canonical (RFC 8785) form of the request, whose numbers are IEEE
+# doubles: an id past 2**53 could not be represented exactly.
+MAX_ID = 2**53 - 1
 
 CORE_KEYS = (
     "objective",

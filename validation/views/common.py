@@ -169,16 +169,34 @@ def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int
     if kind.startswith("assertion:"):
         tail = f" ↔ {feature()}" if p.get("feature") else ""
         return f"{p.get('key')} {kind.split(':', 1)[1]}{tail}"
-    if kind == "mission:updated":
-        change = label(p.get("change") or "mission updated")
-        if p.get("milestone") is not None:
-            change += f" ({milestone()})"
-        bits = [change[:1].upper() + change[1:]]
-        if p.get("status"):
-            bits.append(f"mission {p['status']}")
-        if p.get("reason"):
-            bits.append(str(p["reason"])[:200])
-        return " — ".join(bits)
+    if kind.split(":", 1)[0] in NAMED_CHANGES:
+        return _named_change(kind, p, milestone, feature)
     if kind == "review:progress":
         return f"review #{p.get('review')} {p.get('state') or p.get('progress') or ''}".strip()
     return kind
+
+
+# The named changes of the plan and of the loop's follow-ups: "<subject> <what happened>",
+# then what the payload says about why (docs/ARCHITECTURE.md, "State machines").
+NAMED_CHANGES = frozenset({"mission", "milestone", "slice", "fix-feature", "follow-up"})
+
+
+def _named_change(kind: str, p: dict[str, Any], milestone: Callable[[], str], feature: Callable[..., str]) -> str:
+    noun, _, verb = kind.partition(":")
+    subject = {
+        "mission": "mission",
+        "milestone": milestone(),
+        "slice": f"slice {p.get('key') or '#' + str(p.get('slice'))}",
+        "fix-feature": f"fix for {feature('feature')}",
+        "follow-up": f"follow-up {label(p.get('step'))}",
+    }[noun]
+    if noun == "mission" and verb == "autopilot":
+        verb = "autopilot on" if p.get("enabled") else "autopilot off"
+    bits = [f"{subject} {label(verb)}".strip()]
+    if p.get("changed"):
+        bits.append(", ".join(map(str, p["changed"]))[:200])
+    for why in ("cause", "code", "reason"):
+        if p.get(why):
+            bits.append(label(str(p[why]))[:200])
+    text = " — ".join(bits)
+    return text[:1].upper() + text[1:]

@@ -197,7 +197,7 @@ def _apply(doc: Document, user) -> ImportResult:
                 milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)
             )
             actor_id = user.pk if user is not None and getattr(user, "is_authenticated", False) else None
-            payload = {"mission": mission.pk, "status": mission.status, "change": "imported", "created": created}
+            payload = {"mission": mission.pk, "status": mission.status, "created": created}
             publish_on_commit(mission, "mission:imported", payload, actor_id=actor_id)
         return ImportResult(mission=mission, created=created, changed=writer.changed)
 

@@ -135,7 +135,7 @@ class _Reworded(_Rule):
 class Check(_Reworded):
     """An assertion's deterministic check: `missions.checks_spec` decides its shape."""
 
-    wrong_type = "must be a mapping (a check, DESIGN §5.1) or null"
+    wrong_type = "must be a mapping (a check: see README.md, Mission files) or null"
 
     def check(self, value: dict | None) -> dict | None:
         if value is None:
