@@ -23,7 +23,11 @@ def line(type_: str, **payload) -> str:
         ("mission:updated", {"changed": ["title", "retry_budget"]}, "Mission updated — title, retry_budget"),
         ("milestone:reopened", {"milestone": 3, "cause": "task_linked"}, "Milestone m1 reopened — task linked"),
         ("slice:completed", {"slice": 9, "key": "s1"}, "Slice s1 completed"),
-        ("follow-up:refused", {"step": "fix_passed", "code": "feature_blocked"}, "Follow-up fix passed refused — feature blocked"),
+        (
+            "follow-up:refused",
+            {"step": "fix_passed", "code": "feature_blocked"},
+            "Follow-up fix passed refused — feature blocked",
+        ),
         ("fix-feature:budget-exhausted", {"feature": 7}, "Fix for cart budget-exhausted"),
     ],
 )
