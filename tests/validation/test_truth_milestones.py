@@ -374,3 +374,48 @@ def test_an_edited_check_of_a_passed_feature_is_judged_again(worker, alice, git_
     b = feature(mission, "b")
     assert b.loop_state in ("needs_fix", "implementing") and b.last_run.status == RunStatus.FAILED
     assert statuses(mission)[1:] == ("active", "active")
+
+
+# --- a milestone run over an older input ------------------------------------------------------
+
+
+def test_a_milestone_run_over_an_older_input_is_cancelled_for_one_over_the_current(
+    idle_broker, build_mission, git_repo, alice, staff
+):
+    """Found by the property test: a milestone-scoped check edited while the milestone run
+    was running made the autopilot start a second milestone run (a constraint error that
+    stalled the mission). The stale run now ends `cancelled` and decides nothing."""
+    from missions.services.hierarchy import assertion_create, assertion_update
+    from validation.services.autopilot import autopilot_advance
+
+    mission = build_mission({"hello": [("VAL-1", GREETING)]}, autopilot=True)
+    milestone = Milestone.objects.get(mission=mission)
+    whole = assertion_create(
+        user=staff,
+        milestone=milestone,
+        key="VAL-M",
+        title="whole",
+        statement="hello exists",
+        scope="milestone",
+        check_spec={"file": "hello.py", "contains": "def"},
+    )
+    assert autopilot_advance(mission_id=mission.pk) == "activated"
+    task = Task.objects.get(feature__key="hello")
+    task_complete(user=alice, task=task, revision=git_repo.commit(GOOD, "right"))
+    assert task_outcome_process(task_id=task.pk) == "started"
+    assert execute_run(feature(mission, "hello").last_run_id) == RunStatus.PASSED
+    assert autopilot_advance(mission_id=mission.pk) == "validating_milestone"
+    stale = ValidatorRun.objects.get(mission=mission, scope="milestone")
+
+    assertion_update(user=staff, assertion=whole, check_spec={"file": "hello.py", "contains": "return"})
+    assert autopilot_advance(mission_id=mission.pk) == "validating_milestone"
+    stale.refresh_from_db()
+    current = ValidatorRun.objects.get(mission=mission, scope="milestone", status=RunStatus.RUNNING)
+    assert stale.status == RunStatus.CANCELLED and current.pk != stale.pk
+    assert [a["check"]["contains"] for a in current.assertions if a["key"] == "VAL-M"] == ["return"]
+    cancelled = [e for e in events(mission, "validator-run:completed") if e.payload["run"] == stale.pk]
+    assert [e.payload["status"] for e in cancelled] == ["cancelled"]
+
+    assert execute_run(stale.pk) == "stale"  # its late delivery decides nothing
+    assert execute_run(current.pk) == RunStatus.PASSED
+    assert autopilot_advance(mission_id=mission.pk) == "complete"

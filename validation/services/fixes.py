@@ -29,7 +29,7 @@ from missions.transitions.slice import slice_transition
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.queueing import autopilot_notify
-from validation.services.run_state import run_finish
+from validation.services.run_state import run_cancel
 
 CAUSE_LIMIT = 12_000
 
@@ -232,19 +232,7 @@ def _cancel_running(feature: MissionFeature, *, reason: str) -> None:
     """Newer evidence makes a running judgement moot: it ends `cancelled`; its late result
     (the worker may still be on it) changes nothing, as the feature no longer names it."""
     for run in ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING):
-        if run_finish(run=run, status=RunStatus.CANCELLED, summary=reason[:500]):
-            publish_on_commit(
-                feature.mission_id,
-                "validator-run:completed",
-                {
-                    "run": run.pk,
-                    "feature": feature.pk,
-                    "milestone": run.milestone_id,
-                    "scope": run.scope,
-                    "status": RunStatus.CANCELLED,
-                    "reason": reason[:300],
-                },
-            )
+        run_cancel(run=run, reason=reason)
 
 
 def close_lineage(*, root: MissionFeature) -> None:

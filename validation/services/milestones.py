@@ -27,6 +27,7 @@ from validation.services.admission import (
 from validation.services.fixes import fix_create, regression_sources
 from validation.services.follow_up import follow_up
 from validation.services.queueing import autopilot_notify, queue_run
+from validation.services.run_state import run_cancel
 
 ERROR_LIMIT = 3  # consecutive milestone-run errors before the autopilot stops and says so
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
@@ -78,6 +79,10 @@ def _milestone_input(milestone: Milestone) -> dict:
 
 
 def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
+    # A run still judging an older input (an assertion changed meanwhile) decides nothing:
+    # it is cancelled, and only one milestone run is ever running (docs/TRUTH.md).
+    for stale in milestone.runs.filter(scope=RunScope.MILESTONE, status=RunStatus.RUNNING):
+        run_cancel(run=stale, reason="the milestone's input changed; a run over the current input replaces it")
     run = new_run(
         feature=None,
         mission_id=milestone.mission_id,

@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from missions.errors import IllegalTransition
-from missions.events import lock_mission
+from missions.events import lock_mission, publish_on_commit
 from validation.models import RunStatus, ValidatorRun
 
 ENDS = frozenset({RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR, RunStatus.CANCELLED})
@@ -31,3 +31,23 @@ def run_finish(*, run: ValidatorRun, status: str, **fields: Any) -> bool:
         status=status, completed_at=now, updated_at=now, **fields
     )
     return bool(updated)
+
+
+def run_cancel(*, run: ValidatorRun, reason: str) -> bool:
+    """Newer evidence or a newer input makes a running judgement moot: it ends `cancelled`
+    (spending nothing); its late result, if its worker is still on it, changes nothing."""
+    if not run_finish(run=run, status=RunStatus.CANCELLED, summary=reason[:500]):
+        return False
+    publish_on_commit(
+        run.mission_id,
+        "validator-run:completed",
+        {
+            "run": run.pk,
+            "feature": run.feature_id,
+            "milestone": run.milestone_id,
+            "scope": run.scope,
+            "status": RunStatus.CANCELLED,
+            "reason": reason[:300],
+        },
+    )
+    return True
