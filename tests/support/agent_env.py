@@ -13,7 +13,7 @@ from tests.support.scripted_model import ScriptedFunction
 from validation.models import ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
-from validation.validators.agent import register_model
+from validation.validators.agent_models import register_model
 
 HELLO = "def hello():\n    return 'hi'\n"
 
