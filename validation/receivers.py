@@ -11,13 +11,12 @@ from missions import hooks
 from validation import hooks as validation_hooks
 from validation.services.operator import revalidate_changed_contracts
 from validation.services.outcomes import apply_pass
-from validation.services.queueing import autopilot_notify
-from validation.tasks import process_task_outcome
+from validation.services.queueing import autopilot_notify, judge_task_outcome
 
 
 @receiver(hooks.task_completed, dispatch_uid="validation.task_completed")
 def judge_completed_task(sender: Any, *, task_id: int, **_: Any) -> None:
-    process_task_outcome.send(task_id)
+    judge_task_outcome(task_id)
 
 
 @receiver(hooks.mission_may_advance, dispatch_uid="validation.mission_may_advance")

@@ -204,7 +204,7 @@ class SliceViewSet(MissionScopedViewSet):
 
 class FeatureViewSet(MissionScopedViewSet):
     """The plan's side of a feature; its loop actions (validate, repair, create_fix,
-    loop, review) are the validation floor's (`validation/api/features.py`), on the same
+    loop, review) are the validation floor's (`validation/api/views.py: FeatureLoopViewSet`), on the same
     paths."""
 
     queryset = (

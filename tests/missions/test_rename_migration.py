@@ -5,6 +5,8 @@ at one, and their links, back and forth across the migration."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
@@ -55,10 +57,20 @@ def test_the_rename_keeps_a_demo_database_whole(worker, tmp_path, alice):
         tables = connection.introspection.table_names()
         assert "missions_feature" in tables and "missions_missionfeature" not in tables
         assert _snapshot(old_apps, "Feature") == after
+        # A staff member granted the feature permission before the rename keeps it.
+        permission = old_apps.get_model("auth", "Permission")
+        old_user = old_apps.get_model("auth", "User")
+        editor = old_user.objects.create(username="editor", is_staff=True)
+        editor.user_permissions.add(
+            permission.objects.get(content_type__app_label="missions", codename="change_feature")
+        )
 
         new_apps = _migrate(latest)
         tables = connection.introspection.table_names()
         assert "missions_missionfeature" in tables and "missions_feature" not in tables
         assert _snapshot(new_apps, "MissionFeature") == after
+        editor = get_user_model().objects.get(username="editor")
+        assert editor.has_perm("missions.change_missionfeature") and not editor.has_perm("missions.change_feature")
+        assert not Permission.objects.filter(content_type__app_label="missions", codename__endswith="_feature").exists()
     finally:
         _migrate(latest)  # leave the test database as every other test expects it
