@@ -8,12 +8,20 @@ WebSocket clients with the same JSON and the stored event id.
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 from django.dispatch import Signal
+from django.utils import timezone
+from django_eventstream import send_event
+from django_eventstream.models import Event
 
 from missions.models import Mission, MissionEvent
 
@@ -162,9 +170,6 @@ def _revoke(mission_id: int, user_ids: set[int]) -> None:
 
 
 def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-    from django.contrib.auth import get_user_model
 
     staff = set(get_user_model().objects.filter(pk__in=user_ids, is_staff=True).values_list("pk", flat=True))
     revoked = user_ids - audience(mission_id) - staff  # whoever was given access back meanwhile keeps it
@@ -183,7 +188,6 @@ def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
 def _send(mission_id: int, type: str, data: dict[str, Any]) -> None:
     # A failing transport must never undo or break the committed business change:
     # the database is the source of truth and clients reload their state on reset.
-    from django_eventstream import send_event
 
     try:
         send_event(mission_channel(mission_id), type, data)
@@ -195,8 +199,6 @@ def _send(mission_id: int, type: str, data: dict[str, Any]) -> None:
 
 
 def _send_group(mission_id: int, type: str, data: dict[str, Any]) -> None:
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
     if layer is None:
@@ -216,11 +218,6 @@ def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list
 
     The MissionEvent table is the outbox: a re-sent event carries its original `seq` (it
     may arrive after later events; clients order and de-duplicate by `seq`)."""
-    import json
-    from datetime import timedelta
-
-    from django.utils import timezone
-    from django_eventstream.models import Event
 
     now = timezone.now()
     recorded = list(

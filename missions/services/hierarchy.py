@@ -25,6 +25,7 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services.rollup import milestone_rollup_refresh
+from missions.transitions.progress import milestone_inputs_changed
 
 
 def require_staff_for_code(*, user, old: Any, new: Any, field: str) -> None:
@@ -292,8 +293,6 @@ def _assertion_payload(assertion: ContractAssertion) -> dict[str, Any]:
 def _judged_by_changed(milestone_ids: list[int], *, cause: str) -> None:
     """What these milestones are judged by changed: new rollups, and a complete one is not
     complete any more (its last milestone run judged another set; docs/TRUTH.md)."""
-    from missions.transitions.progress import milestone_inputs_changed
-
     milestone_rollup_refresh(milestone_ids=milestone_ids)
     milestone_inputs_changed(milestone_ids=milestone_ids, cause=cause)
 

@@ -29,6 +29,7 @@ from django.db import transaction
 
 from missions.models import FeatureStatus, LoopState, MissionFeature
 from missions.transitions.machine import Machine, move
+from missions.transitions.progress import reopen_for_feature
 
 S = LoopState
 
@@ -153,8 +154,6 @@ def feature_transition(
         ):
             return False
         if old in DONE_STATES and new not in DONE_STATES:
-            from missions.transitions.progress import reopen_for_feature
-
             reopen_for_feature(feature_id=feature_id, cause=cause)
     if isinstance(feature, MissionFeature):
         feature.refresh_from_db()

@@ -47,12 +47,14 @@ def build_model(spec: Any):
             return TEST_MODELS[spec]
         if spec.startswith("test:"):
             raise ModelFailure(f"no test model {spec!r} is registered", code="unavailable")
+        # pydantic-ai's provider modules load on use: only the configured provider's client.
         from pydantic_ai.models import infer_model
 
         try:
             return infer_model(spec)
         except Exception as exc:  # noqa: BLE001 — any provider setup problem is a configuration error
             raise ModelFailure(f"model {spec!r} is unavailable: {exc}", code="unavailable") from exc
+    # Loaded on use, like every provider client (pydantic-ai's are heavy).
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -77,6 +79,7 @@ def run_text_agent(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> AgentAnswer:
     """Run one agent to its text answer, stoppable from the calling thread."""
+    # pydantic-ai loads only when a review calls a model (it is heavy; the API never needs it).
     from pydantic_ai import Agent
     from pydantic_ai.usage import UsageLimits
 

@@ -59,6 +59,7 @@ def resolve_model(options: ModelChoice, *, replay: bool) -> Model:
     key = _api_key(options, replay)
     if options.base_url:
         return _compatible_model(options, key)
+    # Provider clients load on use: only the configured one (each is heavy).
     from pydantic_ai.models import infer_model
     from pydantic_ai.providers import infer_provider, infer_provider_class
 
@@ -73,6 +74,7 @@ def resolve_model(options: ModelChoice, *, replay: bool) -> Model:
 
 def _compatible_model(options: ModelChoice, key: str | None) -> Model:
     """An OpenAI-compatible server at `base_url`, with what it does and does not accept."""
+    # Loaded on use, like every provider client.
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.profiles import ModelProfile
     from pydantic_ai.profiles.openai import OpenAIModelProfile

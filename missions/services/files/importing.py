@@ -20,6 +20,7 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
+from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
 from missions.services.rollup import milestone_rollup_refresh
 
@@ -169,8 +170,6 @@ def _guard_visible(mission: Mission | None, user) -> None:
     theirs to update (a check before the transaction would race with that import)."""
     if mission is None or user is None:  # a new mission, or the command line (trusted)
         return
-    from missions.selectors import visible_missions
-
     if not visible_missions(user=user).filter(pk=mission.pk).exists():
         raise Forbidden("a mission with this key exists and is not yours", code="mission_key_taken")
 
