@@ -43,7 +43,7 @@ if not _secret:
     # constant in the source tree.
     key_file = DATA_DIR / "secret_key"
     if not key_file.exists():
-        import secrets
+        import secrets  # only the first start of an installation needs it
 
         key_file.write_text(secrets.token_urlsafe(50))
         key_file.chmod(0o600)
@@ -205,7 +205,7 @@ if REDIS_URL:
     }
     # django-eventstream hands this dict to redis.Redis(**...): connection kwargs, not a URL.
     # Its pub/sub channel name is fixed, so each deployment needs its own Redis server.
-    from redis.connection import parse_url as _parse_redis_url
+    from redis.connection import parse_url as _parse_redis_url  # only the production shape needs Redis
 
     EVENTSTREAM_REDIS = _parse_redis_url(REDIS_URL)
     if EVENTSTREAM_REDIS.pop("connection_class", None) is not None:

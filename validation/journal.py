@@ -4,6 +4,7 @@ hash-chained `JournalEntry` (payload canonicalized with RFC 8785, sha256)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,6 @@ class JournalIntegrityError(Exception):
 
 def _jsonable(payload: Any) -> Any:
     # RFC 8785 has no floats beyond IEEE doubles and no non-string keys: normalize first.
-    import json
-
     return json.loads(json.dumps(payload, default=str))
 
 

@@ -9,6 +9,7 @@ silently ignored would leave the default in force without anyone knowing.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from typing import Any
 from urllib.parse import urlparse
@@ -162,8 +163,6 @@ def profile_problems(name: str, profile: dict[str, Any]) -> list[str]:
 
 def profile_warnings(name: str, profile: dict[str, Any]) -> list[str]:
     """Things that may be fine where the workers run but are wrong here."""
-    import os
-
     warnings = []
     env = profile.get("api_key_env")
     if isinstance(env, str) and ENV_NAME.match(env) and not os.environ.get(env):

@@ -14,9 +14,11 @@ programs").
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.utils.functional import SimpleLazyObject
 from django_eventstream.channelmanager import DefaultChannelManager
+from rest_framework.authtoken.models import Token
 
 from missions.events import GLOBAL_CHANNEL, mission_channel
 from missions.selectors import can_see_mission, visible_missions
@@ -31,8 +33,6 @@ MAX_CHANNELS = 10
 def token_user(key: str):
     """The active user a DRF token names, or an anonymous user (a bad token never falls
     back to another credential)."""
-    from rest_framework.authtoken.models import Token
-
     token = Token.objects.select_related("user").filter(key=key).first()
     if token is None or not token.user.is_active:
         return AnonymousUser()
@@ -107,8 +107,6 @@ def channel_mission_id(channel: str) -> int | None:
 def still_allowed(user_id, channels) -> bool:
     """Whether the user may still read every channel of an open stream, in two queries
     (the same rule as `MissionChannelManager.can_read_channel`, for many channels)."""
-    from django.contrib.auth import get_user_model
-
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first() if user_id != "anonymous" else None
     if user is None:
         return False

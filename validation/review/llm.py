@@ -14,6 +14,7 @@ names such as `"test:reviewer-1"` and name them in a review profile.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -144,8 +145,6 @@ def _transcript(result) -> str:
     try:
         return result.all_messages_json().decode("utf-8")
     except Exception:  # noqa: BLE001 — e.g. a lone surrogate in a model's answer cannot be UTF-8
-        import json
-
-        from pydantic_ai.messages import ModelMessagesTypeAdapter
+        from pydantic_ai.messages import ModelMessagesTypeAdapter  # loaded on use, as above
 
         return json.dumps(ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db.models import F
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai import Agent, AgentRetries, ModelRetry, RunContext, Tool
 from pydantic_ai.exceptions import ModelAPIError, UnexpectedModelBehavior, UsageLimitExceeded
@@ -29,11 +30,12 @@ from pydantic_ai.usage import UsageLimits
 
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
+from validation.models import ValidatorRun
 from validation.validators import Judgement
 from validation.validators import tools as checkout_tools
 from validation.validators.agent_models import resolve_model
 from validation.validators.prompt import prompts, verdict_schema
-from validation.validators.repair import DEFAULT_MAX_REPAIRS, decide
+from validation.validators.repair import DEFAULT_MAX_REPAIRS, RepairsExhausted, decide
 from validation.verdict import FrozenContext
 
 TOOL_NAMES = ("read", "grep", "find", "ls", "run_check")
@@ -142,10 +144,6 @@ class AgentSession:
             )
 
     def record_response(self, key: str, payload: dict[str, Any]) -> None:
-        from django.db.models import F
-
-        from validation.models import ValidatorRun
-
         self.log.record("model_response", key, payload)
         usage = payload["usage"]
         ValidatorRun.objects.filter(pk=self.ctx.run_id).update(
@@ -314,8 +312,6 @@ def build_agent(session: AgentSession, system: str) -> Agent[Any, Candidate]:
             return candidate
         if decision.verdict == "repair":
             raise ModelRetry(decision.feedback())
-        from validation.validators.repair import RepairsExhausted
-
         raise RepairsExhausted(decision)
 
     return agent

@@ -33,6 +33,7 @@ def judge_composite(ctx: ValidationContext) -> Judgement:
     rest = [a for a in ctx.assertions if not a.check]
     if not agent_name or not rest:
         return judge_checks_only(ctx)
+    # The package's dispatcher imports the kinds (this module among them) on use.
     from validation.validators import judge as dispatch
 
     results = {v.key: v for v in run_checks(ctx, [a for a in ctx.assertions if a.check])}

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fusion_site.base.redact import redact
+from validation.validators.checks import judge_isolated
 
 MAX_OUTPUT = 16_000  # characters of one tool answer
 MAX_LINES = 400  # lines `read` returns at once
@@ -161,8 +162,6 @@ def _grep(root: Path, pattern: str, path: str, glob: str) -> str:
 def run_check(ctx, key: str) -> str:
     """Run the declared check of one linked assertion; nothing else can be executed. It is
     judged as the host judges it (its own copy, the protected files restored)."""
-    from validation.validators.checks import judge_isolated
-
     spec = next((a for a in ctx.assertions if a.key == key), None)
     if spec is None:
         return f"refused: {key!r} is not a linked assertion (linked: {', '.join(a.key for a in ctx.assertions)})"
