@@ -40,25 +40,7 @@ def mission_id_of(parent: models.Model | None) -> int | None:
 class MissionForm(forms.ModelForm):
     class Meta:
         model = Mission
-        fields = [
-            "key",
-            "title",
-            "description",
-            "status",
-            "status_reason",
-            "autopilot",
-            "auto_fix",
-            "retry_budget",
-            "workspace",
-            "base_revision",
-            "protected_paths",
-            "on_protected_change",
-            "validator",
-            "executor",
-            "executor_command",
-            "owner",
-            "members",
-        ]
+        fields = "__all__"
         help_texts = {
             "protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
             "base revision content before any check runs."
@@ -118,7 +100,7 @@ class MilestoneForm(MissionScopedForm):
 
     class Meta:
         model = Milestone
-        fields = ["mission", "key", "title", "description", "order", "status", "validation_state", "dependencies"]
+        fields = "__all__"
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -137,7 +119,7 @@ class SliceForm(MissionScopedForm):
 
     class Meta:
         model = Slice
-        fields = ["milestone", "key", "title", "description", "order", "status", "activated_at"]
+        fields = "__all__"
 
 
 class FeatureForm(MissionScopedForm):
@@ -145,26 +127,7 @@ class FeatureForm(MissionScopedForm):
 
     class Meta:
         model = MissionFeature
-        fields = [
-            "slice",
-            "key",
-            "title",
-            "description",
-            "acceptance_criteria",
-            "order",
-            "status",
-            "loop_state",
-            "implementation_attempts",
-            "validator_attempts",
-            "fix_rounds",
-            "last_run",
-            "generated_from",
-            "generated_from_run",
-            "stop_reason",
-            "stop_detail",
-            "stopped_at",
-            "assertions",
-        ]
+        fields = "__all__"
 
 
 class ContractAssertionForm(MissionScopedForm):
@@ -172,7 +135,7 @@ class ContractAssertionForm(MissionScopedForm):
 
     class Meta:
         model = ContractAssertion
-        fields = ["milestone", "key", "title", "statement", "scope", "check_spec", "status", "order"]
+        fields = "__all__"
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -188,7 +151,7 @@ class ContractAssertionForm(MissionScopedForm):
 class FeatureAssertionForm(forms.ModelForm):
     class Meta:
         model = FeatureAssertion
-        fields = ["feature", "assertion"]
+        fields = "__all__"
 
     def _post_clean(self):
         # FeatureAssertion.clean() dereferences both foreign keys; when one is missing the
@@ -203,20 +166,7 @@ class FeatureAssertionForm(forms.ModelForm):
 class TaskForm(forms.ModelForm):
     class Meta:
         model = Task
-        fields = [
-            "mission",
-            "feature",
-            "title",
-            "prompt",
-            "status",
-            "revision",
-            "revision_name",
-            "summary",
-            "log",
-            "executor",
-            "started_at",
-            "finished_at",
-        ]
+        fields = "__all__"
 
     def clean(self) -> dict[str, Any]:
         super().clean()
