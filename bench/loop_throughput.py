@@ -113,7 +113,7 @@ def build_mission(repo: Path, n: int):
     )
     token = Token.objects.create(user=user).key
     mission = Mission.objects.create(
-        key=f"bench-{stamp}", title="bench", status="active", workspace=str(repo), owner=user
+        key=f"bench-{stamp}", title="bench", status="active", repository=str(repo), owner=user
     )
     milestone = Milestone.objects.create(mission=mission, key="m", title="m")
     slice_ = Slice(milestone=milestone, key="s", title="s")

@@ -241,6 +241,16 @@ FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
 FUSION_TASK_LOG_BYTES = env_int("FUSION_TASK_LOG_BYTES", 64 * 1024)
 FUSION_EXECUTOR_TIMEOUT = env_int("FUSION_EXECUTOR_TIMEOUT", 900)
 FUSION_SNAPSHOT_DIR = Path(os.environ.get("FUSION_SNAPSHOT_DIR", DATA_DIR / "snapshots")).resolve()
+FUSION_EXECUTOR_ATTEMPTS = env_int("FUSION_EXECUTOR_ATTEMPTS", 2)
+FUSION_EXECUTOR_LEASE_SECONDS = env_int("FUSION_EXECUTOR_LEASE_SECONDS", 60)
+# Repositories (docs/REPOSITORIES.md): one bare mirror per source on each worker, the
+# least recently used evicted past the byte budget.
+FUSION_REPO_CACHE = Path(os.environ.get("FUSION_REPO_CACHE", DATA_DIR / "repos")).resolve()
+FUSION_REPO_CACHE_BYTES = env_int("FUSION_REPO_CACHE_BYTES", 20 * 1024**3)
+# Bounded time for a network call to a source (ls-remote, fetch, clone).
+FUSION_GIT_REMOTE_TIMEOUT = env_int("FUSION_GIT_REMOTE_TIMEOUT", 120)
+# Folders inside which a member who is not staff may name a local repository (`:`-separated).
+FUSION_WORKSPACE_ROOTS = [p for p in os.environ.get("FUSION_WORKSPACE_ROOTS", "").split(os.pathsep) if p.strip()]
 FUSION_ADMIN_USER = os.environ.get("FUSION_ADMIN_USER", "admin")
 
 

@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
+from fusion_site.base.mirrors import source_of
+from fusion_site.base.sources import SnapshotError, Source
 from missions.checks_spec import check_spec_problems, pattern_problems
 
 
@@ -56,7 +58,19 @@ class Mission(TimeStamped):
         default=True, help_text="Off = report-only: failures are recorded, no fix is generated."
     )
     retry_budget = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(100)])
-    workspace = models.CharField(max_length=500, blank=True, default="", help_text="Path of a local git repository.")
+    # A git URL or a local path (docs/REPOSITORIES.md); `workspace` is its former name.
+    repository = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Git URL (https://, ssh://, git://, file://, user@host:path) or local path of the repository.",
+    )
+    credentials_env = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Name of the environment variable, on the workers, holding an HTTPS token or an ssh key path.",
+    )
     base_revision = models.CharField(max_length=80, blank=True, default="")
     # Glob patterns (relative to the workspace) restored to their base_revision content in
     # every snapshot before a check runs; see docs/TRUTH.md.
@@ -77,6 +91,13 @@ class Mission(TimeStamped):
 
     def __str__(self) -> str:
         return self.key
+
+    def source(self) -> Source:
+        """Where the workers read this mission's commits (`SnapshotError` when it has none
+        or it is not a source they read)."""
+        if not self.repository.strip():
+            raise SnapshotError("the mission has no repository (a git URL or a local path) to validate")
+        return source_of(self.repository, self.credentials_env)
 
     def clean(self) -> None:
         errors = {}

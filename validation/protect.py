@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from fusion_site.base.snapshots import GIT_TIMEOUT, SnapshotError, git, repository_info, resolve_revision
+from fusion_site.base import mirrors
+from fusion_site.base.mirrors import LOCAL_TIMEOUT, mirror_git
+from fusion_site.base.sources import SnapshotError, Source, git_env
 from validation.verdict import escape_invisible
 
 NOTE = "the implementation changed protected files: "
@@ -106,7 +108,7 @@ def tree(repo: Path, commit: str, prefix: str = "") -> dict[str, Entry]:
     if prefix and not _has_tree(repo, treeish):
         return {}
     entries = {}
-    for record in git(repo, "ls-tree", "-r", "-z", "--full-tree", treeish).split("\0"):
+    for record in mirror_git(repo, "ls-tree", "-r", "-z", "--full-tree", treeish).split("\0"):
         if record:
             meta, path = record.split("\t", 1)
             mode, kind, oid = meta.split(" ")
@@ -116,7 +118,7 @@ def tree(repo: Path, commit: str, prefix: str = "") -> dict[str, Entry]:
 
 def _has_tree(repo: Path, treeish: str) -> bool:
     try:
-        return git(repo, "cat-file", "-t", treeish).strip() == "tree"
+        return mirror_git(repo, "cat-file", "-t", treeish).strip() == "tree"
     except SnapshotError:
         return False
 
@@ -124,8 +126,9 @@ def _has_tree(repo: Path, treeish: str) -> bool:
 class TreeDiff:
     """The paths whose entry differs between the base revision and the judged commit."""
 
-    def __init__(self, repo: Path, base: str, commit: str, prefix: str = ""):
+    def __init__(self, repo: Path, base: str, commit: str, prefix: str = "", source: Source | None = None):
         self.repo = repo
+        self.source = source  # what a partial mirror fetches a missing file's content from
         self.base = tree(repo, base, prefix)
         head = tree(repo, commit, prefix)
         self.changed = tuple(sorted(p for p in self.base.keys() | head.keys() if self.base.get(p) != head.get(p)))
@@ -135,24 +138,19 @@ class TreeDiff:
         return [p for p in self.changed if rx is not None and rx.match(p)]
 
 
-def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
+def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[str, bytes]:
     """Blob contents in one `git cat-file --batch`, as bytes: a protected file may be binary,
     which the text adapter `git()` would mangle."""
     if not oids:
         return {}
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "GIT_TERMINAL_PROMPT": "0",
-        "LANG": "C",
-    }
+    env = git_env(source)
     try:
         proc = subprocess.run(
             ["git", "-C", str(repo), "cat-file", "--batch"],
             capture_output=True,
             env=env,
             input="".join(f"{oid}\n" for oid in oids).encode(),
-            timeout=GIT_TIMEOUT,
+            timeout=LOCAL_TIMEOUT,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SnapshotError(f"git cat-file failed: {exc}") from exc
@@ -179,7 +177,7 @@ def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
     if not paths:
         return
     entries = [diff.base[p] for p in paths if p in diff.base]
-    blobs = _blobs(diff.repo, sorted({e.oid for e in entries if e.kind == "blob"}))
+    blobs = _blobs(diff.repo, sorted({e.oid for e in entries if e.kind == "blob"}), diff.source)
     for rel in paths:  # everything out of the way first: a file may have become a folder, or back
         _clear(root, rel)
     for rel in paths:
@@ -259,7 +257,7 @@ class Protection:
     paths: tuple[str, ...] = ()
     on_change: str = "fail"
     base: str = ""
-    workspace: str = ""
+    source: Source | None = None
     revision: str = ""
     changed: tuple[str, ...] = ()
     _diff: TreeDiff | None = field(default=None, repr=False, compare=False)
@@ -271,21 +269,25 @@ class Protection:
             if self._diff is None:
                 if not self.base:
                     raise SnapshotError("protected paths need the mission's base revision, and it has none")
-                repo, _git_dir, prefix = repository_info(self.workspace)
-                self._diff = TreeDiff(
-                    repo, resolve_revision(repo, self.base), resolve_revision(repo, self.revision), prefix
-                )
+                if self.source is None:
+                    raise SnapshotError("protected paths need the mission's repository, and it has none")
+                # Both commits from the worker's mirror: the user's repository is never read for it.
+                base = mirrors.resolve(self.source, self.base)
+                with mirrors.in_use(self.source):
+                    mirrors.ensure_commit(self.source, base)
+                    repo = mirrors.ensure_commit(self.source, self.revision)
+                    self._diff = TreeDiff(repo, base, self.revision, self.source.prefix, self.source)
             return self._diff
 
 
-def prepare(checkout: Path, *, workspace: str, revision: str, frozen: dict[str, Any]) -> Protection:
+def prepare(checkout: Path, *, source: Source | None, revision: str, frozen: dict[str, Any]) -> Protection:
     """The run's protection (`frozen` on the run at admission), with the mission's protected
     paths of `checkout` restored."""
     protection = Protection(
         paths=tuple(frozen.get("paths") or ()),
         on_change=frozen.get("on_change") or "fail",
         base=frozen.get("base") or "",
-        workspace=workspace,
+        source=source,
         revision=revision,
     )
     if protection.paths:

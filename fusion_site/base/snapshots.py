@@ -1,16 +1,17 @@
-"""Read-only snapshots of a revision: a detached git worktree, always removed afterwards.
+"""Read-only snapshots of a revision, made from the worker's mirror of the repository
+(`fusion_site/base/mirrors.py`) and always removed afterwards: the user's repository is
+never written (docs/REPOSITORIES.md).
 
-Git adapter errors are `SnapshotError` (permanent: a bad workspace or revision will not
-fix itself by retrying). A per-repository file lock serializes the changes to the shared
-records under `.git/worktrees` (`worktree add` without checkout, dropping a record); the
-checkout of the files, private to the new worktree, happens outside it, so that the
-snapshots of many runs are made in parallel.
+A snapshot is the revision's files, filled by `git read-tree -u` with an index of its own
+outside the folder: no worktree record, no lock, nothing shared with another snapshot,
+and no `.git` inside, so a check cannot reach the mirror either (bench/snapshot_modes.py
+measured it against a worktree of the mirror). Git adapter errors are `SnapshotError`;
+`SourceUnavailable` (unreachable, or the commit not there yet) is the one worth a retry.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -18,111 +19,46 @@ import stat
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from django.conf import settings
 
-GIT_TIMEOUT = 120
+from fusion_site.base import mirrors
+from fusion_site.base.mirrors import FULL_COMMIT, source_of
+from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+
+__all__ = ["FULL_COMMIT", "SnapshotError", "SourceUnavailable", "source_of"]
 
 
-class SnapshotError(Exception):
-    """The workspace or revision cannot be checked out."""
+def as_source(source: Source | str) -> Source:
+    """A source, or the one a repository text (a URL or a local path) names."""
+    return source if isinstance(source, Source) else source_of(source)
 
 
-def _git_run(repo: Path, args: tuple[str, ...], timeout: int) -> subprocess.CompletedProcess:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "GIT_TERMINAL_PROMPT": "0",
-        "LANG": "C",
-    }
-    try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SnapshotError(f"git {' '.join(args[:2])} failed: {exc}") from exc
+def pin_revision(source: Source | str, name: str) -> str:
+    """The full commit id `name` (a branch, a tag, `HEAD`, a short id) names at the source
+    now. Judgements are pinned to this id: a ref that moves later never changes what was
+    judged (docs/TRUTH.md). A full id is taken as it is, with no network call; for a
+    local repository it is checked at once (a local read), so a typo is refused now."""
+    source = as_source(source)
+    commit = mirrors.resolve(source, name)
+    if source.local:
+        with mirrors.in_use(source):
+            mirrors.ensure_commit(source, commit)
+    return commit
 
 
-def git(repo: Path, *args: str, timeout: int = GIT_TIMEOUT) -> str:
-    proc = _git_run(repo, args, timeout)
-    if proc.returncode != 0:
-        raise SnapshotError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[:500]}")
-    return proc.stdout
-
-
-def repository(workspace: str) -> Path:
-    return repository_dirs(workspace)[0]
-
-
-def repository_dirs(workspace: str) -> tuple[Path, Path]:
-    """(top-level folder, common git dir) of the repository at `workspace`, in one git call."""
-    top, git_dir, _prefix = repository_info(workspace)
-    return top, git_dir
-
-
-def repository_info(workspace: str) -> tuple[Path, Path, str]:
-    """(top-level folder, common git dir, the workspace's folder inside the repository
-    such as `app/` or ''), in one git call."""
-    if not workspace:
-        raise SnapshotError("the mission has no workspace (a local git repository) to validate in")
-    path = Path(workspace).expanduser()
-    if not path.is_dir():
-        raise SnapshotError(f"workspace {workspace} does not exist")
-    try:
-        out = git(
-            path, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir", "--show-prefix"
-        ).splitlines()
-    except SnapshotError as exc:
-        raise SnapshotError(f"workspace {workspace} is not a git repository") from exc
-    if len(out) not in (2, 3):
-        raise SnapshotError(f"workspace {workspace} is not a git repository with a working tree")
-    return Path(out[0]), Path(out[1]), (out[2] if len(out) == 3 else "")
-
-
-def resolve_revision(repo: Path, revision: str) -> str:
-    if not revision or revision.startswith("-"):
-        raise SnapshotError("no revision to validate")
-    try:
-        return git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}").strip()
-    except SnapshotError as exc:
-        raise SnapshotError(f"revision {revision} is not a commit of {repo}") from exc
-
-
-def head_revision(workspace: str) -> str:
-    return git(repository(workspace), "rev-parse", "HEAD").strip()
-
-
-FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-
-
-def pin_revision(workspace: str, name: str) -> str:
-    """The full commit id `name` (a branch, a tag, `HEAD`, a short id) names in the
-    workspace's repository now. Judgements are pinned to this id: a ref that moves later
-    never changes what was judged (docs/TRUTH.md)."""
-    return resolve_revision(repository(workspace), name)
-
-
-def is_ancestor(workspace: str, older: str, newer: str) -> bool:
+def is_ancestor(source: Source | str, older: str, newer: str) -> bool:
     """Whether commit `older` is contained in the history of `newer`."""
-    proc = _git_run(repository(workspace), ("merge-base", "--is-ancestor", older, newer), GIT_TIMEOUT)
+    source = as_source(source)
+    with mirrors.in_use(source):
+        mirrors.ensure_commit(source, older)
+        path = mirrors.ensure_commit(source, newer)
+        proc = run_git(["merge-base", "--is-ancestor", older, newer], cwd=path, timeout=mirrors.LOCAL_TIMEOUT)
     if proc.returncode not in (0, 1):
         raise SnapshotError(f"git merge-base failed: {proc.stderr.strip()[:500]}")
     return proc.returncode == 0
-
-
-@contextlib.contextmanager
-def repo_lock(repo: Path, name: str = "fusion-worktree.lock", *, git_dir: Path | None = None) -> Iterator[None]:
-    """An exclusive lock, across processes, on one repository (a file in its git dir;
-    pass `git_dir` when it is known to save a git call)."""
-    lock_path = git_dir or Path(git(repo, "rev-parse", "--git-common-dir").strip())
-    if not lock_path.is_absolute():
-        lock_path = repo / lock_path
-    with open(lock_path / name, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def snapshot_root() -> Path:
@@ -144,27 +80,42 @@ def _make_read_only(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def snapshot(workspace: str, revision: str, *, label: str = "run") -> Iterator[Path]:
-    """The revision's files, read-only. What is yielded is the workspace's own folder in
-    the snapshot: a workspace that is a sub-folder of its repository is judged there."""
-    repo, git_dir, prefix = repository_info(workspace)
-    commit = resolve_revision(repo, revision)
+def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iterator[Path]:
+    """The revision's files, read-only. What is yielded is the source's own folder in the
+    snapshot: a local repository path that is a sub-folder of its repository is judged there."""
+    source = as_source(source)
+    commit = revision if FULL_COMMIT.match(revision or "") else pin_revision(source, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
+    index = target.with_name(target.name + ".idx")
     try:
-        # Only the record under .git/worktrees is shared: made under the lock, without the
-        # checkout, which then fills this worktree's own index and files outside the lock.
-        with repo_lock(repo, git_dir=git_dir):
-            git(repo, "worktree", "add", "--no-checkout", "--detach", "--force", str(target), commit)
-        git(target, "reset", "--hard", "--quiet")
+        with mirrors.in_use(source):
+            mirror = mirrors.ensure_commit(source, commit)
+            target.mkdir()
+            # One batch fetch of the blobs a partial mirror lacks, then the checkout.
+            fill = run_git(
+                ["--git-dir", str(mirror), "--work-tree", str(target), "read-tree", "-u", "--reset", commit],
+                source=source,
+                timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
+                extra_env={"GIT_INDEX_FILE": str(index)},
+            )
+        if fill.returncode != 0:
+            raise SourceUnavailable(
+                f"commit {commit[:12]} of {source.display} could not be checked out: "
+                + scrub(fill.stderr.strip()[-400:], source)
+            )
+        index.unlink(missing_ok=True)
         _make_read_only(target)
-        folder = target / prefix if prefix else target
+        folder = target / source.prefix if source.prefix else target
         if not folder.is_dir():
             raise SnapshotError(
-                f"revision {commit[:12]} has no folder {prefix} (the workspace's folder in its repository)"
+                f"revision {commit[:12]} has no folder {source.prefix} (the mission's folder in its repository)"
             )
         yield folder
+    except subprocess.TimeoutExpired as exc:
+        raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
-        remove_snapshot(repo, target)
+        index.unlink(missing_ok=True)
+        _remove_tree(target)
 
 
 @contextlib.contextmanager
@@ -224,46 +175,6 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, onerror=retry)
 
 
-def remove_snapshot(repo: Path | None, target: Path) -> None:
-    record = _worktree_record(target)
-    shutil.rmtree(target, ignore_errors=True)
-    if record is not None:
-        # What `git worktree remove` does for one worktree: drop its own record (under the
-        # lock: a concurrent `worktree add` lists the records). No git process is needed.
-        with contextlib.suppress(OSError), repo_lock(repo or record, git_dir=record.parent.parent):
-            shutil.rmtree(record, ignore_errors=True)
-    elif repo is not None:
-        prune_worktrees(repo)
-
-
-def prune_worktrees(repo: Path) -> None:
-    """Drop the repository's records of worktrees whose folders are gone."""
-    with contextlib.suppress(SnapshotError), repo_lock(repo):
-        git(repo, "worktree", "prune")
-
-
-def _worktree_record(folder: Path) -> Path | None:
-    """`<git dir>/worktrees/<id>`, the repository's record of the worktree at `folder`, when
-    the two point at each other (the worktree's `.git` file and the record's `gitdir`)."""
-    try:
-        text = (folder / ".git").read_text()
-        if not text.startswith("gitdir:"):
-            return None
-        record = Path(text.split(":", 1)[1].strip())
-        if record.parent.name != "worktrees" or not record.is_absolute():
-            return None
-        points_back = Path((record / "gitdir").read_text().strip())
-    except OSError:
-        return None
-    return record if os.path.realpath(points_back) == os.path.realpath(folder / ".git") else None
-
-
-def _worktree_git_dir(folder: Path) -> Path | None:
-    """The git dir of the repository whose worktree `folder` is."""
-    record = _worktree_record(folder)
-    return record.parent.parent if record is not None else None
-
-
 # What `snapshot()` names its folders: `<label>-<12 hex>`, the label `run-<pk>`,
 # `review-<pk>` or `replay-<pk>`. The sweep touches nothing else.
 SNAPSHOT_NAME = re.compile(r"^((?:run|review|replay)-\d+)-[0-9a-f]{12}$")
@@ -271,38 +182,28 @@ SNAPSHOT_NAME = re.compile(r"^((?:run|review|replay)-\d+)-[0-9a-f]{12}$")
 REPLAY_GRACE_SECONDS = 600
 
 
-def sweep_snapshots(*, live_labels: Callable[[], set[str]], workspaces: Iterable[str] = ()) -> int:
-    """Remove snapshot folders whose run is no longer live (left by a killed worker), and
-    the repositories' records of those worktrees. Returns how many folders were removed.
+def sweep_snapshots(*, live_labels: Callable[[], set[str]]) -> int:
+    """Remove snapshot folders (and index files) whose run is no longer live, left by a
+    killed worker. Returns how many folders were removed.
 
     The candidates are listed first and `live_labels()` is asked after: a run is live
     before its snapshot exists, so a snapshot made meanwhile is never a candidate."""
-    folders = [child for child in snapshot_root().iterdir() if SNAPSHOT_NAME.match(child.name)]
-    records = {git_dir: _snapshot_records(git_dir) for git_dir in _git_dirs(workspaces)}
+    found = [child for child in snapshot_root().iterdir() if SNAPSHOT_NAME.match(child.name.removesuffix(".idx"))]
     live = live_labels()
-    removed, touched = 0, set()
-    for folder in folders:
-        if not _is_live(folder, live):
-            git_dir = _worktree_git_dir(folder)
-            if git_dir is not None:
-                touched.add(git_dir)
-            if folder.is_symlink():  # never ours: drop the link, never what it points at
-                folder.unlink(missing_ok=True)
-            else:
-                shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-    for git_dir, found in records.items():
-        dead = [(record, folder) for record, folder in found if not _is_live(folder, live)]
-        if dead and _drop_records(git_dir, dead):
-            touched.add(git_dir)
-    for git_dir in touched:
-        with contextlib.suppress(OSError):  # a repository we may not write to: left as it is
-            prune_worktrees(git_dir)
+    removed = 0
+    for path in found:
+        if _is_live(path, live):
+            continue
+        if path.name.endswith(".idx") or path.is_symlink():  # a link is never ours: drop it, not its target
+            path.unlink(missing_ok=True)
+            continue
+        _remove_tree(path)
+        removed += 1
     return removed
 
 
 def _is_live(folder: Path, live_labels: set[str]) -> bool:
-    named = SNAPSHOT_NAME.match(folder.name)
+    named = SNAPSHOT_NAME.match(folder.name.removesuffix(".idx"))
     if named is None:  # the callers pass only snapshot names; anything else is never ours to remove
         return True
     label = named.group(1)
@@ -314,57 +215,18 @@ def _is_live(folder: Path, live_labels: set[str]) -> bool:
     return False
 
 
-def _git_dirs(workspaces: Iterable[str]) -> set[Path]:
-    """The git dirs of the workspaces that are readable git repositories (any other is
-    left alone: a mission may name a path that is gone or not ours to read)."""
-    found = set()
-    for workspace in set(workspaces):
-        with contextlib.suppress(OSError, SnapshotError):
-            dot_git = Path(workspace).expanduser() / ".git"
-            git_dir = dot_git if dot_git.is_dir() else repository_dirs(workspace)[1]
-            if (git_dir / "worktrees").is_dir():
-                found.add(git_dir)
-    return found
-
-
-def _snapshot_records(git_dir: Path) -> list[tuple[Path, Path]]:
-    """(record, snapshot folder) for each worktree record of `git_dir` that points at a
-    folder directly under the snapshot root with a snapshot's name."""
-    root = os.path.realpath(snapshot_root())
-    found = []
-    with contextlib.suppress(OSError):
-        for record in (git_dir / "worktrees").iterdir():
-            try:
-                pointer = Path((record / "gitdir").read_text().strip())
-            except OSError:
-                continue
-            folder = Path(os.path.normpath(record / pointer)).parent  # a relative gitdir is relative to the record
-            if SNAPSHOT_NAME.match(folder.name) and os.path.realpath(folder.parent) == root and not folder.is_symlink():
-                found.append((record, folder))
-    return found
-
-
-def _drop_records(git_dir: Path, dead: list[tuple[Path, Path]]) -> bool:
-    """Drop the records of snapshots that are not live, and their folders. `git worktree
-    prune` is not enough: a worker killed inside `git worktree add` leaves its record
-    locked ("initializing"), and prune never touches a locked worktree. `worktree add`
-    runs under the same lock, so no record is half-made while this holds it."""
-    try:
-        with repo_lock(git_dir, git_dir=git_dir):
-            for record, folder in dead:
-                shutil.rmtree(folder, ignore_errors=True)
-                shutil.rmtree(record, ignore_errors=True)
-    except OSError:
-        return False
-    return True
-
-
-def bounded_diff(workspace: str, base: str, revision: str, limit: int = 60_000) -> str:
+def bounded_diff(source: Source | str, base: str, revision: str, limit: int = 60_000) -> str:
+    """The diff from the mission's base to `revision`, from the mirror; '' when there is
+    no base or it cannot be made (the agent then works without it)."""
     if not base:
         return ""
-    repo = repository(workspace)
     try:
-        text = git(repo, "diff", "--no-color", "--stat", "--patch", f"{base}..{revision}")
+        source = as_source(source)
+        base = pin_revision(source, base)
+        with mirrors.in_use(source):
+            mirrors.ensure_commit(source, base)
+            path = mirrors.ensure_commit(source, revision)
+            text = mirrors.mirror_git(path, "diff", "--no-color", "--stat", "--patch", f"{base}..{revision}")
     except SnapshotError:
         return ""
     return text if len(text) <= limit else text[:limit] + f"\n[… diff truncated at {limit} characters]"

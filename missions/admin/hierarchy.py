@@ -49,7 +49,7 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("key", "title", "description", "status", "status_reason", "resume_blockers")}),
         ("Loop", {"fields": ("autopilot", "auto_fix", "retry_budget", "validator")}),
-        ("Workspace and executor", {"fields": ("workspace", "base_revision", "executor", "executor_command")}),
+        ("Repository and executor", {"fields": ("repository", "credentials_env", "base_revision", "executor", "executor_command")}),
         ("Protected paths", {"fields": ("protected_paths", "on_protected_change")}),
         ("People", {"fields": ("owner", "members")}),
         ("Record", {"fields": ("event_seq", *TIMESTAMPS)}),

@@ -156,7 +156,7 @@ def _refuse_relative_workspace(data) -> None:
     # would be a guess, so the API asks for an absolute path.
     workspace = _document_mission(data).get("workspace")
     if isinstance(workspace, str) and workspace.strip() and not os.path.isabs(workspace):
-        message = "mission.workspace: a file sent to the API needs an absolute workspace path"
+        message = "mission.repository: a file sent to the API needs an absolute workspace path"
         raise Invalid(message, code="invalid_mission_file", fields={"errors": [message]})
 
 

@@ -5,14 +5,17 @@ completes; anything else fails the task with the log tail."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import tempfile
 from pathlib import Path
 
 from django.conf import settings
 
+from fusion_site.base.mirrors import mirror_git as git
 from fusion_site.base.proc import CommandError, run_command, scrubbed_env
 from fusion_site.base.redact import redact
-from fusion_site.base.snapshots import SnapshotError, git, repo_lock, repository
+from fusion_site.base.sources import SnapshotError
 from missions.models import Executor, Task, TaskStatus
 from missions.services.tasks import task_complete, task_fail
 
@@ -42,11 +45,11 @@ def task_execute(*, task_id: int) -> str:
         task_fail(user=None, task=task, reason="the mission has no executor_command")
         return "failed"
     try:
-        repo = repository(mission.workspace)
+        repo = Path(mission.source().url)
     except SnapshotError as exc:
         task_fail(user=None, task=task, reason=str(exc))
         return "failed"
-    with repo_lock(repo, "fusion-executor.lock"), tempfile.TemporaryDirectory(prefix="fusion-task-") as tmp:
+    with _lock(repo), tempfile.TemporaryDirectory(prefix="fusion-task-") as tmp:
         prompt_file = Path(tmp) / "prompt.md"
         prompt_file.write_text(task.prompt)
         env = scrubbed_env(
@@ -82,3 +85,10 @@ def task_execute(*, task_id: int) -> str:
             return "failed"
     task_complete(user=None, task=task, revision=revision, summary=f"executor finished: {log.strip()[-300:]}", log=log)
     return "done"
+
+
+@contextlib.contextmanager
+def _lock(repo: Path):
+    with open(repo / ".git" / "fusion-executor.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

@@ -137,19 +137,19 @@ def task_start(*, user, task: Task) -> Task:
 def pin_task_revision(*, mission: Mission, name: str) -> str:
     """The full commit id a completed task is judged at, resolved now (docs/TRUTH.md):
     `main` or `HEAD` moving later never changes it. Unknown names are refused."""
-    if not mission.workspace:
+    if not mission.repository:
         if FULL_COMMIT.match(name):
             return name
         raise Invalid(
-            f"revision {name!r} cannot be resolved: the mission has no workspace; give the full commit id",
+            f"revision {name!r} cannot be resolved: the mission has no repository; give the full commit id",
             code="unknown_revision",
             fields={"revision": ["not a full commit id"]},
         )
     try:
-        return pin_revision(mission.workspace, name)
+        return pin_revision(mission.source(), name)
     except SnapshotError as exc:
         raise Invalid(
-            f"revision {name!r} is not a commit of the mission's workspace ({exc})",
+            f"revision {name!r} is not a commit of the mission's repository ({exc})",
             code="unknown_revision",
             fields={"revision": ["unknown revision"]},
         ) from exc

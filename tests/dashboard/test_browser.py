@@ -121,7 +121,7 @@ def test_completing_a_task_through_the_api_turns_the_badge_validating_then_passe
     state = badge(s.page, "feature-cart-count-state")
     expect(state).to_have_attribute("data-state", "implementing")
 
-    revision = commit_change(held_demo.mission.workspace, "cart-count")
+    revision = commit_change(held_demo.mission.repository, "cart-count")
     status, body = api(
         asgi_server,
         "POST",
@@ -150,7 +150,7 @@ def test_completing_a_task_through_the_api_turns_the_badge_validating_then_passe
 
 
 def test_validate_twice_shows_the_conflict_message(held_demo, alice, session, asgi_server):
-    revision = commit_change(held_demo.mission.workspace, "cart-total")
+    revision = commit_change(held_demo.mission.repository, "cart-total")
     status, body = api(
         asgi_server,
         "POST",

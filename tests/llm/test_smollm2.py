@@ -46,7 +46,7 @@ ERROR_CODES = {"invalid_verdict", "limit_exceeded", "timeout", "budget_exceeded"
 
 def make_mission(owner, repo_path) -> Mission:
     mission = Mission.objects.create(
-        key="llm", title="LLM", status="active", owner=owner, workspace=str(repo_path), validator="smollm2"
+        key="llm", title="LLM", status="active", owner=owner, repository=str(repo_path), validator="smollm2"
     )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="M1")
     slice_ = Slice(milestone=milestone, key="s1", title="S1")

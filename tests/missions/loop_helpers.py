@@ -19,7 +19,7 @@ def done_check(key: str) -> dict[str, Any]:
 
 def make_mission(owner, workspace, *, key: str = "life", status: str = "planning", **fields: Any) -> Mission:
     return Mission.objects.create(
-        key=key, title=key.title(), owner=owner, workspace=str(workspace), status=status, **fields
+        key=key, title=key.title(), owner=owner, repository=str(workspace), status=status, **fields
     )
 
 

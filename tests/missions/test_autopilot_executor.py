@@ -52,7 +52,7 @@ def test_autopilot_runs_mission_to_complete_with_command_executor(worker, git_re
         key="auto",
         title="Auto",
         owner=alice,
-        workspace=str(git_repo.path),
+        repository=str(git_repo.path),
         autopilot=True,
         executor="command",
         executor_command=f"{sys.executable} {script}",
@@ -79,7 +79,7 @@ def test_failing_executor_fails_task_with_log(worker, git_repo, alice):
         key="failing",
         title="F",
         owner=alice,
-        workspace=str(git_repo.path),
+        repository=str(git_repo.path),
         autopilot=True,
         executor="command",
         executor_command=f"{sys.executable} -c \"import sys; print('boom'); sys.exit(3)\"",
@@ -92,7 +92,7 @@ def test_failing_executor_fails_task_with_log(worker, git_repo, alice):
 
 
 def test_pause_and_resume_conflict(git_repo, alice):
-    mission = Mission.objects.create(key="life", title="L", owner=alice, workspace=str(git_repo.path))
+    mission = Mission.objects.create(key="life", title="L", owner=alice, repository=str(git_repo.path))
     _add(mission, "m1", "s1", ["a"])
     mission_activate(mission=mission, user=alice)
     mission_pause(mission=mission, user=alice)

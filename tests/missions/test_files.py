@@ -106,7 +106,7 @@ def test_import_creates_the_whole_tree(tmp_path):
     assert changed is True
     assert (mission.key, mission.title, mission.status, mission.autopilot) == ("shop", "Shop checkout", "active", True)
     assert mission.owner == user
-    assert mission.workspace == str(tmp_path / "repo")
+    assert mission.repository == str(tmp_path / "repo")
     m1, m2 = Milestone.objects.filter(mission=mission).order_by("order")
     assert (m1.key, m1.order, m2.key, m2.order) == ("m1", 0, "m2", 1)
     assert m1.description == "Everything about the cart.\nSecond line — with unicode.\n"
@@ -134,7 +134,7 @@ def test_omitted_fields_take_model_defaults():
         "manual",
         3,
     )
-    assert (mission.autopilot, mission.auto_fix, mission.workspace, mission.executor_command) == (False, True, "", "")
+    assert (mission.autopilot, mission.auto_fix, mission.repository, mission.executor_command) == (False, True, "", "")
     assert not mission.milestones.exists()
 
 
@@ -530,11 +530,11 @@ def test_any_text_survives_the_round_trip(title, description, statement):
 def test_relative_workspace_is_resolved_against_the_file_folder(tmp_path):
     doc = sample()
     mission, _ = mission_import(document=doc, base_dir=tmp_path / "plans")
-    assert mission.workspace == str(tmp_path / "plans" / "repo")
+    assert mission.repository == str(tmp_path / "plans" / "repo")
 
     doc["mission"]["workspace"] = "../code"
     mission, changed = mission_import(document=doc, base_dir=tmp_path / "plans")
-    assert changed and mission.workspace == str(tmp_path / "code")
+    assert changed and mission.repository == str(tmp_path / "code")
 
     doc["mission"]["workspace"] = "/srv/repo"
     assert mission_import(document=doc, base_dir=tmp_path)[0].workspace == "/srv/repo"

@@ -36,7 +36,7 @@ def _mission(tmp_path, git_repo, alice, key):
         key=key,
         title=key,
         owner=alice,
-        workspace=str(git_repo.path),
+        repository=str(git_repo.path),
         autopilot=True,
         executor="command",
         executor_command=f"{sys.executable} {script}",

@@ -111,7 +111,7 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
         owner=users.owner,
         status="active",
         auto_fix=False,
-        workspace=str(repo.path),
+        repository=str(repo.path),
         executor_command="",
     )
     mission.members.set([users.member])
@@ -319,7 +319,7 @@ def build_mission(git_repo, alice):
             retry_budget=retry_budget,
             validator=validator,
             owner=alice,
-            workspace=str(git_repo.path),
+            repository=str(git_repo.path),
         )
         milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone 1")
         slice_ = Slice(milestone=milestone, key="s1", title="Slice 1")

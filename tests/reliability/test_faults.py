@@ -183,7 +183,7 @@ def build(git_repo, owner, n: int, *, bad_every: int = 4) -> tuple[Mission, str,
     and {feature id: expected clean-run end state}."""
     files, expected = {}, {}
     mission = Mission.objects.create(
-        key="faults", title="Faults", owner=owner, status="active", auto_fix=True, workspace=str(git_repo.path)
+        key="faults", title="Faults", owner=owner, status="active", auto_fix=True, repository=str(git_repo.path)
     )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone")
     slice_ = Slice(milestone=milestone, key="s1", title="Slice")

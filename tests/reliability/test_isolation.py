@@ -94,7 +94,7 @@ def test_a_shell_check_does_not_see_the_servers_secrets(server_secrets, tmp_path
 
 def _mission(users, repo, **fields) -> tuple[Mission, MissionFeature]:
     mission = Mission.objects.create(
-        key="iso", title="Isolation", owner=users.owner, status="active", workspace=str(repo.path), **fields
+        key="iso", title="Isolation", owner=users.owner, status="active", repository=str(repo.path), **fields
     )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="M1")
     slice_ = Slice(milestone=milestone, key="s1", title="S1")

@@ -58,7 +58,7 @@ def standard(models):
 def mission(git_repo, alice):
     git_repo.commit({"app.py": "def hello():\n    return 'hello'\n"}, "add hello")
     mission = Mission.objects.create(
-        key="shop", title="Shop", status="active", owner=alice, workspace=str(git_repo.path)
+        key="shop", title="Shop", status="active", owner=alice, repository=str(git_repo.path)
     )
     milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone 1")
     slice_ = Slice(milestone=milestone, key="s1", title="Slice 1")

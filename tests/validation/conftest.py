@@ -29,7 +29,7 @@ def build_mission(git_repo, alice):
             retry_budget=retry_budget,
             validator=validator,
             owner=alice,
-            workspace=str(workspace or git_repo.path),
+            repository=str(workspace or git_repo.path),
         )
         milestone = Milestone.objects.create(mission=mission, key="m1", title="Milestone 1")
         slice_ = Slice(milestone=milestone, key="s1", title="Slice 1")

@@ -130,19 +130,39 @@ def test_a_revision_the_workspace_cannot_resolve_is_refused_at_once(worker, buil
     assert task.status == "todo" and task.revision == "" and not ValidatorRun.objects.exists()
 
 
-def test_a_workspace_gone_after_completion_blocks_with_clear_reason(worker, build_mission, git_repo, alice):
+def test_a_repository_gone_after_completion_is_judged_from_the_mirror(worker, build_mission, git_repo, alice):
+    build_mission({"hello": [("VAL-1", GREETING)]})
+    feature = MissionFeature.objects.get(key="hello")
+    task = task_create(user=alice, feature=feature)
+    revision = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
+    with transaction.atomic():
+        task_complete(user=alice, task=task, revision=revision)  # a local commit is mirrored at once
+        shutil.rmtree(git_repo.path / ".git")  # gone before the run executes (after commit)
+    worker.drain()
+    feature.refresh_from_db()
+    run = ValidatorRun.objects.filter(feature=feature).order_by("id").first()
+    assert run.status == RunStatus.PASSED and run.revision == revision
+    assert feature.loop_state == "passed"
+
+
+def test_a_repository_gone_before_any_mirror_blocks_with_clear_reason(
+    worker, build_mission, git_repo, alice, settings, tmp_path
+):
     build_mission({"hello": [("VAL-1", GREETING)]})
     feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
     revision = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     with transaction.atomic():
         task_complete(user=alice, task=task, revision=revision)
-        shutil.rmtree(git_repo.path / ".git")  # gone before the run executes (after commit)
+        shutil.rmtree(git_repo.path / ".git")
+        settings.FUSION_REPO_CACHE = tmp_path / "another-host-cache"  # a worker that never mirrored it
     worker.drain()
     feature.refresh_from_db()
-    run = ValidatorRun.objects.filter(feature=feature).order_by("id").first()
-    assert run.status == RunStatus.ERROR and "is not a git repository" in run.error
+    runs = list(ValidatorRun.objects.filter(feature=feature).order_by("id"))
+    assert runs and all(r.status == RunStatus.ERROR and "workspace_unavailable" in r.error for r in runs)
+    assert str(git_repo.path) in runs[-1].error
     assert feature.loop_state == "blocked" and feature.stop_reason == "workspace_unavailable"
+    assert str(git_repo.path) in feature.stop_detail
 
 
 def test_assertion_without_check_is_blocked_by_checks(worker, build_mission, git_repo, alice):

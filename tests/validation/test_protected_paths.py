@@ -379,7 +379,7 @@ def test_the_demo_mission_protects_its_tests(tmp_path, alice):
 
     mission = create_demo(directory=tmp_path / "demo-repo", user=alice)
     first = subprocess.run(
-        ["git", "-C", mission.workspace, "rev-list", "--max-parents=0", "HEAD"],
+        ["git", "-C", mission.repository, "rev-list", "--max-parents=0", "HEAD"],
         check=True,
         capture_output=True,
         text=True,

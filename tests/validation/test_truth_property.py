@@ -201,7 +201,7 @@ class TruthMachine(RuleBasedStateMachine):
             autopilot=autopilot,
             auto_fix=auto_fix,
             retry_budget=budget,
-            workspace=str(self.history.repo.path),
+            repository=str(self.history.repo.path),
             base_revision=self.template.base,
             protected_paths=["tests/**"],
         )

@@ -98,7 +98,7 @@ def feature_review_body(feature: MissionFeature) -> dict[str, Any]:
         "mission": mission.pk,
         "feature": feature.pk,
     }
-    if task is not None and task.revision and mission.workspace:
+    if task is not None and task.revision and mission.repository:
         body["revision"] = task.revision
     return body
 

@@ -76,17 +76,16 @@ def _resolve(request: dict[str, Any], user, *, unrestricted: bool) -> tuple[Miss
 
 def _pin(mission: Mission | None, revision: str | None) -> str:
     """The full commit the reviewers will read ('' when no repository is attached)."""
-    if mission is None or not mission.workspace:
+    if mission is None or not mission.repository:
         if revision:
             raise Invalid(
-                "a revision needs a mission with a workspace",
+                "a revision needs a mission with a repository",
                 code="revision_unavailable",
-                fields={"revision": ["no workspace to resolve it in"]},
+                fields={"revision": ["no repository to resolve it in"]},
             )
         return ""
     try:
-        repo = snapshots.repository(mission.workspace)
-        return snapshots.resolve_revision(repo, revision or "HEAD")
+        return snapshots.pin_revision(mission.source(), revision or "HEAD")
     except snapshots.SnapshotError as exc:
         raise Invalid(str(exc), code="revision_unavailable", fields={"revision": [str(exc)]}) from exc
 

@@ -55,10 +55,10 @@ def _add_usage(review_id: int, tokens_in: int, tokens_out: int) -> None:
 @contextmanager
 def _repository(review: Review):
     """A read-only snapshot of the pinned revision, or None without a repository."""
-    if not review.revision or review.mission is None or not review.mission.workspace:
+    if not review.revision or review.mission is None or not review.mission.repository:
         yield None
         return
-    with snapshot(review.mission.workspace, review.revision, label=f"review-{review.pk}") as root:
+    with snapshot(review.mission.source(), review.revision, label=f"review-{review.pk}") as root:
         yield root
 
 

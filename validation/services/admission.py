@@ -66,25 +66,25 @@ def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, A
     protects = any((a.get("check") or {}).get("protect") for a in assertions)
     if not mission.protected_paths and not protects:
         return {}
-    base = pin_revision(mission.workspace, mission.base_revision) if mission.base_revision else ""
+    base = pin_revision(mission.source(), mission.base_revision) if mission.base_revision else ""
     return {"paths": list(mission.protected_paths), "on_change": mission.on_protected_change, "base": base}
 
 
 def standing_revision(feature: MissionFeature) -> str:
-    """`feature_revision`, or the workspace's HEAD pinned now for a feature never tasked."""
+    """`feature_revision`, or the repository's HEAD pinned now for a feature never tasked."""
     revision = feature_revision(feature)
-    if revision or not feature.mission.workspace:
+    if revision or not feature.mission.repository:
         return revision
     try:
-        return pin_revision(feature.mission.workspace, "HEAD")
+        return pin_revision(feature.mission.source(), "HEAD")
     except SnapshotError:
         return ""
 
 
 def _pinned(feature: MissionFeature, revision: str) -> str:
-    if not revision or FULL_COMMIT.match(revision) or not feature.mission.workspace:
+    if not revision or FULL_COMMIT.match(revision) or not feature.mission.repository:
         return revision
-    return pin_revision(feature.mission.workspace, revision)
+    return pin_revision(feature.mission.source(), revision)
 
 
 def _block(feature: MissionFeature, *, cause: str, reason: str, detail: str, actor_id: int | None) -> Admission:
@@ -155,7 +155,7 @@ def feature_admit(
         )
     if not revision:
         raise Invalid(
-            "nothing to validate: the feature has no landed task revision and the mission no workspace",
+            "nothing to validate: the feature has no landed task revision and the mission no repository",
             code="no_revision",
         )
     if not assertions:

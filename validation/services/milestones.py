@@ -40,7 +40,7 @@ class NoMilestoneRevision(Exception):
 def milestone_revision(milestone: Milestone) -> str:
     """The commit a milestone is judged at: among its passed features' revisions, the
     newest that contains every other one (`git merge-base --is-ancestor`)."""
-    workspace = milestone.mission.workspace
+    source = milestone.mission.source()
     passed = (
         MissionFeature.objects.filter(slice__milestone=milestone, loop_state=LoopState.PASSED, last_run__isnull=False)
         .exclude(last_run__revision="")
@@ -48,9 +48,9 @@ def milestone_revision(milestone: Milestone) -> str:
     )
     revisions = list(dict.fromkeys(passed.values_list("last_run__revision", flat=True)))
     if not revisions:
-        return pin_revision(workspace, "HEAD")
+        return pin_revision(source, "HEAD")
     for candidate in revisions:
-        if all(other == candidate or is_ancestor(workspace, other, candidate) for other in revisions):
+        if all(other == candidate or is_ancestor(source, other, candidate) for other in revisions):
             return candidate
     raise NoMilestoneRevision(
         "the passed features' revisions are not on one line of history ("

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fusion_site.base.snapshots import sweep_snapshots
 from missions.events import redeliver_missing
-from missions.models import FeatureStatus, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, Task, TaskStatus
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive
 from validation.services.admission import feature_admit
@@ -98,10 +98,7 @@ def clean_snapshots() -> int:
         runs = ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)
         return {f"run-{pk}" for pk in runs} | live_snapshot_labels()  # and reviews still running
 
-    # Reading a repository's worktree records costs no git process; prune runs only where
-    # something was dropped.
-    workspaces = Mission.objects.exclude(workspace="").values_list("workspace", flat=True).distinct()
-    return sweep_snapshots(live_labels=live, workspaces=list(workspaces))
+    return sweep_snapshots(live_labels=live)
 
 
 def recover(*, startup: bool = False) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def build_context(
         profile={"name": run.validator, **run.validator_config},
         task_summary=summary,
         log_tail=log_tail,
-        diff=bounded_diff(mission.workspace, mission.base_revision, run.revision),
+        diff=bounded_diff(mission.source(), mission.base_revision, run.revision),
         replay=replay,
         protection=protection or protect.Protection(),
     )
@@ -162,11 +162,10 @@ def execute_run(run_id: int) -> str:
 def _judge_and_record(run: ValidatorRun) -> str:
     try:
         profiles.get_profile(run.validator)
-        with snapshot(run.mission.workspace, run.revision, label=f"run-{run.pk}") as checkout:
+        source = run.mission.source()
+        with snapshot(source, run.revision, label=f"run-{run.pk}") as checkout:
             # Protected files go back to the base revision before anything reads the snapshot.
-            protection = protect.prepare(
-                checkout, workspace=run.mission.workspace, revision=run.revision, frozen=run.protection
-            )
+            protection = protect.prepare(checkout, source=source, revision=run.revision, frozen=run.protection)
             ctx = build_context(run, checkout, protection=protection)
             judgement = judge(ctx)
             verdict = host_accept(
@@ -176,7 +175,8 @@ def _judge_and_record(run: ValidatorRun) -> str:
                 tokens={"in": judgement.tokens_in, "out": judgement.tokens_out},
             )
     except SnapshotError as exc:
-        run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=False)
+        # Unreachable, or the commit not pushed yet: retried with backoff, then blocked.
+        run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=exc.retry)
         return RunStatus.ERROR
     except profiles.ProfileError as exc:
         run_error(run_id=run.pk, message=str(exc), code="misconfigured", retry=False)

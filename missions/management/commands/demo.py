@@ -51,7 +51,7 @@ def create_demo(*, directory: Path | None = None, user=None) -> Mission:
     base = make_repository(repo)
     document = copy.deepcopy(MISSION)
     document["mission"].update(
-        workspace=str(repo),
+        repository=str(repo),
         base_revision=base,
         executor_command=f"{sys.executable} {Path(implementer.__file__).resolve()}",
     )
@@ -75,7 +75,7 @@ class Command(BaseCommand):
             return
         owner = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
         mission = create_demo(user=owner)
-        self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.workspace}")
+        self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.repository}")
         self.stdout.write(
             "The demo implementer replays prepared changes; set executor_command to a real coding agent instead."
         )

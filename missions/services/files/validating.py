@@ -219,14 +219,14 @@ def _keys(raw: dict, name: str, loc: Loc, failed: set[Loc]) -> list[str]:
 
 
 def _resolve_workspace(mission: Node, base_dir: pathlib.Path | None, errors: list[str]) -> None:
-    workspace = mission.values["workspace"]
+    workspace = mission.values["repository"]
     if not workspace or base_dir is None or os.path.isabs(workspace):
         return
     resolved = os.path.normpath(os.path.join(os.path.abspath(base_dir), workspace))
-    limit = text_rule(MissionFileMission, "workspace").max_length or 0
+    limit = text_rule(MissionFileMission, "repository").max_length or 0
     if len(resolved) > limit:
-        errors.append(f"mission.workspace: must be at most {limit} characters once resolved ({resolved})")
-    mission.values["workspace"] = resolved
+        errors.append(f"mission.repository: must be at most {limit} characters once resolved ({resolved})")
+    mission.values["repository"] = resolved
 
 
 def _check_protection(mission: Node, errors: list[str]) -> None:

@@ -1,0 +1,316 @@
+"""The repository cache of one worker (docs/REPOSITORIES.md): one bare mirror per source,
+under `FUSION_REPO_CACHE`, keyed by a hash of the source's normalized URL.
+
+- A mirror is made on first use: a partial clone (`--filter=blob:none`: commits and trees
+  now, a file's content when a snapshot needs it) where the server supports it, a full one
+  otherwise (git falls back by itself). It is built in a temporary folder and renamed into
+  place, so no reader ever sees half a mirror.
+- A mirror is fetched only when a commit it needs is missing: that commit id first, then
+  every branch and tag as a fallback. A local path goes through the same cache, so a user's
+  repository is only ever read.
+- `<key>.lock` serializes the changes to one mirror (clone, fetch, eviction) across threads
+  and processes; readers hold `<key>.use` shared, so eviction never removes a mirror a
+  snapshot is reading. Past `FUSION_REPO_CACHE_BYTES`, the least recently used mirrors go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+
+from fusion_site.base.sources import (
+    SnapshotError,
+    Source,
+    SourceRefused,
+    SourceUnavailable,
+    normalize,
+    run_git,
+    safe_revision,
+    scrub,
+)
+
+FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+LOCAL_TIMEOUT = 120
+HEADS_AND_TAGS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+
+
+def cache_root() -> Path:
+    root = Path(settings.FUSION_REPO_CACHE)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def mirror_dir(source: Source) -> Path:
+    return cache_root() / f"{source.key}.git"
+
+
+# ---------------------------------------------------------------- the source of a mission
+
+
+def source_of(repository: str, credentials_env: str = "") -> Source:
+    """The source a mission's `repository` names. A local path that is a sub-folder of its
+    repository reads the whole repository and keeps the folder as `prefix`."""
+    source = normalize(repository)
+    if not source.local:
+        return Source(url=source.url, local=False, credentials_env=credentials_env)
+    top, prefix = _local_top(source.url)
+    return Source(url=top, local=True, credentials_env=credentials_env, prefix=prefix)
+
+
+def _local_top(path: str) -> tuple[str, str]:
+    if not Path(path).is_dir():
+        raise SnapshotError(f"repository {path} does not exist")
+    return _local_top_cached(path)
+
+
+@functools.lru_cache(maxsize=256)
+def _local_top_cached(path: str) -> tuple[str, str]:
+    # A read of the user's repository (no write): where its top is, and our folder in it.
+    # Only answers are cached; an error is asked again next time.
+    proc = _git(["rev-parse", "--path-format=absolute", "--show-toplevel", "--show-prefix"], cwd=Path(path))
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) not in (1, 2):
+        raise SnapshotError(f"repository {path} is not a git repository with a working tree")
+    return lines[0], (lines[1] if len(lines) == 2 else "")
+
+
+# ---------------------------------------------------------------- git, bounded
+
+
+def _git(args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float = LOCAL_TIMEOUT):
+    try:
+        return run_git(args, cwd=cwd, source=source, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        where = source.display if source else "the repository cache"
+        raise SourceUnavailable(f"git {args[0]} on {where} timed out after {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise SnapshotError(f"git {args[0]} could not run: {exc}") from exc
+
+
+def mirror_git(mirror: Path, *args: str, timeout: float = LOCAL_TIMEOUT) -> str:
+    """A local (no network) git command in a mirror; its output, or `SnapshotError`."""
+    proc = _git(list(args), cwd=mirror, timeout=timeout)
+    if proc.returncode != 0:
+        raise SnapshotError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[:500]}")
+    return proc.stdout
+
+
+def _remote(source: Source, args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return _git(args, cwd=cwd, source=source, timeout=settings.FUSION_GIT_REMOTE_TIMEOUT)
+
+
+def _unreachable(source: Source, proc: subprocess.CompletedProcess) -> SourceUnavailable:
+    reason = scrub(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}", source)
+    return SourceUnavailable(f"repository {source.display} is unreachable: {reason[:400]}")
+
+
+# ---------------------------------------------------------------- locks
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    # flock locks belong to the open file: two threads of one process exclude each other too.
+    with open(path, "a") as fh:
+        fcntl.flock(fh, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _write_lock(source: Source):
+    return _flock(cache_root() / f"{source.key}.lock", fcntl.LOCK_EX)
+
+
+@contextlib.contextmanager
+def in_use(source: Source) -> Iterator[Path]:
+    """The mirror, held against eviction while the caller reads it."""
+    use = cache_root() / f"{source.key}.use"
+    with _flock(use, fcntl.LOCK_SH):
+        with contextlib.suppress(OSError):
+            os.utime(use)  # the least-recently-used order
+        yield mirror_dir(source)
+
+
+# ---------------------------------------------------------------- making and fetching
+
+
+def ensure_mirror(source: Source) -> Path:
+    path = mirror_dir(source)
+    if (path / "HEAD").is_file():
+        return path
+    with _write_lock(source):
+        if not (path / "HEAD").is_file():
+            _clone(source, path)
+    evict(keep=source.key)
+    return path
+
+
+def _clone(source: Source, path: Path) -> None:
+    tmp = cache_root() / f".tmp-{source.key}-{uuid.uuid4().hex[:8]}.git"
+    try:
+        # A local path clones with hard links (git ignores the filter there): fast, and
+        # read-only for the user's repository.
+        proc = _remote(source, ["clone", "--bare", "--quiet", "--filter=blob:none", "--", source.url, str(tmp)])
+        if proc.returncode != 0:
+            raise _unreachable(source, proc)
+        mirror_git(tmp, "config", "remote.origin.fetch", HEADS_AND_TAGS[0])
+        mirror_git(tmp, "config", "--add", "remote.origin.fetch", HEADS_AND_TAGS[1])
+        mirror_git(tmp, "config", "gc.auto", "0")  # never a surprise repack in a worker's hot path
+        _count_fetch(tmp, "clone")
+        os.rename(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def has_commit(mirror: Path, commit: str) -> bool:
+    """Whether the mirror has `commit`, without the lazy fetch a partial clone would make
+    for a missing object (`--missing=allow-any` turns it off)."""
+    proc = _git(["rev-list", "--no-walk", "--ignore-missing", "--missing=allow-any", commit, "--"], cwd=mirror)
+    return proc.returncode == 0 and proc.stdout.strip() == commit
+
+
+def ensure_commit(source: Source, commit: str) -> Path:
+    """The mirror, holding `commit`: fetched (that commit, then all heads) only when missing.
+    `SourceUnavailable` when the source is unreachable or does not have it."""
+    if not FULL_COMMIT.match(commit):
+        raise SourceRefused(f"{commit[:80]!r} is not a full commit id")
+    path = ensure_mirror(source)
+    if has_commit(path, commit):
+        return path
+    with _write_lock(source):
+        if has_commit(path, commit):  # another worker thread fetched it meanwhile
+            return path
+        by_id = _remote(source, ["fetch", "--quiet", "--no-tags", "origin", commit], cwd=path)
+        _count_fetch(path, f"commit {commit}")
+        if by_id.returncode == 0 and has_commit(path, commit):
+            return path
+        refresh(source, path, locked=True)
+        if not has_commit(path, commit):
+            raise SourceUnavailable(f"commit {commit} is not in repository {source.display}")
+    return path
+
+
+def refresh(source: Source, path: Path, *, locked: bool = False) -> None:
+    """Fetch every branch and tag of the source (a force-pushed branch moves, a deleted one goes)."""
+    if not locked:
+        with _write_lock(source):
+            return refresh(source, path, locked=True)
+    proc = _remote(source, ["fetch", "--quiet", "--prune", "--force", "origin", *HEADS_AND_TAGS], cwd=path)
+    _count_fetch(path, "heads")
+    if proc.returncode != 0:
+        raise _unreachable(source, proc)
+    return None
+
+
+def _count_fetch(path: Path, what: str) -> None:
+    # One line per network fetch: what bench/loop_throughput.py counts per worker.
+    with contextlib.suppress(OSError), open(path / "fusion-fetches", "a") as fh:
+        fh.write(f"{time.time():.3f} {what}\n")
+
+
+def fetch_count(source_or_path: Source | Path) -> int:
+    path = mirror_dir(source_or_path) if isinstance(source_or_path, Source) else source_or_path
+    try:
+        return len((path / "fusion-fetches").read_text().splitlines())
+    except OSError:
+        return 0
+
+
+# ---------------------------------------------------------------- resolving names
+
+
+def resolve(source: Source, name: str) -> str:
+    """The full commit id `name` names at the source now. A full id needs no network
+    call; a branch, tag or `HEAD` is asked of the source with `git ls-remote` (bounded
+    time); a short id is looked up in the mirror after a refresh."""
+    name = safe_revision(name)
+    if FULL_COMMIT.match(name):
+        return name
+    found = _ls_remote(source, name)
+    if found:
+        return found
+    if re.fullmatch(r"[0-9a-f]{4,39}", name):
+        path = ensure_mirror(source)
+        refresh(source, path)
+        proc = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=path)
+        if proc.returncode == 0 and FULL_COMMIT.match(proc.stdout.strip()):
+            return proc.stdout.strip()
+    raise SnapshotError(f"revision {name} is not a branch, tag or commit of repository {source.display}")
+
+
+def _ls_remote(source: Source, name: str) -> str:
+    proc = _remote(source, ["ls-remote", "--", source.url, name])
+    if proc.returncode != 0:
+        raise _unreachable(source, proc)
+    refs = {}
+    for line in proc.stdout.splitlines():
+        sha, _, ref = line.partition("\t")
+        refs[ref] = sha
+    if name == "HEAD":
+        return refs.get("HEAD", "")
+    # The order git itself reads a short name in (a peeled annotated tag is its commit).
+    for ref in (name, f"refs/{name}", f"refs/tags/{name}", f"refs/heads/{name}"):
+        if ref in refs:
+            return refs.get(f"{ref}^{{}}", refs[ref])
+    return ""
+
+
+# ---------------------------------------------------------------- eviction
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def evict(*, keep: str = "", budget: int | None = None) -> list[str]:
+    """Remove the least recently used mirrors while the cache is over its byte budget;
+    never `keep`, never one a reader holds. Returns the keys removed."""
+    budget = settings.FUSION_REPO_CACHE_BYTES if budget is None else budget
+    root = cache_root()
+    mirrors = []
+    for path in root.glob("*.git"):
+        key = path.name[: -len(".git")]
+        use = root / f"{key}.use"
+        used = use.stat().st_mtime if use.exists() else path.stat().st_mtime
+        mirrors.append((used, key, path, _size(path)))
+    total = sum(m[3] for m in mirrors)
+    removed = []
+    for _used, key, path, size in sorted(mirrors):
+        if total <= budget:
+            break
+        if key == keep or not _try_remove(root, key, path):
+            continue
+        total -= size
+        removed.append(key)
+    return removed
+
+
+def _try_remove(root: Path, key: str, path: Path) -> bool:
+    with open(root / f"{key}.lock", "a") as lock, open(root / f"{key}.use", "a") as use:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # being fetched or read: kept this time
+        # Renamed first: a reader that comes next finds no mirror and makes a new one.
+        doomed = root / f".evicted-{key}-{uuid.uuid4().hex[:8]}"
+        os.rename(path, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    return True

@@ -1,0 +1,236 @@
+"""A mission's repository source: a git URL or a local path, checked before git sees it.
+
+Only the schemes below reach git (no `ext::`, no `fd::`, nothing that looks like an
+option); every git call that takes a URL passes it after `--`, with `protocol.allow`
+restricted to the same list (docs/REPOSITORIES.md). Credentials are never part of the
+text: `credentials_env` names a variable on the workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from fusion_site.base.redact import redact
+
+
+class SnapshotError(Exception):
+    """The repository or revision cannot be read. Permanent: retrying will not fix it."""
+
+    retry = False
+
+
+class SourceUnavailable(SnapshotError):
+    """The source is unreachable, or does not have the commit (yet): worth retrying."""
+
+    retry = True
+
+
+class SourceRefused(SnapshotError, ValueError):
+    """The repository text is not a source this service reads."""
+
+
+URL_SCHEMES = ("https", "ssh", "git", "file")
+# scp-like `user@host:path` (git reads it as ssh); the host never starts with `-`.
+SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._~-]+)@(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?P<path>(?!/)[^\s]+|/[^\s]+)$")
+# Any `<transport>::<address>` form is a remote helper (`ext::sh -c …` runs commands).
+HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+CONTROL = re.compile(r"[\x00-\x20\x7f]")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where git reads a mission's commits: `url` is a URL or an absolute local path."""
+
+    url: str
+    local: bool
+    credentials_env: str = ""
+    # The mission's folder inside the repository (`app/`), for a local path that is a
+    # sub-folder of its repository; '' for the whole repository.
+    prefix: str = ""
+
+    @property
+    def key(self) -> str:
+        """The mirror's name in the cache: a hash of the normalized URL."""
+        return hashlib.sha256(self.url.encode()).hexdigest()[:24]
+
+    @property
+    def display(self) -> str:
+        return display_url(self.url)
+
+    @property
+    def scheme(self) -> str:
+        if self.local:
+            return "file"
+        if SCP_LIKE.match(self.url):
+            return "ssh"
+        return urlsplit(self.url).scheme.lower()
+
+
+def display_url(url: str) -> str:
+    """The URL without any user-info password (never shown, never stored elsewhere)."""
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or not parts.password:
+        return url
+    netloc = f"{parts.username}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def is_url(text: str) -> bool:
+    text = text.strip()
+    return "://" in text or bool(SCP_LIKE.match(text)) or bool(HELPER.match(text))
+
+
+def normalize(text: str) -> Source:
+    """The source `text` names, or `SourceRefused` with the reason. Local paths (and
+    `file://` URLs) must be absolute; whether the caller may name one is `local_allowed`."""
+    text = (text or "").strip()
+    if not text:
+        raise SourceRefused("no repository")
+    if CONTROL.search(text):
+        raise SourceRefused("a repository may not contain spaces or control characters")
+    if text.startswith("-"):
+        raise SourceRefused("a repository may not start with '-'")
+    if HELPER.match(text):
+        raise SourceRefused("remote helpers (`<transport>::…`) are not accepted; use https, ssh, git or file")
+    if scp := SCP_LIKE.match(text):
+        if scp.group("path").startswith("-"):
+            raise SourceRefused("the repository path may not start with '-'")
+        return Source(url=text, local=False)
+    if "://" in text:
+        return _url_source(text)
+    if not os.path.isabs(text):
+        raise SourceRefused("a local repository must be an absolute path (or a URL)")
+    return Source(url=os.path.normpath(text), local=True)
+
+
+def _url_source(text: str) -> Source:
+    try:
+        parts = urlsplit(text)
+        _port = parts.port
+    except ValueError as exc:
+        raise SourceRefused(f"not a valid URL: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in URL_SCHEMES:
+        raise SourceRefused(f"scheme {scheme}:// is not accepted; use one of " + ", ".join(URL_SCHEMES))
+    if parts.password:
+        raise SourceRefused("put the token in the variable credentials_env names, not in the URL")
+    if parts.query or parts.fragment:
+        raise SourceRefused("a repository URL has no query or fragment")
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise SourceRefused("a file:// URL names a path on the workers (file:///path)")
+        return Source(url=os.path.normpath(parts.path or "/"), local=True)
+    host = parts.hostname or ""
+    if not host or host.startswith("-") or not parts.path.strip("/"):
+        raise SourceRefused(f"a {scheme}:// URL needs a host and a path")
+    if parts.path.lstrip("/").startswith("-") or (parts.username or "").startswith("-"):
+        raise SourceRefused("no part of a repository URL may start with '-'")
+    netloc = parts.netloc.replace(parts.hostname or "", host.lower(), 1) if parts.hostname else parts.netloc
+    url = parts._replace(scheme=scheme, netloc=netloc, path=parts.path.rstrip("/") or "/").geturl()
+    return Source(url=url, local=False)
+
+
+def workspace_roots() -> list[str]:
+    return [os.path.realpath(root) for root in settings.FUSION_WORKSPACE_ROOTS if root]
+
+
+def local_allowed(path: str, *, staff: bool) -> bool:
+    """Staff may name any local repository; others only one inside `FUSION_WORKSPACE_ROOTS`."""
+    if staff:
+        return True
+    real = os.path.realpath(path)
+    return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in workspace_roots())
+
+
+def check_repository(text: str, *, staff: bool) -> str:
+    """The repository text as stored (a local path or `file://` URL as the absolute path),
+    or `SourceRefused` naming what is wrong."""
+    if not (text or "").strip():
+        return ""
+    source = normalize(text)
+    if source.local and not local_allowed(source.url, staff=staff):
+        raise SourceRefused(
+            "a local repository (a path or file:// URL) is accepted from staff only, or inside "
+            "FUSION_WORKSPACE_ROOTS; give a git URL"
+        )
+    return source.url if source.local else text.strip()
+
+
+def check_credentials_env(name: str) -> str:
+    name = (name or "").strip()
+    if name and not ENV_NAME.match(name):
+        raise SourceRefused("credentials_env is the name of an environment variable (letters, digits, _)")
+    return name
+
+
+# ---------------------------------------------------------------- running git on a source
+
+
+def git_env(source: Source | None = None) -> dict[str, str]:
+    """A scrubbed environment for git: no prompt, no system or user config that could
+    name a helper, only the allowed protocols, and the source's credentials."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
+    }
+    config = [("protocol.allow", "never")] + [(f"protocol.{s}.allow", "always") for s in URL_SCHEMES]
+    secret = credentials(source)
+    if secret and source is not None:
+        if source.scheme == "https":
+            user_pass = secret if ":" in secret else f"x-access-token:{secret}"
+            header = "Authorization: Basic " + base64.b64encode(user_pass.encode()).decode()
+            config.append(("http.extraHeader", header))
+        elif source.scheme == "ssh":
+            env["GIT_SSH_COMMAND"] += f" -o IdentitiesOnly=yes -i '{secret}'"
+    # In the environment, not on the command line: `ps` shows arguments to everyone.
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for i, (key, value) in enumerate(config):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return env
+
+
+def credentials(source: Source | None) -> str:
+    if source is None or not source.credentials_env:
+        return ""
+    return os.environ.get(source.credentials_env, "")
+
+
+def scrub(text: str, source: Source | None) -> str:
+    """`text` (git's output) without the source's secret or a URL password."""
+    secret = credentials(source)
+    if secret:
+        text = text.replace(secret, "[redacted]")
+        text = text.replace(base64.b64encode(secret.encode()).decode(), "[redacted]")
+    return redact(text)
+
+
+def run_git(
+    args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float, extra_env=None
+) -> subprocess.CompletedProcess:
+    env = {**git_env(source), **(extra_env or {})}
+    command = ["git", *(["-C", str(cwd)] if cwd else []), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def safe_revision(name: str) -> str:
+    """A revision name git can take as a value: a ref name or a commit id, never an option."""
+    name = (name or "").strip()
+    if not name or name.startswith("-") or CONTROL.search(name) or ".." in name or ":" in name or "\\" in name:
+        raise SourceRefused(f"{name[:80]!r} is not a revision name (a commit id, a branch or a tag)")
+    return name
