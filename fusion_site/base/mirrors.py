@@ -186,6 +186,15 @@ def ensure_commit(source: Source, commit: str) -> Path:
     `SourceUnavailable` when the source is unreachable or does not have it."""
     if not FULL_COMMIT.match(commit):
         raise SourceRefused(f"{commit[:80]!r} is not a full commit id")
+    try:
+        return _ensure_commit(source, commit)
+    except SourceUnavailable as exc:
+        if commit in str(exc):
+            raise
+        raise SourceUnavailable(f"commit {commit} cannot be fetched: {exc}") from exc
+
+
+def _ensure_commit(source: Source, commit: str) -> Path:
     path = ensure_mirror(source)
     if has_commit(path, commit):
         return path

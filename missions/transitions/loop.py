@@ -86,9 +86,11 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     },
     # Only an operator's clear or re-run, or a mission resume, leaves `blocked`; never a
     # reused pass (docs/TRUTH.md). A blocked fix whose root passed is closed as superseded.
+    # `source_available`: the commit a `workspace_unavailable` block waited for is now at
+    # the source, and the recovery sweep judges it (a new run, never a reuse).
     S.BLOCKED: {
         S.IMPLEMENTING: frozenset({"clear", "resume"}),
-        S.VALIDATING: frozenset({"re_run", "resume"}),
+        S.VALIDATING: frozenset({"re_run", "resume", "source_available"}),
         S.SUPERSEDED: SUPERSEDE,
     },
     # Closed: a superseded fix is done for rollups and the autopilot and is never judged again.

@@ -101,7 +101,7 @@ def _block(feature: MissionFeature, *, cause: str, reason: str, detail: str, act
 
 
 # Only these leave `blocked` (docs/TRUTH.md): never a reuse, a task outcome or a fix.
-UNBLOCKING_CAUSES = frozenset({"re_run", "resume"})
+UNBLOCKING_CAUSES = frozenset({"re_run", "resume", "source_available"})
 
 
 @transaction.atomic

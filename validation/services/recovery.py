@@ -4,6 +4,7 @@ after the first changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import timedelta
 from typing import Any
@@ -12,11 +13,15 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from fusion_site.base import mirrors
+from fusion_site.base.mirrors import FULL_COMMIT
 from fusion_site.base.snapshots import sweep_snapshots
+from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable
 from missions.events import redeliver_missing
-from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, StopReason, Task, TaskStatus
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive
+from validation.selectors import feature_revision
 from validation.services.admission import feature_admit
 from validation.services.autopilot import autopilot_redrive
 from validation.services.fixes import fix_for_failure
@@ -93,6 +98,45 @@ def redrive_features() -> dict[str, list[int]]:
     return done
 
 
+def redrive_unavailable() -> list[int]:
+    """Features blocked `workspace_unavailable` whose commit the source now has: judged by a
+    new run. One refresh per source per sweep; a source still unreachable is skipped."""
+    blocked = _active(
+        MissionFeature.objects.filter(loop_state=LoopState.BLOCKED, stop_reason=StopReason.WORKSPACE_UNAVAILABLE)
+    ).select_related("mission")
+    waiting: dict[Source, list[tuple[int, str]]] = {}
+    for feature in blocked:
+        revision = feature_revision(feature)
+        with contextlib.suppress(SnapshotError):
+            if FULL_COMMIT.match(revision):
+                waiting.setdefault(feature.mission.source(), []).append((feature.pk, revision))
+    done = []
+    for source, features in waiting.items():
+        present = _commits_present(source, {revision for _pk, revision in features})
+        for pk, revision in features:
+            if revision in present and feature_admit(
+                feature_id=pk, trigger="recovery", cause="source_available"
+            ).outcome in ("started", "reused"):
+                done.append(pk)
+    return done
+
+
+def _commits_present(source: Source, commits: set[str]) -> set[str]:
+    try:
+        with mirrors.in_use(source):
+            mirror = mirrors.ensure_mirror(source)
+            mirrors.refresh(source, mirror)
+            missing = [c for c in commits if not mirrors.has_commit(mirror, c)]
+            # A commit on no branch (pushed to another ref) is asked for by id.
+            for commit in missing:
+                with contextlib.suppress(SourceUnavailable):
+                    mirrors.ensure_commit(source, commit)
+            return {c for c in commits if mirrors.has_commit(mirror, c)}
+    except SnapshotError as exc:
+        logger.info("recovery: %s", exc)
+        return set()
+
+
 def clean_snapshots() -> int:
     def live() -> set[str]:
         runs = ValidatorRun.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)
@@ -104,6 +148,7 @@ def clean_snapshots() -> int:
 def recover(*, startup: bool = False) -> dict[str, Any]:
     report: dict[str, Any] = {"reaped": reap_runs(), "redriven_runs": redrive_unclaimed(startup=startup)}
     report.update(redrive_features())
+    report["source_available"] = redrive_unavailable()
     report["snapshots_removed"] = clean_snapshots()
     report["autopilot"] = autopilot_redrive()
     report["reviews_redriven"] = reviews_redrive(startup=startup)
