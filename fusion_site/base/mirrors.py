@@ -6,8 +6,9 @@ under `FUSION_REPO_CACHE`, keyed by a hash of the source's normalized URL.
   otherwise (git falls back by itself). It is built in a temporary folder and renamed into
   place, so no reader ever sees half a mirror.
 - A mirror is fetched only when a commit it needs is missing: that commit id first, then
-  every branch and tag as a fallback. A local path goes through the same cache, so a user's
-  repository is only ever read.
+  every branch and tag as a fallback. The blobs a partial mirror lacks are fetched by the
+  first checkout of a commit, under the lock (`filling`). A local path goes through the
+  same cache, so a user's repository is only ever read.
 - `<key>.lock` serializes the changes to one mirror (clone, fetch, eviction) across threads
   and processes; readers hold `<key>.use` shared, so eviction never removes a mirror a
   snapshot is reading. Past `FUSION_REPO_CACHE_BYTES`, the least recently used mirrors go.
@@ -42,6 +43,7 @@ from fusion_site.base.sources import (
 
 FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 LOCAL_TIMEOUT = 120
+MIRROR_NAME = re.compile(r"^[0-9a-f]{24}\.git$")
 HEADS_AND_TAGS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 
 
@@ -211,6 +213,27 @@ def _ensure_commit(source: Source, commit: str) -> Path:
     return path
 
 
+def _lacks_blobs(mirror: Path, commit: str) -> bool:
+    """Whether the commit's tree has objects a partial mirror lacks (no lazy fetch here)."""
+    proc = _git(["rev-list", "--objects", "--no-walk", "--missing=print", commit, "--"], cwd=mirror)
+    return proc.returncode != 0 or any(line.startswith("?") for line in proc.stdout.splitlines())
+
+
+@contextlib.contextmanager
+def filling(source: Source, mirror: Path, commit: str) -> Iterator[None]:
+    """Held around a checkout of `commit`, which fetches the blobs a partial mirror lacks:
+    the first checkout of a commit fetches them (one batch, counted) under the mirror's
+    lock, and checkouts of it at the same time wait and then read them from the mirror,
+    instead of each fetching the same blobs."""
+    if not _lacks_blobs(mirror, commit):
+        yield
+        return
+    with _write_lock(source):
+        if _lacks_blobs(mirror, commit):
+            _count_fetch(mirror, f"blobs {commit}")
+        yield
+
+
 def refresh(source: Source, path: Path, *, locked: bool = False) -> None:
     """Fetch every branch and tag of the source (a force-pushed branch moves, a deleted one goes)."""
     if not locked:
@@ -260,7 +283,9 @@ def resolve(source: Source, name: str) -> str:
 
 
 def _ls_remote(source: Source, name: str) -> str:
-    proc = _remote(source, ["ls-remote", "--", source.url, name])
+    # `<name>^{}` too: a pattern alone hides the peeled line of an annotated tag, whose own
+    # id is a tag object, not the commit to judge.
+    proc = _remote(source, ["ls-remote", "--", source.url, name, f"{name}^{{}}"])
     if proc.returncode != 0:
         raise _unreachable(source, proc)
     refs = {}
@@ -294,10 +319,15 @@ def evict(*, keep: str = "", budget: int | None = None) -> list[str]:
     budget = settings.FUSION_REPO_CACHE_BYTES if budget is None else budget
     root = cache_root()
     mirrors = []
-    for path in root.glob("*.git"):
+    for path in root.iterdir():
+        if not MIRROR_NAME.match(path.name):  # a clone being made, or one being evicted
+            continue
         key = path.name[: -len(".git")]
         use = root / f"{key}.use"
-        used = use.stat().st_mtime if use.exists() else path.stat().st_mtime
+        try:
+            used = use.stat().st_mtime if use.exists() else path.stat().st_mtime
+        except OSError:  # evicted by another worker meanwhile
+            continue
         mirrors.append((used, key, path, _size(path)))
     total = sum(m[3] for m in mirrors)
     removed = []
@@ -320,6 +350,9 @@ def _try_remove(root: Path, key: str, path: Path) -> bool:
             return False  # being fetched or read: kept this time
         # Renamed first: a reader that comes next finds no mirror and makes a new one.
         doomed = root / f".evicted-{key}-{uuid.uuid4().hex[:8]}"
-        os.rename(path, doomed)
+        try:
+            os.rename(path, doomed)
+        except OSError:
+            return False
         shutil.rmtree(doomed, ignore_errors=True)
     return True

@@ -224,12 +224,13 @@ def test_non_git_folder_and_bad_revision_raise_snapshot_error(git_repo, tmp_path
     with pytest.raises(SnapshotError, match="is not a git repository"):
         with snapshot(str(plain), "HEAD"):
             pass
-    with pytest.raises(SnapshotError, match="is not a commit"):
+    with pytest.raises(SnapshotError, match=f"commit {'0' * 40} is not in repository {git_repo.path}"):
         with snapshot(str(git_repo.path), "0" * 40):
             pass
-    with pytest.raises(SnapshotError, match="no revision"):
+    with pytest.raises(SnapshotError, match="is not a revision name"):
         with snapshot(str(git_repo.path), "--output=/tmp/x"):
             pass
+    assert not Path("/tmp/x").exists()
 
 
 # --- check shapes ---------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Crashes never leak a snapshot and never strand a run.
 
 A validator that raises inside the snapshot — a known validator error or a defect of
-ours — ends the run as `error` at once, and the worktree is gone both as a folder and in
-`git worktree list`. A worker killed with SIGKILL inside a snapshot leaves a folder that
-the recovery sweep removes together with the repository's record of it.
+ours — ends the run as `error` at once, and the snapshot folder is gone. A snapshot is made
+from the worker's mirror (docs/REPOSITORIES.md), so the user's repository never gets a
+worktree record. A worker killed with SIGKILL inside a snapshot leaves a folder (and its
+index file) that the recovery sweep removes.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def worktrees(repo) -> list[str]:
 def assert_no_snapshot_left(repo) -> None:
     root = snapshot_root()
     assert sorted(p.name for p in root.iterdir()) == []
-    assert worktrees(repo) == [str(repo.path)]
+    assert worktrees(repo) == [str(repo.path)]  # the user's repository never had a record
 
 
 class Boom(Exception):
@@ -129,11 +130,12 @@ def test_an_unexpected_crash_on_a_real_worker_ends_promptly_and_blocks_after_thr
     assert_no_snapshot_left(git_repo)
 
 
-def test_the_snapshot_context_removes_the_worktree_when_the_body_raises(git_repo):
+def test_the_snapshot_context_removes_the_snapshot_when_the_body_raises(git_repo):
     rev = git_repo.git("rev-parse", "HEAD").strip()
     with pytest.raises(Boom):
         with snapshot(str(git_repo.path), rev, label="run-1") as checkout:
-            assert (checkout / "README.md").is_file() and len(worktrees(git_repo)) == 2
+            assert (checkout / "README.md").is_file() and not (checkout / ".git").exists()
+            assert len(worktrees(git_repo)) == 1
             raise Boom()
     assert not checkout.exists()
     assert_no_snapshot_left(git_repo)
@@ -142,7 +144,12 @@ def test_the_snapshot_context_removes_the_worktree_when_the_body_raises(git_repo
 HOLDER = textwrap.dedent("""
     import sys, time
     from django.conf import settings
-    settings.configure(FUSION_SNAPSHOT_DIR=sys.argv[4])
+    settings.configure(
+        FUSION_SNAPSHOT_DIR=sys.argv[4],
+        FUSION_REPO_CACHE=sys.argv[5],
+        FUSION_REPO_CACHE_BYTES=2**40,
+        FUSION_GIT_REMOTE_TIMEOUT=60,
+    )
     from fusion_site.base.snapshots import snapshot
     with snapshot(sys.argv[1], sys.argv[2], label=sys.argv[3]) as checkout:
         print(checkout, flush=True)
@@ -150,15 +157,24 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def test_a_worktree_of_a_killed_worker_is_swept_with_its_git_record(idle_broker, build_mission, git_repo):
+def test_a_snapshot_of_a_killed_worker_is_swept(idle_broker, build_mission, git_repo, settings):
     """A process SIGKILLed inside `snapshot()` never runs its `finally`: the sweep removes
-    the folder (read-only files and all) and prunes the repository's worktree record."""
+    the folder (read-only files and all); the user's repository has nothing to clean."""
     feature = hello_feature(build_mission, git_repo)
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(git_repo.path), run.revision, f"run-{run.pk}", str(snapshot_root())],
+        [
+            sys.executable,
+            "-c",
+            HOLDER,
+            str(git_repo.path),
+            run.revision,
+            f"run-{run.pk}",
+            str(snapshot_root()),
+            str(settings.FUSION_REPO_CACHE),
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -167,7 +183,7 @@ def test_a_worktree_of_a_killed_worker_is_swept_with_its_git_record(idle_broker,
     )
     try:
         checkout = Path(child.stdout.readline().strip())
-        assert checkout.is_dir() and len(worktrees(git_repo)) == 2
+        assert checkout.is_dir() and len(worktrees(git_repo)) == 1
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
@@ -182,25 +198,20 @@ def test_a_worktree_of_a_killed_worker_is_swept_with_its_git_record(idle_broker,
     assert recover()["snapshots_removed"] == 0
 
 
-def test_a_record_left_locked_by_a_worker_killed_inside_worktree_add_is_dropped(idle_broker, build_mission, git_repo):
-    """A worker killed inside `git worktree add` leaves the repository's record of the
-    worktree locked ("initializing"), which `git worktree prune` never touches; the sweep
-    drops it (and its folder) once the run is no longer live."""
+def test_an_index_file_left_by_a_worker_killed_inside_read_tree_is_swept(idle_broker, build_mission, git_repo):
+    """A worker killed while `read-tree` fills its snapshot leaves the folder and its
+    private index file beside it: both go once the run is no longer live."""
     feature = hello_feature(build_mission, git_repo)
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     folder = snapshot_root() / f"run-{run.pk}-0123456789ab"
-    git_repo.git("worktree", "add", "--no-checkout", "--detach", str(folder), run.revision)
-    record = Path(git_repo.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip()) / "worktrees"
-    (record := next(record.iterdir())).joinpath("locked").write_text("initializing")
-    import shutil
-
-    shutil.rmtree(folder)  # the folder went (or never got its files); the locked record stayed
-    git_repo.git("worktree", "prune")
-    assert len(worktrees(git_repo)) == 2  # prune spares a locked record
-    assert recover()["snapshots_removed"] == 0 and record.is_dir()  # the run is live: left alone
+    folder.mkdir()
+    (folder / "half.txt").write_text("x")
+    index = snapshot_root() / f"{folder.name}.idx"
+    index.write_bytes(b"DIRC")
+    assert recover()["snapshots_removed"] == 0 and folder.is_dir() and index.is_file()  # live: left alone
     ValidatorRun.objects.filter(pk=run.pk).update(status=RunStatus.ERROR)
-    recover()
-    assert not record.exists()
+    assert recover()["snapshots_removed"] == 1
+    assert not folder.exists() and not index.exists()
     assert_no_snapshot_left(git_repo)
 
 
