@@ -10,6 +10,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.forms.models import BaseInlineFormSet
 
+from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
 from missions.admin.helpers import related
 from missions.checks_spec import pattern_problems
 from missions.errors import Invalid
@@ -36,7 +37,7 @@ def mission_id_of(parent: models.Model | None) -> int | None:
     return getattr(parent, "mission_id", None)
 
 
-# The forms list their fields (not "__all__"): a new model field reaches the admin only when added here.
+# The forms take every field of their model; the ModelAdmin decides what is shown and read-only.
 class MissionForm(forms.ModelForm):
     class Meta:
         model = Mission
@@ -45,6 +46,22 @@ class MissionForm(forms.ModelForm):
             "protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
             "base revision content before any check runs."
         }
+
+    def clean_repository(self):
+        value = self.cleaned_data.get("repository") or ""
+        if self.instance.pk and value == self.instance.repository:
+            return value  # unchanged: not judged again (as in the API)
+        try:
+            # The admin site lets staff in only (`AdminSite.has_permission`): local paths are theirs to name.
+            return check_repository(value, staff=True)
+        except SourceRefused as exc:
+            raise forms.ValidationError(str(exc), code="repository_refused") from exc
+
+    def clean_credentials_env(self):
+        try:
+            return check_credentials_env(self.cleaned_data.get("credentials_env") or "")
+        except SourceRefused as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def clean_protected_paths(self):
         value = self.cleaned_data.get("protected_paths")

@@ -49,7 +49,15 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("key", "title", "description", "status", "status_reason", "resume_blockers")}),
         ("Loop", {"fields": ("autopilot", "auto_fix", "retry_budget", "validator")}),
-        ("Repository and executor", {"fields": ("repository", "credentials_env", "base_revision", "executor", "executor_command")}),
+        (
+            "Repository and executor",
+            {
+                "fields": ("repository", "credentials_env", "base_revision", "executor", "executor_command"),
+                "description": "The repository is a git URL or an absolute path on the workers; credentials_env "
+                "names the workers' variable holding its token or ssh key, never the secret itself "
+                "(docs/REPOSITORIES.md).",
+            },
+        ),
         ("Protected paths", {"fields": ("protected_paths", "on_protected_change")}),
         ("People", {"fields": ("owner", "members")}),
         ("Record", {"fields": ("event_seq", *TIMESTAMPS)}),

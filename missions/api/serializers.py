@@ -10,6 +10,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import validate_slug
 from rest_framework import serializers
 
+from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
 from missions.checks_spec import check_spec_problems, pattern_problems
 from missions.errors import Invalid
 from missions.models import (
@@ -54,8 +55,21 @@ class CheckField(serializers.JSONField):
 
 
 class MissionSerializer(serializers.ModelSerializer):
+    """`repository` is a git URL or a local path (docs/REPOSITORIES.md), checked with the
+    requesting user's staff flag; `credentials_env` names a variable on the workers, never
+    its value. `workspace`, the repository's former name, is read on input for one release
+    and never written in responses (a client sending back what it read would otherwise
+    send the old value next to a changed `repository`)."""
+
     members = serializers.PrimaryKeyRelatedField(many=True, required=False, queryset=get_user_model().objects.all())
     owner = serializers.PrimaryKeyRelatedField[AbstractBaseUser](read_only=True)
+    workspace = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        max_length=Mission._meta.get_field("repository").max_length,
+        help_text="Deprecated: the former name of `repository`, read for one release; give `repository`.",
+    )
 
     class Meta:
         model = Mission
@@ -70,6 +84,7 @@ class MissionSerializer(serializers.ModelSerializer):
             "auto_fix",
             "retry_budget",
             "repository",
+            "workspace",
             "credentials_env",
             "base_revision",
             "protected_paths",
@@ -91,6 +106,13 @@ class MissionSerializer(serializers.ModelSerializer):
         return value
 
     def validate(self, attrs):
+        self._read_former_name(attrs)
+        self._check_repository(attrs)
+        if "credentials_env" in attrs:
+            try:
+                attrs["credentials_env"] = check_credentials_env(attrs["credentials_env"])
+            except SourceRefused as exc:
+                raise Invalid(str(exc), fields={"credentials_env": [str(exc)]}) from exc
         current = self.instance
         paths = attrs.get("protected_paths", current.protected_paths if current else [])
         base = attrs.get("base_revision", current.base_revision if current else "")
@@ -102,6 +124,31 @@ class MissionSerializer(serializers.ModelSerializer):
                 fields={"base_revision": ["required when protected_paths is set"]},
             )
         return attrs
+
+    def _read_former_name(self, attrs) -> None:
+        if "workspace" not in attrs:
+            return
+        workspace = attrs.pop("workspace")
+        if "repository" in attrs and attrs["repository"] != workspace:
+            raise Invalid(
+                "workspace is the former name of repository and the two differ: give only repository",
+                fields={"workspace": ["the former name of repository, whose value differs: give only repository"]},
+            )
+        attrs["repository"] = workspace
+
+    def _check_repository(self, attrs) -> None:
+        # An unchanged value is not judged again: a member may still edit a mission that
+        # staff pointed at a local path.
+        if "repository" not in attrs or (self.instance is not None and attrs["repository"] == self.instance.repository):
+            return
+        request = self.context.get("request")
+        staff = bool(getattr(getattr(request, "user", None), "is_staff", False))
+        try:
+            attrs["repository"] = check_repository(attrs["repository"], staff=staff)
+        except SourceRefused as exc:
+            raise Invalid(
+                f"repository refused: {exc}", code="repository_refused", fields={"repository": [str(exc)]}
+            ) from exc
 
 
 class MilestoneSerializer(serializers.ModelSerializer):

@@ -6,7 +6,6 @@ see all), so someone else's object answers 404, never 403.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -123,7 +122,7 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
     def import_(self, request):
         if not isinstance(request.data, (dict, str)) or not request.data:
             raise Invalid("send a mission file as YAML or JSON", code="invalid_mission_file")
-        _refuse_relative_workspace(request.data)
+        _refuse_relative_repository(request.data)
         # Visibility of an existing key and "created or updated" are decided inside the
         # import's transaction: a check made here first would race with a concurrent import.
         result = files.mission_file_import(document=request.data, user=request.user)
@@ -151,13 +150,16 @@ def _document_mission(data) -> dict:
     return mission if isinstance(mission, dict) else {}
 
 
-def _refuse_relative_workspace(data) -> None:
+def _refuse_relative_repository(data) -> None:
     # A file sent over HTTP has no folder: relative to the server's working directory
-    # would be a guess, so the API asks for an absolute path.
-    workspace = _document_mission(data).get("workspace")
-    if isinstance(workspace, str) and workspace.strip() and not os.path.isabs(workspace):
-        message = "mission.repository: a file sent to the API needs an absolute workspace path"
-        raise Invalid(message, code="invalid_mission_file", fields={"errors": [message]})
+    # would be a guess, so the API asks for an absolute path (or a URL). `workspace` is the
+    # repository's former name, still read for one release.
+    mission = _document_mission(data)
+    for name in ("repository", "workspace"):
+        value = mission.get(name)
+        if isinstance(value, str) and files.is_relative_path(value):
+            message = f"mission.{name}: a file sent to the API needs a git URL or an absolute repository path"
+            raise Invalid(message, code="invalid_mission_file", fields={"errors": [message]})
 
 
 class MilestoneViewSet(MissionScopedViewSet):

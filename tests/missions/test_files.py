@@ -31,7 +31,7 @@ from missions.services.files import mission_export, mission_file_import, mission
 pytestmark = pytest.mark.django_db
 
 SAMPLE = """\
-mission: {key: shop, title: Shop checkout, status: active, workspace: ./repo,
+mission: {key: shop, title: Shop checkout, status: active, repository: "https://git.example.com/shop.git",
           validator: composite, executor: manual, autopilot: true, auto_fix: true, retry_budget: 3}
 milestones:
   - key: m1
@@ -106,7 +106,7 @@ def test_import_creates_the_whole_tree(tmp_path):
     assert changed is True
     assert (mission.key, mission.title, mission.status, mission.autopilot) == ("shop", "Shop checkout", "active", True)
     assert mission.owner == user
-    assert mission.repository == str(tmp_path / "repo")
+    assert mission.repository == "https://git.example.com/shop.git"
     m1, m2 = Milestone.objects.filter(mission=mission).order_by("order")
     assert (m1.key, m1.order, m2.key, m2.order) == ("m1", 0, "m2", 1)
     assert m1.description == "Everything about the cart.\nSecond line — with unicode.\n"
@@ -429,7 +429,7 @@ def test_export_format_and_round_trip_through_a_fresh_database(tmp_path):
     data = yaml.safe_load(exported)
     assert list(data) == ["mission", "milestones"]
     assert list(data["mission"]) == list(files.MISSION_FIELDS)
-    assert data["mission"]["workspace"] == str(tmp_path / "repo")
+    assert data["mission"]["repository"] == "https://git.example.com/shop.git" and "workspace" not in data["mission"]
     m1 = data["milestones"][0]
     assert list(m1) == ["key", "title", "description", "dependencies", "assertions", "slices"]
     assert list(m1["assertions"][0]) == ["key", "title", "statement", "scope", "check"]
@@ -524,23 +524,53 @@ def test_any_text_survives_the_round_trip(title, description, statement):
     again.delete()
 
 
-# ------------------------------------------------------------------ workspace
+# ------------------------------------------------------------------ repository
 
 
-def test_relative_workspace_is_resolved_against_the_file_folder(tmp_path):
+def test_a_relative_repository_is_resolved_against_the_file_folder(tmp_path):
     doc = sample()
+    doc["mission"]["repository"] = "./repo"
     mission, _ = mission_import(document=doc, base_dir=tmp_path / "plans")
     assert mission.repository == str(tmp_path / "plans" / "repo")
 
-    doc["mission"]["workspace"] = "../code"
+    doc["mission"]["repository"] = "../code"
     mission, changed = mission_import(document=doc, base_dir=tmp_path / "plans")
     assert changed and mission.repository == str(tmp_path / "code")
 
-    doc["mission"]["workspace"] = "/srv/repo"
-    assert mission_import(document=doc, base_dir=tmp_path)[0].workspace == "/srv/repo"
+    doc["mission"]["repository"] = "/srv/repo"
+    assert mission_import(document=doc, base_dir=tmp_path)[0].repository == "/srv/repo"
 
-    doc["mission"]["workspace"] = "./repo"
-    assert mission_import(document=doc)[0].workspace == "./repo"  # no base_dir: kept as written
+    # a URL (scp-like included) is never taken for a relative path
+    doc["mission"]["repository"] = "git@git.example.com:shop.git"
+    assert mission_import(document=doc, base_dir=tmp_path)[0].repository == "git@git.example.com:shop.git"
+
+    # no base_dir: a relative path names nothing the workers can find, and is refused
+    doc["mission"]["repository"] = "./repo"
+    with pytest.raises(Invalid) as info:
+        mission_import(document=doc)
+    assert info.value.code == "repository_refused"
+    assert info.value.fields == {
+        "errors": ["mission.repository: a local repository must be an absolute path (or a URL)"]
+    }
+    assert Mission.objects.get(key="shop").repository == "git@git.example.com:shop.git"
+
+
+def test_workspace_the_former_name_of_repository_is_still_read(tmp_path):
+    doc = sample()
+    del doc["mission"]["repository"]
+    doc["mission"]["workspace"] = "./repo"  # resolved like the repository
+    mission, _ = mission_import(document=doc, base_dir=tmp_path)
+    assert mission.repository == str(tmp_path / "repo")
+    assert "workspace" not in yaml.safe_load(mission_export(mission=mission))["mission"]
+
+    doc["mission"]["repository"] = "./repo"  # both, the same value: read once
+    assert mission_import(document=doc, base_dir=tmp_path)[1] is False
+
+    doc["mission"]["repository"] = "/srv/other"
+    assert invalid_errors(doc) == [
+        "mission.workspace: the former name of repository, whose value differs: give only repository"
+    ]
+    assert Mission.objects.get(key="shop").repository == str(tmp_path / "repo")
 
 
 # ------------------------------------------------------------------ staff rule
@@ -659,13 +689,14 @@ def test_two_simultaneous_imports_end_with_one_mission():
 
 def test_import_command(tmp_path, capsys):
     path = tmp_path / "shop.yaml"
-    path.write_text(SAMPLE, encoding="utf-8")
+    text = SAMPLE.replace('"https://git.example.com/shop.git"', "./repo")
+    path.write_text(text, encoding="utf-8")
     call_command("import_mission", str(path))
     assert capsys.readouterr().out == "imported mission shop (created)\n"
-    assert Mission.objects.get(key="shop").workspace == str(tmp_path / "repo")
+    assert Mission.objects.get(key="shop").repository == str(tmp_path / "repo")
     call_command("import_mission", str(path))
     assert capsys.readouterr().out == "imported mission shop (unchanged)\n"
-    path.write_text(SAMPLE.replace("title: Cart\n", "title: Basket\n"), encoding="utf-8")
+    path.write_text(text.replace("title: Cart\n", "title: Basket\n"), encoding="utf-8")
     call_command("import_mission", str(path))
     assert capsys.readouterr().out == "imported mission shop (updated)\n"
 

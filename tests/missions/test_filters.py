@@ -31,11 +31,14 @@ def test_a_non_numeric_id_filter_is_a_clear_400(api_for, alice):
     assert response.json()["code"] == "validation_error" and "mission" in response.json()["fields"]
 
 
-def test_api_import_refuses_a_relative_workspace_and_writes_nothing(api_for, alice):
-    body = "mission: {key: rel, title: Rel, workspace: ./repo}\nmilestones: []\n"
+@pytest.mark.parametrize("name", ["repository", "workspace"])  # `workspace`: its former name
+def test_api_import_refuses_a_relative_repository_and_writes_nothing(api_for, alice, name):
+    body = f"mission: {{key: rel, title: Rel, {name}: ./repo}}\nmilestones: []\n"
     response = api_for(alice).post("/api/missions/import/", body, content_type="application/yaml")
     assert response.status_code == 400 and response.json()["code"] == "invalid_mission_file"
-    assert "absolute" in response.json()["detail"]
+    assert response.json()["fields"] == {
+        "errors": [f"mission.{name}: a file sent to the API needs a git URL or an absolute repository path"]
+    }
     assert not Mission.objects.filter(key="rel").exists()
 
 

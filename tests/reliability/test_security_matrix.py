@@ -80,7 +80,7 @@ def _import_yaml(w) -> str:
                 "key": w.mission.key,
                 "title": "Imported title",
                 "status": "active",
-                "workspace": str(w.repo.path),
+                "repository": str(w.repo.path),
             },
             "milestones": [{"key": "m1", "title": "Milestone one"}],
         }
@@ -467,7 +467,7 @@ def test_checks_and_executor_commands_over_the_api_are_staff_only(case, role, us
 def _file_with(w, **mission_fields) -> str:
     return yaml.safe_dump(
         {
-            "mission": {"key": w.mission.key, "title": "Alpha", "workspace": str(w.repo.path), **mission_fields},
+            "mission": {"key": w.mission.key, "title": "Alpha", "repository": str(w.repo.path), **mission_fields},
             "milestones": [
                 {
                     "key": "m1",

@@ -281,7 +281,7 @@ def test_references_are_checked_against_what_the_user_may_see(api_for, alice, mi
     response = api_for(alice).post("/api/reviews/", request_body(mission="shop", revision="nope"), format="json")
     assert response.status_code == 400 and response.json()["code"] == "revision_unavailable"
     response = api_for(alice).post("/api/reviews/", request_body(revision="abc"), format="json")
-    assert response.json()["fields"] == {"revision": ["no workspace to resolve it in"]}
+    assert response.json()["fields"] == {"revision": ["no repository to resolve it in"]}
     response = api_for(alice).post("/api/reviews/", request_body(mission="shop", feature="greet"), format="json")
     assert response.status_code == 202
     assert Review.objects.get().feature_id == mission.feature.pk

@@ -20,8 +20,15 @@ Decisions (what the file means):
   applied to a NEW mission only and ignored when the mission exists.
 - A `check` (it executes code) or an `executor_command` may only be set or changed by
   staff or from the CLI (`user=None`); an unchanged value is allowed for anyone.
-- Relative `workspace` paths are resolved against `base_dir` (the file's folder) and
-  stored absolute; export writes the workspace as stored.
+- `repository` is a git URL or a local path (docs/REPOSITORIES.md); `workspace`, its former
+  name, is still read for one release (the same value as `repository`, or alone). A
+  relative local path is resolved against `base_dir` (the file's folder) and stored
+  absolute. The repository is then checked (`fusion_site.base.sources.check_repository`)
+  with the importer's staff flag, the command line (`user=None`) counting as staff: a
+  local path or `file://` URL only from staff or inside FUSION_WORKSPACE_ROOTS; an
+  unchanged value is not judged again. A refusal is `Invalid(code="repository_refused")`.
+  `credentials_env` names a variable on the workers (never its value). Export writes
+  `repository` and `credentials_env` as stored, never `workspace`.
 - The validator profile name is not checked against the configured profiles: they
   depend on the environment, and a missing one is reported when a run needs it.
 
@@ -30,7 +37,8 @@ Where it lives:
   from the Django model fields) and its JSON schema (`docs/mission-file.schema.json`);
 - `yaml_io`: the YAML reader (duplicate keys refused) and the writer of exports;
 - `validating`: the declaration's verdict as `path: message` errors, then the rules that
-  need the whole file (duplicate keys, references, cycles, protection, workspace);
+  need the whole file (duplicate keys, references, cycles, protection, the repository's
+  former name and relative path);
 - `importing` and `exporting`: the database side.
 """
 
@@ -40,6 +48,7 @@ from missions.services.files.exporting import mission_export
 from missions.services.files.importing import ImportResult, mission_file_import, mission_import
 from missions.services.files.importing import _locked_mission as _locked_mission  # looked up here by `_apply`
 from missions.services.files.schema import MISSION_FIELDS, MissionFile, mission_file_json_schema
+from missions.services.files.validating import is_relative_path
 from missions.services.files.yaml_io import MAX_DOCUMENT_CHARS
 
 __all__ = [
@@ -47,6 +56,7 @@ __all__ = [
     "MISSION_FIELDS",
     "ImportResult",
     "MissionFile",
+    "is_relative_path",
     "mission_export",
     "mission_file_import",
     "mission_file_json_schema",

@@ -9,7 +9,8 @@ from typing import Any
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from missions.errors import Forbidden, StaffOnly
+from fusion_site.base.sources import SourceRefused, check_repository
+from missions.errors import Forbidden, Invalid, StaffOnly
 from missions.events import publish_on_commit
 from missions.models import (
     AssertionScope,
@@ -118,6 +119,22 @@ def _guard_staff(doc: Document, mission: Mission | None, existing: _Existing, us
         raise StaffOnly("only staff may set checks or executor commands", fields={"errors": paths})
 
 
+def _check_repository(doc: Document, mission: Mission | None, user) -> None:
+    """The repository is checked with the importer's staff flag (the command line, `user=None`,
+    is an operator): a local path or `file://` URL from staff only, or inside
+    FUSION_WORKSPACE_ROOTS. An unchanged value is not judged again, so a member can re-import
+    a mission staff pointed at a local path. Stores the text the check returns."""
+    values = doc.mission.values
+    if mission is not None and values["repository"] == mission.repository:
+        return
+    staff = user is None or bool(getattr(user, "is_staff", False))
+    try:
+        values["repository"] = check_repository(values["repository"], staff=staff)
+    except SourceRefused as exc:
+        line = f"{doc.repository_path}: {exc}"
+        raise Invalid(line, code="repository_refused", fields={"errors": [line]}) from exc
+
+
 class _Writer:
     """Saves only what differs, so an unchanged file leaves every `updated_at` alone."""
 
@@ -185,6 +202,7 @@ def _apply(doc: Document, user) -> ImportResult:
         existing = _Existing.load(mission)
         _guard_links(doc, existing)
         _guard_staff(doc, mission, existing, user)
+        _check_repository(doc, mission, user)
         writer = _Writer()
         created = mission is None
         mission = _write_mission(doc.mission, mission, user, writer)

@@ -4,7 +4,8 @@ schema (`docs/mission-file.schema.json`, `python manage.py mission_file_schema`)
 
 The models only judge each value on its own (types, unknown fields, the rules of a text,
 a number, a check, a list of patterns); what needs the whole file (duplicate keys,
-references, dependency cycles, protection, the workspace) is `validating`'s.
+references, dependency cycles, protection, the repository) is `validating`'s, and whether
+the importing user may name that repository is `importing`'s.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
+from fusion_site.base.sources import SourceRefused, check_credentials_env
 from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 
@@ -152,8 +154,22 @@ class Check(_Reworded):
         return {"type": "object", "additionalProperties": True}
 
 
+@dataclass(frozen=True)
+class EnvName(_Rule):
+    """The name of an environment variable, or '' (`fusion_site.base.sources.check_credentials_env`)."""
+
+    def check(self, value: str) -> str:
+        try:
+            return check_credentials_env(value)
+        except SourceRefused as exc:
+            raise _problem(str(exc)) from exc
+
+    def json(self) -> dict[str, Any]:
+        return {"pattern": r"^\s*([A-Za-z_][A-Za-z0-9_]*)?\s*$"}
+
+
 class Patterns(_Reworded):
-    """Glob patterns relative to the workspace (`missions.checks_spec.pattern_problems`)."""
+    """Glob patterns relative to the repository (`missions.checks_spec.pattern_problems`)."""
 
     wrong_type = "must be a list of glob patterns"
 
@@ -196,9 +212,9 @@ def _no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-def column(model: type[models.Model], name: str) -> Any:
+def column(model: type[models.Model], name: str, *more: _Rule) -> Any:
     """The file field of a model column: its rule, default and limits come from the model,
-    so the file follows the database schema."""
+    so the file follows the database schema; `more` rules run after the column's."""
     f = model._meta.get_field("check_spec" if name == "check" else name)
     assert isinstance(f, models.Field), f"{model.__name__}.{name} is not a column"
     rule: _Rule | None
@@ -223,7 +239,26 @@ def column(model: type[models.Model], name: str) -> Any:
         info = Field(default=None, description=description, json_schema_extra=_no_default)
     else:
         info = Field(default=plain(f.get_default()), description=description)
-    info.metadata += [Column(f.attname), *([rule] if rule else [])]
+    info.metadata += [Column(f.attname), *([rule] if rule else []), *more]
+    return info
+
+
+def _deprecated(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+    schema["deprecated"] = True
+
+
+def former_name(model: type[models.Model], name: str) -> Any:
+    """The former name of a text column, read (never written) as an alias of `name`: not a
+    column itself, `validating` reads it into the column (`MISSION_FORMER_NAMES`)."""
+    f = model._meta.get_field(name)
+    assert isinstance(f, models.CharField), f"{model.__name__}.{name} is not a text column"
+    info: Any = Field(  # a FieldInfo (typed as its default)
+        default=None,
+        description=f"Former name of `{name}`, still read for one release: give `{name}` instead.",
+        json_schema_extra=_deprecated,
+    )
+    info.metadata += [Text(f.max_length, nonblank=False)]
     return info
 
 
@@ -282,7 +317,8 @@ class MissionFileMission(_Closed):
     description: str = column(Mission, "description")
     status: str = column(Mission, "status")
     repository: str = column(Mission, "repository")
-    credentials_env: str = column(Mission, "credentials_env")
+    workspace: str = former_name(Mission, "repository")
+    credentials_env: str = column(Mission, "credentials_env", EnvName())
     base_revision: str = column(Mission, "base_revision")
     protected_paths: list[Any] = column(Mission, "protected_paths")
     on_protected_change: str = column(Mission, "on_protected_change")
@@ -324,6 +360,8 @@ def text_rule(model: type[BaseModel], name: str) -> Text:
 
 
 MISSION_FIELDS = tuple(columns(MissionFileMission))
+# Former names still read (never written): {former name: the column's file field}.
+MISSION_FORMER_NAMES = {"workspace": "repository"}
 MILESTONE_FIELDS = tuple(columns(MissionFileMilestone))
 ASSERTION_FIELDS = tuple(columns(MissionFileAssertion))
 SLICE_FIELDS = tuple(columns(MissionFileSlice))

@@ -12,10 +12,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from fusion_site.base.sources import is_url
 from missions.errors import Invalid
 from missions.models import AssertionScope
 from missions.services.files import yaml_io
 from missions.services.files.schema import (
+    MISSION_FORMER_NAMES,
     PROBLEM_LISTS,
     MissionFile,
     MissionFileAssertion,
@@ -51,6 +53,8 @@ class Node:
 class Document:
     mission: Node
     milestones: list[Node]
+    # Where the file gave the repository (`mission.workspace` for its former name), for errors.
+    repository_path: str = "mission.repository"
 
     def all_slices(self) -> list[Node]:
         return [s for m in self.milestones for s in m.slices]
@@ -73,6 +77,7 @@ def validated(document: str | dict, base_dir: pathlib.Path | None) -> Document:
     raw = yaml_io.load(document, errors)
     mission: Node | None = None
     milestones: list[Node] = []
+    repository_path = "mission.repository"
     if not errors:
         try:
             data, failed = MissionFile.model_validate(raw).model_dump(), set()
@@ -83,12 +88,14 @@ def validated(document: str | dict, base_dir: pathlib.Path | None) -> Document:
         if isinstance(data, dict):
             mission, milestones = _read(data, failed)
             if mission is not None:
-                _resolve_workspace(mission, base_dir, errors)
+                # the file as written: pydantic's output has every field, given or not
+                repository_path = _read_former_names(raw["mission"], mission, failed, errors)
+                _resolve_repository(mission, base_dir, repository_path, errors)
                 _check_protection(mission, errors)
             _cross_check(milestones, errors)
     if errors or mission is None:
         raise invalid(errors or [_DOCUMENT])
-    return Document(mission, milestones)
+    return Document(mission, milestones, repository_path)
 
 
 # ---------------------------------------------------------------- errors in the file's wording
@@ -218,14 +225,44 @@ def _keys(raw: dict, name: str, loc: Loc, failed: set[Loc]) -> list[str]:
 # ---------------------------------------------------------------- rules of the whole file
 
 
-def _resolve_workspace(mission: Node, base_dir: pathlib.Path | None, errors: list[str]) -> None:
-    workspace = mission.values["repository"]
-    if not workspace or base_dir is None or os.path.isabs(workspace):
+def _read_former_names(raw: dict, mission: Node, failed: set[Loc], errors: list[str]) -> str:
+    """A former name (`workspace`) given alone, or with the same value as its new name, is
+    read as the new name; with another value it is an error. Returns where the
+    repository was read (for the importer's errors)."""
+    path = "mission.repository"
+    for old, new in MISSION_FORMER_NAMES.items():
+        value = raw.get(old)
+        if value is None or ("mission", old) in failed:
+            continue
+        given = raw.get(new)
+        if given is not None and ("mission", new) not in failed and given != value:
+            errors.append(f"mission.{old}: the former name of {new}, whose value differs: give only {new}")
+        elif given is None:
+            mission.values[columns(MissionFileMission)[new]] = value
+            path = f"mission.{old}"
+    return path
+
+
+def is_relative_path(text: str) -> bool:
+    """A relative local path (`./repo`, `../code`): not a URL, not absolute, and not text the
+    repository check refuses anyway (a leading `-`, a control character, or a `:` before
+    any `/`, which git reads as `host:path`)."""
+    text = (text or "").strip()
+    if not text or is_url(text) or os.path.isabs(text) or text.startswith("-") or not text.isprintable():
+        return False
+    return ":" not in text.split("/", 1)[0]
+
+
+def _resolve_repository(mission: Node, base_dir: pathlib.Path | None, path: str, errors: list[str]) -> None:
+    """A relative local path is relative to the file's folder: stored absolute. Without a
+    folder it is kept as written, and the importer's repository check refuses it."""
+    repository = mission.values["repository"]
+    if base_dir is None or not is_relative_path(repository):
         return
-    resolved = os.path.normpath(os.path.join(os.path.abspath(base_dir), workspace))
+    resolved = os.path.normpath(os.path.join(os.path.abspath(base_dir), repository.strip()))
     limit = text_rule(MissionFileMission, "repository").max_length or 0
     if len(resolved) > limit:
-        errors.append(f"mission.repository: must be at most {limit} characters once resolved ({resolved})")
+        errors.append(f"{path}: must be at most {limit} characters once resolved ({resolved})")
     mission.values["repository"] = resolved
 
 
