@@ -38,7 +38,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from fusion_site.base.snapshots import _make_read_only, _remove_tree, private_copy, snapshot, snapshot_root  # noqa: E402
+from fusion_site.base.snapshots import _make_read_only, private_copy, remove_tree, snapshot, snapshot_root  # noqa: E402
 
 GIT_ENV = {
     **os.environ,
@@ -71,7 +71,7 @@ def cp(source: Path, *flags: str):
     try:
         yield target
     finally:
-        _remove_tree(target)
+        remove_tree(target)
 
 
 @contextlib.contextmanager
@@ -81,7 +81,7 @@ def copytree(source: Path):
     try:
         yield target
     finally:
-        _remove_tree(target)
+        remove_tree(target)
 
 
 @contextlib.contextmanager
@@ -103,7 +103,7 @@ def checkout_index(repo: Path, commit: str):
     try:
         yield target
     finally:
-        _remove_tree(target)
+        remove_tree(target)
 
 
 def once(make) -> tuple[float, float]:

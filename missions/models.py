@@ -341,6 +341,13 @@ class Task(TimeStamped):
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The `command` executor's lease (missions/services/executor.py), as validator runs
+    # hold theirs: how many executors took the task, which one holds it (a claim token and
+    # the worker process) and until when (renewed by a heartbeat while the command runs).
+    executor_attempts = models.PositiveIntegerField(default=0, editable=False)
+    claim_token = models.CharField(max_length=32, blank=True, default="", editable=False)
+    claimed_by = models.CharField(max_length=200, blank=True, default="", editable=False)
+    lease_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["id"]

@@ -92,12 +92,13 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iter
             mirror = mirrors.ensure_commit(source, commit)
             target.mkdir()
             # One batch fetch of the blobs a partial mirror lacks, then the checkout.
-            fill = run_git(
-                ["--git-dir", str(mirror), "--work-tree", str(target), "read-tree", "-u", "--reset", commit],
-                source=source,
-                timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
-                extra_env={"GIT_INDEX_FILE": str(index)},
-            )
+            with mirrors.filling(source, mirror, commit):
+                fill = run_git(
+                    ["--git-dir", str(mirror), "--work-tree", str(target), "read-tree", "-u", "--reset", commit],
+                    source=source,
+                    timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
+                    extra_env={"GIT_INDEX_FILE": str(index)},
+                )
         if fill.returncode != 0:
             raise SourceUnavailable(
                 f"commit {commit[:12]} of {source.display} could not be checked out: "
@@ -115,7 +116,7 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iter
         raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
         index.unlink(missing_ok=True)
-        _remove_tree(target)
+        remove_tree(target)
 
 
 @contextlib.contextmanager
@@ -132,7 +133,7 @@ def private_copy(source: Path) -> Iterator[Path]:
         _copy_tree(source, target)
         yield target
     finally:
-        _remove_tree(target)
+        remove_tree(target)
 
 
 def _copy_tree(source: Path, target: Path) -> None:
@@ -149,11 +150,11 @@ def _copy_tree(source: Path, target: Path) -> None:
     except OSError:
         done = False
     if not done:
-        _remove_tree(target)
+        remove_tree(target)
         shutil.copytree(source, target, symlinks=True)
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
     if not os.path.lexists(path):
         return
     if path.is_symlink() or not path.is_dir():
@@ -197,7 +198,7 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]]) -> int:
         if path.name.endswith(".idx") or path.is_symlink():  # a link is never ours: drop it, not its target
             path.unlink(missing_ok=True)
             continue
-        _remove_tree(path)
+        remove_tree(path)
         removed += 1
     return removed
 

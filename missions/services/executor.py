@@ -1,94 +1,285 @@
-"""The `command` task executor: runs the mission's `executor_command` in the workspace
-for a started task. Tasks of one mission run one at a time (a lock on the repository).
-Exit 0 -> uncommitted changes are committed, HEAD is the task's revision, the task
-completes; anything else fails the task with the log tail."""
+"""The `command` task executor: runs the mission's `executor_command` for a started task
+in a private working clone made from the worker's mirror of the source — never in the
+user's checkout — and pushes the result to the source (docs/REPOSITORIES.md).
+
+- **Where a task starts.** At the newest revision a task of the mission landed: tasks of
+  one mission build on each other, so a fix (and a feature's next task) starts from the
+  code it fixes, and a milestone's features stay on one line of history (what milestone
+  validation judges). Before any task landed: the mission's `base_revision` (a commit, a
+  branch or a tag), else the source's HEAD.
+- **The clone.** `git clone --shared` of the mirror: the mirror's objects are read through
+  `objects/info/alternates`, everything new is written into the clone only, and the
+  mirror is held (`mirrors.in_use`) so that eviction never removes it under the clone. A
+  partial mirror makes a partial clone whose missing file contents come from the source.
+  The clone lives in `FUSION_SNAPSHOT_DIR/task-<pk>-<hex>/` and is always removed.
+- **Exit 0.** Leftovers are committed, and the commit is pushed to
+  `refs/heads/fusion/<mission key>/<feature key>-<task id>` on the source — from a bare
+  repository of ours that reads the clone's objects: git never reads the clone's config
+  (which the command could have changed: a URL, a hook, an ssh command) while it holds
+  the source's credentials. The command itself never gets them (`scrubbed_env`). Then
+  the task's revision is the pushed commit (`task_complete`). Anything else — a failing
+  command, a refused push — fails the task with the (scrubbed) reason.
+- **A lease, like validator runs'**: `missions/services/executor_lease.py`.
+- Tasks of one mission run one at a time on a host (a lock file in the repository cache),
+  so that each starts from what the one before it landed.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import tempfile
+import logging
+import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base.mirrors import mirror_git as git
-from fusion_site.base.proc import CommandError, run_command, scrubbed_env
+from fusion_site.base import mirrors
+from fusion_site.base.mirrors import FULL_COMMIT
+from fusion_site.base.proc import CommandError, CommandResult, run_command, scrubbed_env
 from fusion_site.base.redact import redact
-from fusion_site.base.sources import SnapshotError
-from missions.models import Executor, Task, TaskStatus
-from missions.services.tasks import task_complete, task_fail
+from fusion_site.base.snapshots import remove_tree, snapshot_root
+from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+from missions.models import Mission, Task, TaskStatus
+from missions.services.executor_lease import claim, clone_name, fail, finish, heartbeat, holds
+from missions.services.tasks import task_complete
+
+logger = logging.getLogger(__name__)
+
+IDENTITY = (("user.name", "Fusion Missions"), ("user.email", "fusion@localhost"))
 
 
-def _commit_leftovers(repo: Path, task: Task) -> None:
-    if git(repo, "status", "--porcelain").strip():
-        git(repo, "add", "-A")
-        git(
-            repo,
-            "-c",
-            "user.name=Fusion Missions",
-            "-c",
-            "user.email=fusion@localhost",
-            "commit",
-            "-q",
-            "-m",
-            f"task {task.pk}: {task.title}"[:200],
-        )
+class ExecutorFailed(Exception):
+    """The task fails with this reason (and the command's log, when it ran)."""
+
+    def __init__(self, reason: str, log: str | None = None):
+        super().__init__(reason)
+        self.reason, self.log = reason, log
+
+
+def result_branch(task: Task) -> str:
+    """`fusion/<mission key>/<feature key>-<task id>`: where a task's result is pushed."""
+    feature = task.feature.key if task.feature_id and task.feature else "task"
+    return f"fusion/{_ref_part(task.mission.key)}/{_ref_part(feature)}-{task.pk}"
+
+
+def _ref_part(key: str) -> str:
+    # Keys are slugs; anything else a ref name could not hold (or that reads as an option) goes.
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", key).strip("-") or "x"
+
+
+# ---------------------------------------------------------------- the actor's work
 
 
 def task_execute(*, task_id: int) -> str:
-    task = Task.objects.select_related("mission").filter(pk=task_id).first()
-    if task is None or task.status != TaskStatus.IN_PROGRESS or task.executor != Executor.COMMAND:
+    """Run one started `command` task to its end. Returns done, failed, stale (another
+    delivery holds it, or it is finished) or lost (the claim was taken away meanwhile)."""
+    task, token = claim(task_id)
+    if task is None:
         return "stale"
+    with heartbeat(task.pk, token):
+        try:
+            return _execute(task, token)
+        except Exception as exc:  # a defect of ours: fail the task now instead of leaving it in progress
+            logger.exception("the executor of task %s crashed with an unexpected error", task.pk)
+            return fail(task.pk, token, f"unexpected {type(exc).__name__}: {exc}"[:2000])
+
+
+def _execute(task: Task, token: str) -> str:
     mission = task.mission
     if not mission.executor_command.strip():
-        task_fail(user=None, task=task, reason="the mission has no executor_command")
-        return "failed"
+        return fail(task.pk, token, "the mission has no executor_command")
     try:
-        repo = Path(mission.source().url)
+        source = mission.source()
     except SnapshotError as exc:
-        task_fail(user=None, task=task, reason=str(exc))
-        return "failed"
-    with _lock(repo), tempfile.TemporaryDirectory(prefix="fusion-task-") as tmp:
-        prompt_file = Path(tmp) / "prompt.md"
-        prompt_file.write_text(task.prompt)
-        env = scrubbed_env(
-            {
-                "FUSION_TASK_PROMPT_FILE": str(prompt_file),
-                "FUSION_TASK_ID": str(task.pk),
-                "FUSION_FEATURE_KEY": task.feature.key if task.feature else "",
-            },
-            home=tmp,
+        return fail(task.pk, token, str(exc))
+    # Completed under the lock: the next task of the mission starts from this one's result.
+    with _mission_lock(source, mission):
+        try:
+            revision, log = _run_in_clone(task, source, token)
+        except ExecutorFailed as exc:
+            return fail(task.pk, token, exc.reason, log=exc.log)
+        summary = f"executor finished: {log.strip()[-300:]}"
+        done = finish(
+            task.pk, token, lambda t: task_complete(user=None, task=t, revision=revision, summary=summary, log=log)
         )
-        try:
-            result = run_command(
-                mission.executor_command,
-                cwd=repo,
-                timeout=settings.FUSION_EXECUTOR_TIMEOUT,
-                max_output=settings.FUSION_TASK_LOG_BYTES,
-                env=env,
-                stdin=task.prompt,
-            )
-        except CommandError as exc:
-            task_fail(user=None, task=task, reason=str(exc))
-            return "failed"
-        log = redact(result.output)
-        if not result.ok:
-            reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
-            task_fail(user=None, task=task, reason=f"executor {reason}: {log[-500:]}", log=log)
-            return "failed"
-        try:
-            _commit_leftovers(repo, task)
-            revision = git(repo, "rev-parse", "HEAD").strip()
-        except SnapshotError as exc:
-            task_fail(user=None, task=task, reason=str(exc), log=log)
-            return "failed"
-    task_complete(user=None, task=task, revision=revision, summary=f"executor finished: {log.strip()[-300:]}", log=log)
-    return "done"
+    return "done" if done else "lost"
 
 
 @contextlib.contextmanager
-def _lock(repo: Path):
-    with open(repo / ".git" / "fusion-executor.lock", "a") as fh:
+def _mission_lock(source: Source, mission: Mission) -> Iterator[None]:
+    # flock locks belong to the open file: two threads of one process exclude each other too.
+    path = mirrors.cache_root() / f"executor-{source.key}-{_ref_part(mission.key)}.lock"
+    with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def start_revision(task: Task, source: Source) -> str:
+    """The commit a task's clone starts from (the module's docstring says why)."""
+    landed = (
+        Task.objects.filter(mission_id=task.mission_id, status=TaskStatus.DONE)
+        .exclude(pk=task.pk)
+        .exclude(revision="")
+        .order_by("-finished_at", "-id")
+        .values_list("revision", flat=True)
+        .first()
+    )
+    if landed and FULL_COMMIT.match(landed):
+        return landed
+    return mirrors.resolve(source, task.mission.base_revision.strip() or "HEAD")
+
+
+def _run_in_clone(task: Task, source: Source, token: str) -> tuple[str, str]:
+    """Clone, run the command, commit, push. Returns (the pushed commit, the log)."""
+    # Named after the claim: the sweep tells this folder from one a dead holder left.
+    folder = snapshot_root() / clone_name(task.pk, token)
+    log: str | None = None
+    try:
+        start = start_revision(task, source)
+        folder.mkdir()
+        with mirrors.in_use(source):
+            mirror = mirrors.ensure_commit(source, start)
+            partial = _partial_filter(mirror)
+            clone = folder / "repo"
+            _clone(source, mirror, partial, start=start, clone=clone, branch=result_branch(task))
+            workdir = clone / source.prefix if source.prefix else clone
+            if not workdir.is_dir():
+                raise ExecutorFailed(f"revision {start[:12]} has no folder {source.prefix} (the mission's folder)")
+            result = _run_command(task, workdir, folder)
+            log = redact(result.output)
+            if not result.ok:
+                reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
+                raise ExecutorFailed(f"executor {reason}: {log[-500:]}", log)
+            commit = _commit_leftovers(clone, task)
+            if not holds(task.pk, token):
+                raise ExecutorFailed("the task's claim was taken away (its lease passed); not pushed", log)
+            _push(source, partial, folder=folder, clone=clone, commit=commit, ref=f"refs/heads/{result_branch(task)}")
+        return commit, log
+    except ExecutorFailed as exc:
+        exc.log = log if exc.log is None else exc.log  # a refused push keeps the command's log
+        raise
+    except SnapshotError as exc:
+        raise ExecutorFailed(str(exc), log) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ExecutorFailed(f"git timed out after {exc.timeout:.0f} s", log) from exc
+    finally:
+        remove_tree(folder)
+
+
+# ---------------------------------------------------------------- git in the task's folder
+
+
+def _git(args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float) -> str:
+    """A git command; its output, or `SnapshotError` with git's (scrubbed) reason. With
+    `source`, the source's credentials are in its environment: never in the clone."""
+    try:
+        proc = run_git(args, cwd=cwd, source=source, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise SourceUnavailable(f"git {args[0]} timed out after {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise SnapshotError(f"git {args[0]} could not run: {exc}") from exc
+    if proc.returncode != 0:
+        raise SnapshotError(f"git {args[0]} failed: {scrub(proc.stderr.strip()[-500:], source)}")
+    return proc.stdout
+
+
+def _partial_filter(mirror: Path) -> str:
+    """The mirror's partial-clone filter ('' for a full mirror)."""
+    proc = run_git(["config", "--get", "remote.origin.partialclonefilter"], cwd=mirror, timeout=mirrors.LOCAL_TIMEOUT)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _origin_config(source: Source, partial: str) -> list[tuple[str, str]]:
+    config = [("remote.origin.url", source.url), ("gc.auto", "0")]
+    if partial:  # missing file contents are fetched from the source, into this repository only
+        config += [
+            ("core.repositoryformatversion", "1"),
+            ("extensions.partialClone", "origin"),
+            ("remote.origin.promisor", "true"),
+            ("remote.origin.partialclonefilter", partial),
+        ]
+    return config
+
+
+def _clone(source: Source, mirror: Path, partial: str, *, start: str, clone: Path, branch: str) -> None:
+    _git(
+        ["clone", "--shared", "--no-checkout", "--quiet", "--", str(mirror), str(clone)], timeout=mirrors.LOCAL_TIMEOUT
+    )
+    for key, value in (*_origin_config(source, partial), *IDENTITY):
+        _git(["config", key, value], cwd=clone, timeout=mirrors.LOCAL_TIMEOUT)
+    # Before the command runs the clone's config is ours: the checkout may fetch file
+    # contents a partial mirror lacks, with the source's credentials.
+    _git(
+        ["checkout", "--quiet", "-B", branch, start, "--"],
+        cwd=clone,
+        source=source,
+        timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
+    )
+
+
+def _run_command(task: Task, workdir: Path, folder: Path) -> CommandResult:
+    prompt_file = folder / "prompt.md"
+    prompt_file.write_text(task.prompt)
+    home = folder / "home"
+    home.mkdir()
+    env = scrubbed_env(
+        {
+            "FUSION_TASK_PROMPT_FILE": str(prompt_file),
+            "FUSION_TASK_ID": str(task.pk),
+            "FUSION_FEATURE_KEY": task.feature.key if task.feature else "",
+        },
+        home=str(home),
+    )
+    try:
+        return run_command(
+            task.mission.executor_command,
+            cwd=workdir,
+            timeout=settings.FUSION_EXECUTOR_TIMEOUT,
+            max_output=settings.FUSION_TASK_LOG_BYTES,
+            env=env,
+            stdin=task.prompt,
+        )
+    except CommandError as exc:
+        raise ExecutorFailed(str(exc)) from exc
+
+
+def _commit_leftovers(clone: Path, task: Task) -> str:
+    """Commit what the command left uncommitted; the clone's HEAD. No credentials here."""
+    git_dir = clone / ".git"
+    if git_dir.is_symlink() or not git_dir.is_dir():
+        raise SnapshotError("the command replaced the clone's .git; nothing was pushed")
+    if _git(["status", "--porcelain"], cwd=clone, timeout=mirrors.LOCAL_TIMEOUT).strip():
+        _git(["add", "-A"], cwd=clone, timeout=mirrors.LOCAL_TIMEOUT)
+        message = f"task {task.pk}: {task.title}"[:200]
+        _git(["commit", "--quiet", "--no-verify", "-m", message], cwd=clone, timeout=mirrors.LOCAL_TIMEOUT)
+    commit = _git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=clone, timeout=mirrors.LOCAL_TIMEOUT).strip()
+    if not FULL_COMMIT.match(commit):
+        raise SnapshotError(f"the clone's HEAD is not a commit ({commit[:80]!r})")
+    return commit
+
+
+def _push(source: Source, partial: str, *, folder: Path, clone: Path, commit: str, ref: str) -> None:
+    """Push `commit` to `ref` on the source from a bare repository of ours that reads the
+    clone's objects: the credentials meet no config, hook or URL the command wrote."""
+    pusher = folder / "push.git"
+    _git(["init", "--bare", "--quiet", "--", str(pusher)], timeout=mirrors.LOCAL_TIMEOUT)
+    (pusher / "objects" / "info" / "alternates").write_text(f"{clone / '.git' / 'objects'}\n")
+    for key, value in _origin_config(source, partial):
+        _git(["config", key, value], cwd=pusher, timeout=mirrors.LOCAL_TIMEOUT)
+    _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=pusher, timeout=mirrors.LOCAL_TIMEOUT)
+    # Forced: the branch is this task's own (a re-driven attempt replaces its predecessor's).
+    proc = run_git(
+        ["push", "--quiet", "--no-verify", "origin", f"+{commit}:{ref}"],
+        cwd=pusher,
+        source=source,
+        timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
+    )
+    if proc.returncode != 0:
+        reason = scrub(proc.stderr.strip()[-600:], source) or f"exit {proc.returncode}"
+        raise ExecutorFailed(f"the push of the result to {source.display} ({ref}) failed: {reason}")

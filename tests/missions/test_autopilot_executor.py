@@ -46,6 +46,7 @@ def _add(mission, milestone_key, slice_key, feature_keys):
 
 
 def test_autopilot_runs_mission_to_complete_with_command_executor(worker, git_repo, alice, tmp_path):
+    user_head = git_repo.git("rev-parse", "HEAD").strip()
     script = tmp_path / "implementer.py"
     script.write_text(IMPLEMENTER)
     mission = Mission.objects.create(
@@ -71,7 +72,18 @@ def test_autopilot_runs_mission_to_complete_with_command_executor(worker, git_re
     # strictly serial: slices were activated in plan order
     order = list(Slice.objects.filter(mission=mission).order_by("activated_at").values_list("key", flat=True))
     assert order == ["s1", "s2", "s3"]
-    assert git_repo.git("log", "--oneline").count("\n") == 1 + 4  # one commit per task
+    # The tasks ran in clones: the user's checkout never moved; each result is its own
+    # branch, and each task started from the one before it (one line of history).
+    assert git_repo.git("rev-parse", "HEAD").strip() == user_head
+    assert git_repo.git("status", "--porcelain") == ""
+    tasks = list(Task.objects.filter(mission=mission).order_by("finished_at"))
+    parent = user_head
+    for task in tasks:
+        branch = f"refs/heads/fusion/auto/{task.feature.key}-{task.pk}"
+        assert git_repo.git("rev-parse", branch).strip() == task.revision
+        assert git_repo.git("rev-parse", f"{task.revision}~1").strip() == parent  # one commit per task
+        parent = task.revision
+    assert git_repo.git("log", "--oneline", tasks[-1].revision).count("\n") == 1 + 4
 
 
 def test_failing_executor_fails_task_with_log(worker, git_repo, alice):

@@ -45,22 +45,25 @@ print("wrote", key)
 """
 
 
-def test_uncommitted_changes_are_committed_and_head_is_the_revision(worker, owner, git_repo, tmp_path, api):
+def test_uncommitted_changes_are_committed_and_pushed_to_the_task_branch(worker, owner, git_repo, tmp_path, api):
     base = git_repo.git("rev-parse", "HEAD").strip()
     mission = command_mission(owner, git_repo, tmp_path, LEAVES_CHANGES)
     task = run_task(worker, owner, mission)
-    head = git_repo.git("rev-parse", "HEAD").strip()
     assert task.status == "done", task.summary
-    assert task.revision == head != base
-    assert git_repo.git("rev-parse", "HEAD~1").strip() == base  # exactly one new commit
+    # The user's checkout never moved; the result is a branch of the repository.
+    assert git_repo.git("rev-parse", "HEAD").strip() == base
     assert git_repo.git("status", "--porcelain").strip() == ""
-    assert set(git_repo.git("show", "--name-only", "--format=", "HEAD").split()) == {"a.txt", "notes/new-file.md"}
-    assert f"task {task.pk}" in git_repo.git("log", "-1", "--format=%s")
+    branch = f"refs/heads/fusion/{mission.key}/a-{task.pk}"
+    assert task.revision == git_repo.git("rev-parse", branch).strip() != base
+    assert git_repo.git("rev-parse", f"{task.revision}~1").strip() == base  # exactly one new commit
+    changed = git_repo.git("show", "--name-only", "--format=", task.revision).split()
+    assert set(changed) == {"a.txt", "notes/new-file.md"}
+    assert f"task {task.pk}" in git_repo.git("log", "-1", "--format=%s", task.revision)
     assert "wrote a" in task.log and task.started_at and task.finished_at
     # the log is visible in the API, and the feature was judged at that revision
     assert "wrote a" in api(owner).get(f"/api/tasks/{task.pk}/").json()["log"]
     run = ValidatorRun.objects.get(feature__key="a")
-    assert (run.revision, run.status) == (head, "passed")
+    assert (run.revision, run.status) == (task.revision, "passed")
     assert feature(mission, "a").loop_state == "passed"
 
 
@@ -80,9 +83,10 @@ def test_a_command_that_commits_itself_keeps_its_commit(worker, owner, git_repo,
     mission = command_mission(owner, git_repo, tmp_path, COMMITS_ITSELF)
     task = run_task(worker, owner, mission)
     assert task.status == "done", task.summary
-    assert task.revision == git_repo.git("rev-parse", "HEAD").strip()
-    assert git_repo.git("rev-parse", "HEAD~1").strip() == base
-    assert git_repo.git("log", "-1", "--format=%s").strip() == "agent: a"
+    assert task.revision == git_repo.git("rev-parse", f"refs/heads/fusion/{mission.key}/a-{task.pk}").strip()
+    assert git_repo.git("rev-parse", f"{task.revision}~1").strip() == base
+    assert git_repo.git("log", "-1", "--format=%s", task.revision).strip() == "agent: a"
+    assert git_repo.git("rev-parse", "HEAD").strip() == base
 
 
 FAILS = """

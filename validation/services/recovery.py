@@ -19,6 +19,7 @@ from fusion_site.base.snapshots import sweep_snapshots
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable
 from missions.events import redeliver_missing
 from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, StopReason, Task, TaskStatus
+from missions.services.executor_lease import executor_redrive
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive
 from validation.selectors import feature_revision
@@ -147,6 +148,7 @@ def clean_snapshots() -> int:
 
 def recover(*, startup: bool = False) -> dict[str, Any]:
     report: dict[str, Any] = {"reaped": reap_runs(), "redriven_runs": redrive_unclaimed(startup=startup)}
+    report["executor_redriven"] = executor_redrive(startup=startup)
     report.update(redrive_features())
     report["source_available"] = redrive_unavailable()
     report["snapshots_removed"] = clean_snapshots()
