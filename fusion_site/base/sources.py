@@ -185,6 +185,9 @@ def git_env(source: Source | None = None) -> dict[str, str]:
         "LANG": "C",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
+        # Nor the worker user's ~/.gitconfig: its credential helper would answer for any
+        # mission's URL, lending the worker's own access to whoever names a repository.
+        "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_ASKPASS": "/bin/false",
         "SSH_ASKPASS": "/bin/false",
         "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
@@ -221,7 +224,12 @@ def scrub(text: str, source: Source | None) -> str:
 
 
 def run_git(
-    args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float, extra_env=None
+    args: list[str],
+    *,
+    cwd: Path | None = None,
+    source: Source | None = None,
+    timeout: float,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     env = {**git_env(source), **(extra_env or {})}
     command = ["git", *(["-C", str(cwd)] if cwd else []), *args]
