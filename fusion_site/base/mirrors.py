@@ -90,7 +90,9 @@ def _local_top_cached(path: str) -> tuple[str, str]:
 # ---------------------------------------------------------------- git, bounded
 
 
-def _git(args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float = LOCAL_TIMEOUT):
+def _git(
+    args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float = LOCAL_TIMEOUT
+) -> subprocess.CompletedProcess:
     try:
         return run_git(args, cwd=cwd, source=source, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
@@ -131,7 +133,7 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _write_lock(source: Source):
+def _write_lock(source: Source) -> contextlib.AbstractContextManager[None]:
     return _flock(cache_root() / f"{source.key}.lock", fcntl.LOCK_EX)
 
 
