@@ -96,9 +96,16 @@ def claim_as(task: Task, *, by: str = "gone-host:4242:deadbeef", lease_until, at
 
 
 def queued(broker, actor: str = "execute_task") -> list[tuple]:
-    queue = broker.queues.get("fusion")
-    messages = [] if queue is None else list(queue.queue)
-    return [tuple(dramatiq.Message.decode(m).args) for m in messages if dramatiq.Message.decode(m).actor_name == actor]
+    """The arguments of the `actor` messages waiting in the broker (sorted): the StubBroker's
+    queue in the embedded pass, Redis's message hash in the PostgreSQL + Redis pass."""
+    queue_name = broker.get_actor(actor).queue_name
+    if hasattr(broker, "client"):  # RedisBroker: `<namespace>:<queue>.msgs` holds the messages
+        messages = list(broker.client.hvals(f"{broker.namespace}:{queue_name}.msgs"))
+    else:
+        queue = broker.queues.get(queue_name)
+        messages = [] if queue is None else list(queue.queue)
+    decoded = [dramatiq.Message.decode(m) for m in messages]
+    return sorted(tuple(m.args) for m in decoded if m.actor_name == actor)
 
 
 # ---------------------------------------------------------------- the actor
