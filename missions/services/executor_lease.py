@@ -13,17 +13,17 @@ import logging
 import os
 import re
 import socket
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from fusion_site.base.lease import renewing
 from fusion_site.base.queue import send_on_commit
 from fusion_site.base.snapshots import remove_tree
 from missions.errors import Conflict
@@ -78,31 +78,11 @@ def claim(task_id: int) -> tuple[Task | None, str]:
     return Task.objects.select_related("mission", "feature").get(pk=task_id), token
 
 
-@contextlib.contextmanager
-def heartbeat(task_id: int, token: str) -> Iterator[None]:
+def heartbeat(task_id: int, token: str) -> contextlib.AbstractContextManager[None]:
     """Renew the task's lease while its executor works: a long command is never re-driven,
     a dead worker stops renewing and its task is re-driven after one lease."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        try:
-            while not stop.wait(settings.FUSION_EXECUTOR_LEASE_SECONDS / 4):
-                try:
-                    Task.objects.filter(pk=task_id, claim_token=token, status=TaskStatus.IN_PROGRESS).update(
-                        lease_until=timezone.now() + _lease()
-                    )
-                except Exception:  # noqa: BLE001 — the database is away: try again next beat
-                    logger.warning("could not renew the lease of task %s", task_id, exc_info=True)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=beat, name=f"lease-task-{task_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    held = Task.objects.filter(pk=task_id, claim_token=token, status=TaskStatus.IN_PROGRESS)
+    return renewing(held, every=settings.FUSION_EXECUTOR_LEASE_SECONDS / 4, lease=_lease(), name=f"task-{task_id}")
 
 
 def holds(task_id: int, token: str) -> bool:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fusion_site.base.lease import renewing
 from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import latest_done_task
@@ -97,31 +97,11 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     return ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id), token
 
 
-@contextlib.contextmanager
-def heartbeat(run_id: int, token: str):
+def heartbeat(run_id: int, token: str) -> contextlib.AbstractContextManager[None]:
     """Renew the run's lease while it is being judged, so that a long check is never
     reaped; a dead worker stops renewing and its run is reaped after one lease."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        try:
-            while not stop.wait(settings.FUSION_RUN_HEARTBEAT_SECONDS):
-                try:
-                    ValidatorRun.objects.filter(pk=run_id, claim_token=token, status=RunStatus.RUNNING).update(
-                        lease_until=timezone.now() + _lease()
-                    )
-                except Exception:  # noqa: BLE001 — the database is away: try again next beat
-                    logger.warning("could not renew the lease of run %s", run_id, exc_info=True)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=beat, name=f"lease-run-{run_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    held = ValidatorRun.objects.filter(pk=run_id, claim_token=token, status=RunStatus.RUNNING)
+    return renewing(held, every=settings.FUSION_RUN_HEARTBEAT_SECONDS, lease=_lease(), name=f"run-{run_id}")
 
 
 def _complete_from_journal(run_id: int) -> str | None:
