@@ -38,7 +38,14 @@ import django  # noqa: E402
 
 django.setup()
 
-from fusion_site.base.snapshots import _make_read_only, private_copy, remove_tree, snapshot, snapshot_root  # noqa: E402
+from fusion_site.base.snapshots import (  # noqa: E402
+    READ_ONLY_UMASK,
+    _writable_folders,
+    private_copy,
+    remove_tree,
+    snapshot,
+    snapshot_root,
+)
 
 GIT_ENV = {
     **os.environ,
@@ -97,9 +104,10 @@ def checkout_index(repo: Path, commit: str):
         check=True,
         capture_output=True,
         env=env,
+        umask=READ_ONLY_UMASK,  # read-only files, as a snapshot's
     )
     index.unlink()
-    _make_read_only(target)
+    _writable_folders(target)
     try:
         yield target
     finally:

@@ -6,24 +6,48 @@ The loop runs in real processes, the way it is deployed:
   redis               `manage.py serve` (Daphne + the sweeper) plus --workers-processes
                       separate `manage.py rundramatiq` workers, on PostgreSQL and Redis
                       (needs DATABASE_URL and REDIS_URL; use a scratch database, a Redis DB
-                      and a FUSION_EVENTS_PREFIX of your own).
-This script builds a mission over a generated git repository, completes every task
-through the REST API of `serve` (`POST /api/tasks/{id}/complete/`, 8 clients at once),
-and watches the database until every feature has passed. It prints the time and
-features/s, the latency from a task's completion (its API answer) to its run's
-completion (p50, p99), and the peak resident memory (VmHWM) of `serve` and of each
-worker process.
+                      and a FUSION_EVENTS_PREFIX of your own). `--sweep 1,2,4` runs the
+                      redis mode once per number of worker processes.
+Every process gets its own FUSION_DATA_DIR (the embedded serve: the shared SQLite one),
+FUSION_REPO_CACHE and FUSION_SNAPSHOT_DIR, as separate hosts would have. The mission's
+`repository` is
+  --source path (default)  the generated repository's local path;
+  --source url             a git:// URL: the repository is served by `git daemon`
+                           (tests/gitserver.py) and no process is told its path.
+This script builds a mission over a generated git repository (on PostgreSQL it then runs
+ANALYZE, as autovacuum would on a live database), completes every task through the REST
+API of `serve` (`POST /api/tasks/{id}/complete/`, 8 clients at once), and watches the
+database until every feature has passed. It prints, per run: the time and features/s,
+the ratio to the baseline of the same run, the latency from a task's completion (its API
+answer) to its run's completion (p50, p99), the network fetches each process made (the
+lines of `fusion-fetches` in its mirror cache: a clone, a fetch of a commit or of all
+heads, the first batch of a commit's blobs; the goal is one per new commit per worker,
+never one per run) and, for a URL, the git daemon's connections, then the peak resident
+memory (VmHWM) and the CPU seconds (own + reaped children) of every process.
 
-Baseline, measured in the same run with the same concurrency as the loop's workers: a
-plain script that, per feature, adds a git worktree (the record under a lock, the
-checkout outside it), runs the two checks (a regex over a file, `python -c
-"print('ok')"` with the service's interpreter), removes the worktree; plus one bare
+Then, on the idle system, it completes --latency-rounds more tasks one at a time (one
+feature each, of a second mission) and reports the median time from the completion to the
+run's admission (`validator-run:started`), to its start on a worker (its claim) and to its
+verdict, against the bare cost of the same work measured here just before each round (a
+snapshot from a mirror and the two checks); the goal is that the loop adds under 100 ms.
+
+Baseline, measured in the same run with the same concurrency as the loop's workers, once
+before the loop and once after (the ratio is to their mean, so that a machine that gets
+busier or quieter meanwhile weighs on both alike): a plain script that, per feature, makes
+a snapshot from a bare mirror of the repository (`git read-tree -u --reset` into a folder
+with a private index, as the service does; the mirror is cloned from the same source first,
+partially for a URL), runs the two checks (a regex over a file, `python -c "print('ok')"`
+with the service's interpreter, in the snapshot), removes the snapshot; plus one bare
 Dramatiq round trip per feature on the same broker kind (StubBroker in this process /
-Redis).
+Redis). The service also gives each `run` check a private copy of the snapshot (its
+isolation rule, docs/TRUTH.md): the baseline does not. `--snapshot-root /dev/shm` puts
+every snapshot and copy, the baseline's and the loop's, on a memory file system, to leave
+the disk's file-creation cost out of both.
 
-    .venv/bin/python bench/loop_throughput.py [--features 200] [--threads 4]
+    .venv/bin/python bench/loop_throughput.py [--features 200] [--threads 4] [--source path|url]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/fusion_bench REDIS_URL=redis://127.0.0.1:6379/5 \\
         FUSION_EVENTS_PREFIX=bench .venv/bin/python bench/loop_throughput.py --mode redis --workers-processes 2
+    ... --mode redis --sweep 1,2,4 --source url
 """
 
 from __future__ import annotations
@@ -49,25 +73,52 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+
+def _sweep(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a comma-separated list of process counts, e.g. 1,2,4") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of process counts >= 1, e.g. 1,2,4")
+    return values
+
+
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--features", type=int, default=200)
 parser.add_argument("--threads", type=int, default=4, help="worker threads per worker process (embedded: in serve)")
 parser.add_argument("--mode", choices=["embedded", "redis"], default="embedded")
 parser.add_argument("--workers-processes", type=int, default=2, help="redis mode: rundramatiq worker processes")
+parser.add_argument("--sweep", type=_sweep, help="redis mode: run once per number of worker processes (e.g. 1,2,4)")
+parser.add_argument("--source", choices=["path", "url"], default="path", help="the mission's repository")
+parser.add_argument("--latency-rounds", type=int, default=7, help="single features timed on the idle system")
+parser.add_argument(
+    "--snapshot-root",
+    type=Path,
+    help="where every snapshot and check copy goes, the baseline's and the loop's (default: the temporary folder; "
+    "e.g. /dev/shm to leave the disk's file-creation cost out)",
+)
 parser.add_argument("--timeout", type=float, default=900, help="give up after this many seconds")
 parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, repository)")
 ARGS = parser.parse_args()
+if ARGS.sweep and ARGS.mode != "redis":
+    parser.error("--sweep varies the rundramatiq processes: it needs --mode redis")
 
 TMP = Path(tempfile.mkdtemp(prefix="fusion-bench-"))
+SNAPSHOTS = (
+    Path(tempfile.mkdtemp(prefix="fusion-bench-snapshots-", dir=ARGS.snapshot_root)) if ARGS.snapshot_root else TMP
+)
 if ARGS.mode == "embedded":
     for name in ("DATABASE_URL", "REDIS_URL"):
         os.environ.pop(name, None)
-    os.environ["FUSION_DATA_DIR"] = str(TMP / "data")  # a fresh SQLite database
+    os.environ["FUSION_DATA_DIR"] = str(TMP / "data")  # a fresh SQLite database, shared with serve
 elif not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
     sys.exit("--mode redis needs DATABASE_URL (a scratch PostgreSQL database) and REDIS_URL")
 else:
     os.environ.setdefault("FUSION_DATA_DIR", str(TMP / "data"))
-os.environ["FUSION_SNAPSHOT_DIR"] = str(TMP / "snapshots")
+# This process (set-up, baseline) has caches of its own too: nothing is shared with serve or the workers.
+os.environ["FUSION_SNAPSHOT_DIR"] = str(SNAPSHOTS / "bench" / "snapshots")
+os.environ["FUSION_REPO_CACHE"] = str(TMP / "bench" / "repos")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fusion_site.settings")
 os.environ.setdefault("FUSION_RETRY_BACKOFF_MS", "0")
 
@@ -78,6 +129,9 @@ django.setup()
 import dramatiq  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from tests.gitserver import GitDaemon  # noqa: E402
 
 CHECK_RUN = {"run": "python -c \"print('ok')\"", "expect_output": "ok"}
 GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
@@ -100,21 +154,17 @@ def make_repo(n: int) -> tuple[Path, str]:
     return repo, rev
 
 
-def build_mission(repo: Path, n: int):
+def build_mission(repository: str, n: int, name: str = "bench"):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
     from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
     from missions.services.tasks import task_create
 
-    stamp = f"{int(time.time())}-{os.getpid()}"
-    user = get_user_model().objects.create_user(
-        f"bench-{stamp}", password=os.urandom(12).hex(), is_staff=True, is_superuser=True
-    )
+    stamp = f"{name}-{int(time.time() * 1000)}-{os.getpid()}"
+    user = get_user_model().objects.create_user(stamp, password=os.urandom(12).hex(), is_staff=True, is_superuser=True)
     token = Token.objects.create(user=user).key
-    mission = Mission.objects.create(
-        key=f"bench-{stamp}", title="bench", status="active", repository=str(repo), owner=user
-    )
+    mission = Mission.objects.create(key=stamp, title=name, status="active", repository=repository, owner=user)
     milestone = Milestone.objects.create(mission=mission, key="m", title="m")
     slice_ = Slice(milestone=milestone, key="s", title="s")
     slice_.save()
@@ -146,24 +196,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def child_env() -> dict[str, str]:
-    return {
+def host_env(home: Path) -> dict[str, str]:
+    """A process of its own "host": its own repository cache and snapshot folder (and, in
+    the production shape, data folder; the embedded serve keeps the shared SQLite one)."""
+    env = {
         **os.environ,
         "FUSION_WORKER_THREADS": str(ARGS.threads),
         "PYTHONUNBUFFERED": "1",
-        "FUSION_SNAPSHOT_DIR": str(TMP / "snapshots"),
+        "FUSION_REPO_CACHE": str(home / "repos"),
+        "FUSION_SNAPSHOT_DIR": str(SNAPSHOTS / home.relative_to(TMP) / "snapshots"),
     }
+    if ARGS.mode == "redis":
+        env["FUSION_DATA_DIR"] = str(home / "data")
+    return env
 
 
 class Proc:
-    def __init__(self, name: str, argv: list[str]):
+    def __init__(self, name: str, argv: list[str], home: Path):
         self.name = name
-        self.log = TMP / f"{name}.log"
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        self.log = home / f"{name}.log"
         with open(self.log, "wb") as out:
             self.popen = subprocess.Popen(
                 argv,
                 cwd=ROOT,
-                env=child_env(),
+                env=host_env(home),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -189,6 +247,15 @@ class Proc:
                     frontier.append(pid)
         return found
 
+    def fetches(self) -> dict[str, int]:
+        """Network fetches by kind (clone, commit, heads), from every mirror of its cache."""
+        counts: dict[str, int] = {}
+        for log in (self.home / "repos").glob("*.git/fusion-fetches"):
+            for line in log.read_text().splitlines():
+                kind = line.split()[1] if len(line.split()) > 1 else "?"
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
     def stop(self) -> None:
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGTERM)
@@ -209,7 +276,17 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def wait_until(predicate, what: str, timeout: float, procs: list[Proc]) -> None:
+def cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """User + system seconds of the process itself, and of its reaped children (git, checks)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def wait_until(predicate, what: str, timeout: float, procs: list[Proc], poll: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -217,16 +294,16 @@ def wait_until(predicate, what: str, timeout: float, procs: list[Proc]) -> None:
         for p in procs:
             if p.popen.poll() is not None:
                 sys.exit(f"{p.name} exited with {p.popen.returncode}:\n{p.text()[-3000:]}")
-        time.sleep(0.1)
+        time.sleep(poll)
     sys.exit(f"timed out waiting for {what}")
 
 
-def start_processes(port: int) -> tuple[Proc, list[Proc]]:
+def start_processes(port: int, home: Path, worker_processes: int) -> tuple[Proc, list[Proc]]:
     py = sys.executable
     serve_argv = [py, "manage.py", "serve", f"127.0.0.1:{port}", "--no-migrate"]
     if ARGS.mode == "embedded":
         serve_argv += ["--workers", str(ARGS.threads)]
-    serve = Proc("serve", serve_argv)
+    serve = Proc("serve", serve_argv, home / "serve")
     workers = []
     if ARGS.mode == "redis":
         workers = [
@@ -243,8 +320,9 @@ def start_processes(port: int) -> tuple[Proc, list[Proc]]:
                     "--worker-shutdown-timeout",
                     "10000",
                 ],
+                home / f"worker-{i}",
             )
-            for i in range(ARGS.workers_processes)
+            for i in range(worker_processes)
         ]
 
     def listening() -> bool:
@@ -260,23 +338,33 @@ def start_processes(port: int) -> tuple[Proc, list[Proc]]:
 # --- the loop -----------------------------------------------------------------------------
 
 
+def complete(port: int, token: str, task, rev: str) -> float:
+    """Complete one task through the API; the time of its answer."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/tasks/{task.pk}/complete/",
+        method="POST",
+        data=json.dumps({"revision": rev, "summary": "bench"}).encode(),
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 200, response.status
+    return time.time()
+
+
 def complete_all(port: int, token: str, tasks, rev: str) -> dict[int, float]:
     done_at: dict[int, float] = {}
 
-    def complete(task) -> None:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/tasks/{task.pk}/complete/",
-            method="POST",
-            data=json.dumps({"revision": rev, "summary": "bench"}).encode(),
-            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            assert response.status == 200, response.status
-        done_at[task.feature_id] = time.time()
+    def one(task) -> None:
+        done_at[task.feature_id] = complete(port, token, task, rev)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(complete, tasks))
+        list(pool.map(one, tasks))
     return done_at
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(int(len(ordered) * q) - 1, 0)]
 
 
 def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc]) -> dict:
@@ -299,14 +387,46 @@ def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc])
     runs = ValidatorRun.objects.filter(mission=mission, status=RunStatus.PASSED).values_list(
         "feature_id", "completed_at"
     )
-    latencies = sorted(completed.timestamp() - done_at[fid] for fid, completed in runs)
+    latencies = [completed.timestamp() - done_at[fid] for fid, completed in runs]
     return {
         "elapsed": elapsed,
         "api": api_seconds,
         "p50": statistics.median(latencies),
-        "p99": latencies[max(int(len(latencies) * 0.99) - 1, 0)],
+        "p99": percentile(latencies, 0.99),
         "runs": ValidatorRun.objects.filter(mission=mission).count(),
     }
+
+
+def run_latency(mission, tasks, token: str, rev: str, port: int, procs: list[Proc], mirror: Path, home: Path) -> dict:
+    """One feature at a time on the idle system: completion -> admission, start, verdict;
+    each round right after a bare snapshot + checks here (`bare`), so that both see the
+    machine alike."""
+    from missions.models import MissionEvent, MissionFeature
+    from validation.models import RunStatus, ValidatorRun
+
+    lease = settings.FUSION_RUN_LEASE_SECONDS  # the workers' own: the same environment
+    samples: dict[str, list[float]] = {"admitted": [], "started": [], "verdict": [], "bare": []}
+    for i, task in enumerate(tasks):
+        time.sleep(0.5)  # let the previous feature's follow-ups (autopilot, events) settle
+        began = time.perf_counter()
+        plain_checks(i, mirror, rev, home)
+        samples["bare"].append((time.perf_counter() - began) * 1000)
+        time.sleep(0.2)
+        answered = complete(port, token, task, rev)
+        feature = MissionFeature.objects.filter(pk=task.feature_id)
+        wait_until(lambda f=feature: f.filter(loop_state="passed").exists(), "the feature to pass", 120, procs, 0.01)
+        run = ValidatorRun.objects.get(feature_id=task.feature_id, status=RunStatus.PASSED)
+        admitted = (
+            MissionEvent.objects.filter(mission=mission, type="validator-run:started", payload__run=run.pk)
+            .values_list("created_at", flat=True)
+            .get()
+        )
+        # The claim sets lease_until = now + lease; a run this short never renews it.
+        claimed = run.lease_until.timestamp() - lease
+        samples["admitted"].append((admitted.timestamp() - answered) * 1000)
+        samples["started"].append((claimed - answered) * 1000)
+        samples["verdict"].append((run.completed_at.timestamp() - answered) * 1000)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 # --- the baseline -------------------------------------------------------------------------
@@ -329,36 +449,59 @@ PLAIN_ENV = {
 }
 
 
-# Concurrent `git worktree add/remove` on one repository fail now and then ("Invalid path
-# .git/worktrees/…"): even a plain script serializes the changes to those records. Like
-# the service, it checks the files out outside the lock.
-_git_lock = threading.Lock()
+def plain_mirror(source: str, home: Path) -> Path:
+    """A bare mirror of the source, as a worker's cache holds one (partial for a URL)."""
+    mirror = home / "mirror.git"
+    shutil.rmtree(mirror, ignore_errors=True)
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["git", "clone", "--bare", "--quiet", "--filter=blob:none", "--", source, str(mirror)],
+        check=True,
+        capture_output=True,
+    )
+    return mirror
 
 
-def plain_checks(i: int, repo: Path, rev: str) -> None:
-    wt = TMP / "baseline" / f"b{i}"
-    with _git_lock:
-        subprocess.run(
-            ["git", "-C", str(repo), "worktree", "add", "-q", "--no-checkout", "--detach", str(wt), rev], check=True
-        )
+def plain_checks(i: int, mirror: Path, rev: str, home: Path, copy: bool = False) -> None:
+    """`copy`: the `run` check in a copy of the snapshot (`cp -a`), as the service's isolation rule has it."""
+    snap = SNAPSHOTS / home.relative_to(TMP) / f"b{i}-{threading.get_ident()}"
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    index = snap.with_name(snap.name + ".idx")
+    snap.mkdir()
     try:
-        subprocess.run(["git", "-C", str(wt), "reset", "-q", "--hard"], check=True)
-        assert re.search(f"feature {i}", (wt / f"f{i}.txt").read_text())
-        out = subprocess.run(
-            shlex.split(CHECK_RUN["run"]), cwd=wt, capture_output=True, text=True, timeout=120, env=PLAIN_ENV
+        subprocess.run(
+            ["git", "--git-dir", str(mirror), "--work-tree", str(snap), "read-tree", "-u", "--reset", rev],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "GIT_INDEX_FILE": str(index)},
         )
+        assert re.search(f"feature {i}", (snap / f"f{i}.txt").read_text())
+        where = snap.with_name(snap.name + "-copy") if copy else snap
+        if copy:
+            subprocess.run(["cp", "-a", "--", str(snap), str(where)], check=True)
+        out = subprocess.run(
+            shlex.split(CHECK_RUN["run"]), cwd=where, capture_output=True, text=True, timeout=120, env=PLAIN_ENV
+        )
+        if copy:
+            shutil.rmtree(where)
         assert out.returncode == 0 and re.search(CHECK_RUN["expect_output"], out.stdout)
     finally:
-        shutil.rmtree(wt)
-        with _git_lock:
-            shutil.rmtree(repo / ".git" / "worktrees" / wt.name)
+        index.unlink(missing_ok=True)
+        shutil.rmtree(snap)
 
 
-def run_baseline(n: int, repo: Path, rev: str, concurrency: int) -> dict:
+def run_baseline(n: int, source: str, rev: str, concurrency: int, home: Path) -> dict:
+    cpu_before = os.times()
     started = time.monotonic()
+    mirror = plain_mirror(source, home)
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        list(pool.map(lambda i: plain_checks(i, repo, rev), range(n)))
+        list(pool.map(lambda i: plain_checks(i, mirror, rev, home), range(n)))
     checks = time.monotonic() - started
+    cpu = [after - before for after, before in zip(os.times(), cpu_before, strict=False)]  # without the copies
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(lambda i: plain_checks(i, mirror, rev, home, copy=True), range(n)))
+    copied = time.monotonic() - began
     broker = dramatiq.get_broker()
     worker = dramatiq.Worker(broker, queues={"bench"}, worker_threads=concurrency, worker_timeout=50)
     worker.start()
@@ -373,53 +516,163 @@ def run_baseline(n: int, repo: Path, rev: str, concurrency: int) -> dict:
         trips = time.monotonic() - began
     finally:
         worker.stop()
-    return {"elapsed": checks + trips, "checks": checks, "trips": trips}
+    own, children = cpu[0] + cpu[1], cpu[2] + cpu[3]
+    return {
+        "elapsed": checks + trips,
+        "copied": copied + trips,
+        "checks": checks,
+        "trips": trips,
+        "mirror": mirror,
+        "cpu": (own, children),
+    }
 
 
 # --- main ---------------------------------------------------------------------------------
 
 
-def main() -> None:
-    call_command("migrate", verbosity=0)
+def run_point(index: int, worker_processes: int, source: str, rev: str, daemon: GitDaemon | None) -> dict:
+    home = TMP / f"run{index}"
     n = ARGS.features
-    concurrency = ARGS.threads * (ARGS.workers_processes if ARGS.mode == "redis" else 1)
-    repo, rev = make_repo(n)
-    mission, tasks, token = build_mission(repo, n)
-    baseline = run_baseline(n, repo, rev, concurrency)
+    concurrency = ARGS.threads * (worker_processes if ARGS.mode == "redis" else 1)
+    mission, tasks, token = build_mission(source, n)
+    quiet, quiet_tasks, quiet_token = build_mission(source, ARGS.latency_rounds, "latency")
+    if connection.vendor == "postgresql":
+        # The rows were just bulk-made: give the planner the statistics a live database has
+        # (autovacuum would, later), instead of plans for the tables as they were empty.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+    before = run_baseline(n, source, rev, concurrency, home / "baseline")
     port = free_port()
-    serve, workers = start_processes(port)
+    serve, workers = start_processes(port, home, worker_processes)
     procs = [serve, *workers]
+    connections_before = daemon.connections() if daemon else 0
     try:
         loop = run_loop(mission, tasks, token, rev, port, procs)
-        rss = {"serve": peak_rss_mb(serve.popen.pid)}
-        for w in workers:
-            for pid in w.pids():
-                rss[f"{w.name}[{pid}]"] = peak_rss_mb(pid)
+        connections = daemon.connections() - connections_before if daemon else None
+        latency = (
+            run_latency(quiet, quiet_tasks, quiet_token, rev, port, procs, before["mirror"], home / "baseline")
+            if quiet_tasks
+            else None
+        )
+        rss, cpu = {}, {}
+        for p in procs:
+            for pid in p.pids():
+                label = p.name if pid == p.popen.pid else f"{p.name}[{pid}]"
+                rss[label], cpu[label] = peak_rss_mb(pid), cpu_seconds(pid)
     finally:
         for p in procs:
             p.stop()
-    db = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    # Measured again once the loop is done: the ratio is to the mean of both, so that a
+    # machine that gets busier or quieter during the run weighs on both sides alike.
+    after = run_baseline(n, source, rev, concurrency, home / "baseline-after")
+    baseline = {
+        "elapsed": (before["elapsed"] + after["elapsed"]) / 2,
+        "copied": (before["copied"] + after["copied"]) / 2,
+        "checks": (before["checks"] + after["checks"]) / 2,
+        "trips": (before["trips"] + after["trips"]) / 2,
+        "cpu": tuple((x + y) / 2 for x, y in zip(before["cpu"], after["cpu"], strict=True)),
+        "before": before["elapsed"],
+        "after": after["elapsed"],
+    }
+    return {
+        "workers": worker_processes,
+        "concurrency": concurrency,
+        "baseline": baseline,
+        "loop": loop,
+        "latency": latency,
+        "fetches": {p.name: p.fetches() for p in procs},
+        "daemon_connections": connections,
+        "rss": rss,
+        "cpu": cpu,
+    }
+
+
+def report(point: dict) -> None:
+    n, b, loop = ARGS.features, point["baseline"], point["loop"]
+    db = connection.vendor
     broker = type(dramatiq.get_broker()).__name__
     layout = (
         f"serve + {ARGS.threads} in-process worker threads"
         if ARGS.mode == "embedded"
-        else f"serve + {ARGS.workers_processes} rundramatiq x {ARGS.threads} threads"
+        else f"serve + {point['workers']} rundramatiq x {ARGS.threads} threads"
     )
-    print(f"mode={ARGS.mode} features={n} database={db} broker={broker} ({layout}); baseline concurrency={concurrency}")
     print(
-        f"baseline: {baseline['elapsed']:.2f}s  {n / baseline['elapsed']:.1f} features/s  "
-        f"(worktree+checks {baseline['checks']:.2f}s, {n} dramatiq round trips {baseline['trips']:.2f}s)"
+        f"mode={ARGS.mode} source={ARGS.source} features={n} database={db} broker={broker} ({layout}); "
+        f"baseline concurrency={point['concurrency']}"
+    )
+    print(
+        f"baseline: {b['elapsed']:.2f}s  {n / b['elapsed']:.1f} features/s  (mean of {b['before']:.2f}s before "
+        f"and {b['after']:.2f}s after the loop; mirror+snapshot+checks {b['checks']:.2f}s, {n} dramatiq round "
+        f"trips {b['trips']:.2f}s)"
     )
     print(
         f"loop: {loop['elapsed']:.2f}s  {n / loop['elapsed']:.1f} features/s  latency p50={loop['p50']:.2f}s "
         f"p99={loop['p99']:.2f}s  (API completions {loop['api']:.2f}s, runs={loop['runs']})"
     )
-    print(f"ratio_loop_time_over_baseline={loop['elapsed'] / baseline['elapsed']:.2f}")
-    print("peak_rss_mb " + " ".join(f"{k}={v:.0f}" for k, v in rss.items() if v is not None))
-    if not ARGS.keep:
-        shutil.rmtree(TMP, ignore_errors=True)
-    else:
-        print(f"kept {TMP}")
+    print(f"ratio_loop_time_over_baseline={loop['elapsed'] / b['elapsed']:.2f}")
+    print(
+        f"ratio_loop_time_over_baseline_with_copy={loop['elapsed'] / b['copied']:.2f}  (the baseline with the "
+        f"run check in a copy of the snapshot, as the isolation rule has it: {b['copied']:.2f}s)"
+    )
+    fetches = "  ".join(
+        f"{name}={sum(kinds.values())}"
+        + (f" ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})" if kinds else "")
+        for name, kinds in point["fetches"].items()
+    )
+    print(f"fetches per process: {fetches}")
+    if point["daemon_connections"] is not None:
+        print(f"git daemon connections during the loop: {point['daemon_connections']}")
+    if point["latency"]:
+        lat = point["latency"]
+        bare = lat["bare"]
+        print(
+            f"idle latency (median of {ARGS.latency_rounds}, one feature): completion -> admitted "
+            f"{lat['admitted']:.0f} ms, -> run started {lat['started']:.0f} ms, -> verdict {lat['verdict']:.0f} ms; "
+            f"bare snapshot+checks {bare:.0f} ms; loop_adds_ms={lat['verdict'] - bare:.0f}"
+        )
+    print("peak_rss_mb " + " ".join(f"{k}={v:.0f}" for k, v in point["rss"].items() if v is not None))
+    print(
+        f"cpu_s ({n + ARGS.latency_rounds} features; own + children) "
+        + " ".join(f"{k}={v[0]:.1f}+{v[1]:.1f}" for k, v in point["cpu"].items() if v is not None)
+        + f"; baseline (mean) {point['baseline']['cpu'][0]:.1f}+{point['baseline']['cpu'][1]:.1f}"
+    )
+
+
+def main() -> None:
+    call_command("migrate", verbosity=0)
+    repo, rev = make_repo(ARGS.features)
+    daemon = None
+    source = str(repo)
+    try:
+        if ARGS.source == "url":
+            daemon = GitDaemon(TMP / "served").start()
+            daemon.bare("repo.git", source=repo)
+            source = daemon.url("repo.git")
+        points = []
+        for index, processes in enumerate(ARGS.sweep or [ARGS.workers_processes]):
+            point = run_point(index, processes, source, rev, daemon)
+            report(point)
+            points.append(point)
+            sys.stdout.flush()
+        if len(points) > 1:
+            print("sweep: processes  features/s  baseline features/s  ratio  fetches per worker  idle loop adds ms")
+            for p in points:
+                workers = [sum(k.values()) for name, k in p["fetches"].items() if name.startswith("worker")]
+                adds = p["latency"]["verdict"] - p["latency"]["bare"] if p["latency"] else float("nan")
+                print(
+                    f"sweep: {p['workers']:>9}  {ARGS.features / p['loop']['elapsed']:>10.1f}  "
+                    f"{ARGS.features / p['baseline']['elapsed']:>19.1f}  "
+                    f"{p['loop']['elapsed'] / p['baseline']['elapsed']:>5.2f}  {str(workers):>18}  {adds:>17.0f}"
+                )
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if not ARGS.keep:
+            shutil.rmtree(TMP, ignore_errors=True)
+            if SNAPSHOTS != TMP:
+                shutil.rmtree(SNAPSHOTS, ignore_errors=True)
+        else:
+            print(f"kept {TMP}")
 
 
 if __name__ == "__main__":

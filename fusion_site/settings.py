@@ -6,6 +6,7 @@ Every variable is documented in README.md ("Configuration").
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -31,6 +32,16 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
 
 
 DATA_DIR = Path(os.environ.get("FUSION_DATA_DIR", BASE_DIR / "var")).resolve()
@@ -107,11 +118,18 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+# `manage.py rundramatiq` runs the `dramatiq` program: its worker threads live as long as
+# the process.
+DRAMATIQ_WORKER_PROCESS = Path(sys.argv[0]).name in ("dramatiq", "dramatiq-gevent") if sys.argv else False
 if DATABASE_URL:
-    # No persistent connections: under ASGI (Daphne) requests run in short-lived threads,
-    # and so do a run's check threads; connections kept per thread piled up until
-    # PostgreSQL refused more ("too many clients"). Django's advice for ASGI is the same.
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # No persistent connections in web processes: under ASGI (Daphne) requests run in
+    # short-lived threads; connections kept per thread piled up until PostgreSQL refused
+    # more ("too many clients"). Django's advice for ASGI is the same. A Dramatiq worker
+    # process keeps one per worker thread between messages (checked before each message
+    # uses it), instead of connecting anew for every message: a run's check threads and
+    # its lease thread never keep one (the check threads use no database).
+    _keep = env_int("FUSION_WORKER_DB_CONN_MAX_AGE", 600) if DRAMATIQ_WORKER_PROCESS else 0
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=_keep, conn_health_checks=_keep > 0)}
 else:
     DATABASES = {
         "default": {
@@ -189,7 +207,8 @@ _dramatiq_middleware = [
     "dramatiq.middleware.TimeLimit",
     "dramatiq.middleware.Callbacks",
     "dramatiq.middleware.Retries",
-    "django_dramatiq.middleware.DbConnectionsMiddleware",
+    # django_dramatiq's DbConnectionsMiddleware, keeping a worker thread's SQLite connection.
+    "fusion_site.base.queue.WorkerDbConnections",
 ]
 if REDIS_URL:
     DRAMATIQ_BROKER = {
@@ -220,7 +239,8 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "missions.streams.InMemoryChannelLayer"}}
 DRAMATIQ_TASKS_DATABASE = "default"
 DRAMATIQ_AUTODISCOVER_MODULES = ["tasks"]
-EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
+# django-eventstream's model storage with fewer statements per event (missions/streams/storage.py).
+EVENTSTREAM_STORAGE_CLASS = "missions.streams.storage.EventLogStorage"
 EVENTSTREAM_CHANNELMANAGER_CLASS = "missions.streams.MissionChannelManager"
 
 # --- the loop -------------------------------------------------------------------
@@ -235,6 +255,11 @@ FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
 FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)
 FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
 FUSION_SWEEP_INTERVAL = env_int("FUSION_SWEEP_INTERVAL", 120)
+# The MCP server (docs/MCP.md): how often a waiting tool looks at the database, how long
+# `task_complete` waits for the admission, how long an idle MCP session is kept.
+FUSION_MCP_POLL_SECONDS = env_float("FUSION_MCP_POLL_SECONDS", 0.5)
+FUSION_MCP_ADMISSION_WAIT = env_float("FUSION_MCP_ADMISSION_WAIT", 10.0)
+FUSION_MCP_SESSION_IDLE_SECONDS = env_float("FUSION_MCP_SESSION_IDLE_SECONDS", 1800.0)
 FUSION_RETRY_BACKOFF_MS = env_int("FUSION_RETRY_BACKOFF_MS", 2000)
 FUSION_REDRIVE_GRACE = env_int("FUSION_REDRIVE_GRACE", 30)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)

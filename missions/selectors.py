@@ -73,9 +73,16 @@ def milestone_rollup(*, milestone_id: int) -> dict[str, Any]:
     return {"milestone": milestone_id, "state": rollup_state(counts), **counts}
 
 
+def done_tasks(*, features: MissionFeature | Iterable[MissionFeature]) -> QuerySet[Task]:
+    """The tasks that landed on a feature (or on any of `features`), the last one first:
+    done, by when they finished. `.first()` is `latest_done_task`; a caller that needs a
+    few of its fields asks for just those (`values_list`)."""
+    one = isinstance(features, MissionFeature)
+    qs = Task.objects.filter(**({"feature": features} if one else {"feature__in": features}))
+    return qs.filter(status=TaskStatus.DONE).exclude(revision="").order_by("-finished_at", "-id")
+
+
 def latest_done_task(*, features: MissionFeature | Iterable[MissionFeature]) -> Task | None:
     """The task that landed last on a feature (or on any of `features`): the newest done
     one, by when it finished. Every "what was implemented last" question asks this."""
-    one = isinstance(features, MissionFeature)
-    qs = Task.objects.filter(**({"feature": features} if one else {"feature__in": features}))
-    return qs.filter(status=TaskStatus.DONE).exclude(revision="").order_by("-finished_at", "-id").first()
+    return done_tasks(features=features).first()

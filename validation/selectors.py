@@ -20,7 +20,7 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
-from missions.selectors import latest_done_task, rollup_state, visible_mission_ids
+from missions.selectors import done_tasks, rollup_state, visible_mission_ids
 from validation.models import FixLineage, Review, RunStatus, ValidatorRun
 
 if TYPE_CHECKING:
@@ -55,23 +55,33 @@ def newest_judged_run(*, feature_id: int, fingerprint: str) -> ValidatorRun | No
     )
 
 
-def feature_revision(feature) -> str:
+def lineage_fix_ids(feature) -> list[int]:
+    """The fixes of the lineage whose root is `feature` (none for most features)."""
+    return list(FixLineage.objects.filter(root=feature).values_list("fix_id", flat=True))
+
+
+def feature_revision(feature, *, fixes: list[int] | None = None) -> str:
     """The revision a feature stands on: the newest of its own tasks' landed revisions and
     the revisions at which its fixes passed. Every path that judges a feature uses this
-    (docs/TRUTH.md): a root whose fix passed is never re-judged on its pre-fix code."""
+    (docs/TRUTH.md): a root whose fix passed is never re-judged on its pre-fix code.
+    `fixes`: `lineage_fix_ids(feature)`, when the caller has it."""
     candidates: list[tuple[datetime | None, str]] = []
-    task = latest_done_task(features=feature)
+    # Two fields of each row, not the rows (a task's log, a run's verdict: large, unused here).
+    task = done_tasks(features=feature).values_list("finished_at", "revision").first()
     if task is not None:
-        candidates.append((task.finished_at, task.revision))
-    fixes = FixLineage.objects.filter(root=feature).values_list("fix_id", flat=True)
+        candidates.append(task)
+    fixes = lineage_fix_ids(feature) if fixes is None else fixes
     fixed = (
         ValidatorRun.objects.filter(feature_id__in=fixes, status=RunStatus.PASSED)
         .exclude(revision="")
         .order_by("-completed_at", "-id")
+        .values_list("completed_at", "revision")
         .first()
+        if fixes
+        else None
     )
     if fixed is not None:
-        candidates.append((fixed.completed_at, fixed.revision))
+        candidates.append(fixed)
     if not candidates:
         return ""
     # A done task has finished_at and a passed run completed_at (set by the services that

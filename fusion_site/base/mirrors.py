@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -178,11 +179,52 @@ def _clone(source: Source, path: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# What this process already knows a mirror holds: a mirror never loses an object (no gc,
+# no pruning of objects; a fetch only adds), so a "yes" stays true for that mirror, and
+# every snapshot after the first of a commit needs no git process to ask again. Keyed by
+# the mirror folder's identity: an evicted mirror and the one cloned in its place differ.
+_KNOWN_LIMIT = 50_000
+_known: dict[tuple[str, int, int], set[str]] = {}
+_known_lock = threading.Lock()
+
+
+def _identity(mirror: Path) -> tuple[str, int, int] | None:
+    try:
+        st = os.stat(mirror)
+    except OSError:
+        return None
+    return str(mirror), st.st_ino, st.st_mtime_ns
+
+
+def _known_yes(mirror: Path, fact: str) -> bool:
+    key = _identity(mirror)
+    with _known_lock:
+        return key is not None and fact in _known.get(key, ())
+
+
+def _learn(mirror: Path, fact: str) -> None:
+    key = _identity(mirror)
+    if key is None:
+        return
+    with _known_lock:
+        if key not in _known and len(_known) >= 1_000:
+            _known.clear()  # old identities of mirrors since fetched into or replaced
+        facts = _known.setdefault(key, set())
+        if len(facts) >= _KNOWN_LIMIT:
+            facts.clear()
+        facts.add(fact)
+
+
 def has_commit(mirror: Path, commit: str) -> bool:
     """Whether the mirror has `commit`, without the lazy fetch a partial clone would make
     for a missing object (`--missing=allow-any` turns it off)."""
+    if _known_yes(mirror, commit):
+        return True
     proc = _git(["rev-list", "--no-walk", "--ignore-missing", "--missing=allow-any", commit, "--"], cwd=mirror)
-    return proc.returncode == 0 and proc.stdout.strip() == commit
+    found = proc.returncode == 0 and proc.stdout.strip() == commit
+    if found:
+        _learn(mirror, commit)
+    return found
 
 
 def ensure_commit(source: Source, commit: str) -> Path:
@@ -217,8 +259,13 @@ def _ensure_commit(source: Source, commit: str) -> Path:
 
 def _lacks_blobs(mirror: Path, commit: str) -> bool:
     """Whether the commit's tree has objects a partial mirror lacks (no lazy fetch here)."""
+    if _known_yes(mirror, f"complete {commit}"):
+        return False
     proc = _git(["rev-list", "--objects", "--no-walk", "--missing=print", commit, "--"], cwd=mirror)
-    return proc.returncode != 0 or any(line.startswith("?") for line in proc.stdout.splitlines())
+    lacks = proc.returncode != 0 or any(line.startswith("?") for line in proc.stdout.splitlines())
+    if not lacks:
+        _learn(mirror, f"complete {commit}")
+    return lacks
 
 
 @contextlib.contextmanager

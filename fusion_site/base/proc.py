@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -100,7 +101,7 @@ def run_command(
             if stdin is not None:
                 proc.communicate(stdin.encode(), timeout=timeout)
             else:
-                proc.wait(timeout=timeout)
+                timed_out = not wait_exit(proc, timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         except BrokenPipeError:
@@ -117,6 +118,31 @@ def run_command(
         duration=time.monotonic() - started,
         matched=matched,
     )
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether `proc` exited within `timeout`, woken the moment it exits: `Popen.wait` with
+    a timeout polls with sleeps growing to 50 ms, which a short check pays on every run
+    (a 15 ms command was seen back after 31 ms). A pidfd (Linux 5.3+) is readable at exit;
+    elsewhere, `Popen.wait`."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here, or the process is reaped already
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+            if time.monotonic() >= deadline:
+                return False
+        return True
+    finally:
+        os.close(fd)
 
 
 def _tail(fh: IO[bytes], limit: int) -> tuple[str, bool]:

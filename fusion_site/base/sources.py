@@ -230,10 +230,12 @@ def run_git(
     source: Source | None = None,
     timeout: float,
     extra_env: dict[str, str] | None = None,
+    umask: int = -1,
 ) -> subprocess.CompletedProcess:
+    """`umask`: the git process's own (-1: this process's)."""
     env = {**git_env(source), **(extra_env or {})}
     command = ["git", *(["-C", str(cwd)] if cwd else []), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, umask=umask)
 
 
 def safe_revision(name: str) -> str:

@@ -7,7 +7,7 @@ Status moves are the task machine's (`missions.transitions.task`).
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from fusion_site.base.queue import send_on_commit
@@ -155,18 +155,37 @@ def pin_task_revision(*, mission: Mission, name: str) -> str:
         ) from exc
 
 
-@transaction.atomic
 def task_complete(*, user, task: Task, revision: str, summary: str = "", log: str | None = None) -> Task:
     """Record the landed revision, pinned to its commit id; the outcome is processed after
-    commit (idempotently)."""
+    commit (idempotently). The revision is resolved before the transaction: a `git
+    ls-remote` or a fetch into the mirror (bounded by FUSION_GIT_REMOTE_TIMEOUT) never
+    holds the mission's lock, nor SQLite's write lock."""
     name = revision.strip()
     if not name:
         raise Invalid("a completed task needs the revision it landed", fields={"revision": ["required"]})
-    lock_mission(task.mission_id)
-    task = Task.objects.select_for_update().select_related("mission").get(pk=task.pk)
+    current = Task.objects.select_related("mission").get(pk=task.pk)
+    _refuse_ended(current)  # before any git work, as after it
+    return _record_completion(
+        user=user,
+        task=current,
+        name=name,
+        revision=pin_task_revision(mission=current.mission, name=name),
+        summary=summary,
+        log=log,
+    )
+
+
+def _refuse_ended(task: Task) -> None:
     if task.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
         raise Conflict(f"a {task.status} task cannot be completed", code="illegal_task_state")
-    revision = pin_task_revision(mission=task.mission, name=name)
+
+
+@transaction.atomic
+def _record_completion(*, user, task: Task, name: str, revision: str, summary: str, log: str | None) -> Task:
+    lock_mission(task.mission_id)
+    # The task locked (and its mission, locked above); its feature read with it, for `_landed_on`.
+    task = _locked_with_feature().get(pk=task.pk)
+    _refuse_ended(task)  # it may have ended while the revision was resolved
     if task.status == TaskStatus.DONE:
         if task.revision == revision:
             return task  # the same completion delivered twice: nothing new to do
@@ -202,10 +221,19 @@ def task_complete(*, user, task: Task, revision: str, summary: str = "", log: st
     return task
 
 
+def _locked_with_feature():
+    """Tasks locked `FOR UPDATE` with their mission (as `select_related("mission")` locked
+    it), their feature read in the same query but not locked (a nullable join)."""
+    if connections[Task.objects.db].features.has_select_for_update_of:
+        return Task.objects.select_for_update(of=("self", "mission")).select_related("mission", "feature")
+    return Task.objects.select_for_update().select_related("mission", "feature")
+
+
 def _landed_on(task: Task, actor_id: int | None) -> None:
     """New code landed on a feature that is `passed` (or idle): it is not passed any more
-    — its pass was at older code — and waits for the judgement of this revision."""
-    feature = MissionFeature.objects.filter(pk=task.feature_id).first() if task.feature_id else None
+    — its pass was at older code — and waits for the judgement of this revision. The
+    feature is the one read with the locked task (under the mission's lock: current)."""
+    feature = task.feature if task.feature_id else None
     if feature is not None and feature.loop_state in (LoopState.PASSED, LoopState.IDLE):
         feature_transition(
             feature=feature.pk,
@@ -214,6 +242,7 @@ def _landed_on(task: Task, actor_id: int | None) -> None:
             cause="task_linked",
             actor_id=actor_id,
             payload={"task": task.pk, "revision": task.revision},
+            mission_id=feature.mission_id,
         )
 
 

@@ -39,7 +39,18 @@ def assertion_transition(
     """Move one assertion from `old` to `new`. Returns False when another writer won; a
     `ContractAssertion` passed in holds the new status after a move."""
     pk = assertion if isinstance(assertion, int) else assertion.pk
-    moved = move(ASSERTION, pk=pk, old=old, new=new, cause=cause, actor_id=actor_id, fields=fields, payload=payload)
+    mission_id = None if isinstance(assertion, int) else assertion.mission_id
+    moved = move(
+        ASSERTION,
+        pk=pk,
+        old=old,
+        new=new,
+        cause=cause,
+        actor_id=actor_id,
+        fields=fields,
+        payload=payload,
+        mission_id=mission_id,
+    )
     if moved and isinstance(assertion, ContractAssertion):
         assertion.status = new
     return moved

@@ -28,7 +28,7 @@ from typing import Any
 from django.db import transaction
 
 from missions.models import FeatureStatus, LoopState, MissionFeature
-from missions.transitions.machine import Machine, move
+from missions.transitions.machine import Machine, legal_event, move
 from missions.transitions.progress import reopen_for_feature
 
 S = LoopState
@@ -137,13 +137,20 @@ def feature_transition(
     reason: str = "",
     fields: dict[str, Any] | None = None,
     payload: dict[str, Any] | None = None,
+    mission_id: int | None = None,
 ) -> bool:
-    """Move one feature from `old` to `new`. Returns False when another writer won."""
+    """Move one feature from `old` to `new`. Returns False when another writer won.
+    `mission_id`: the feature's mission, when the caller has it (one query fewer)."""
     feature_id = feature if isinstance(feature, int) else feature.pk
+    if mission_id is None and isinstance(feature, MissionFeature):
+        mission_id = feature.mission_id
     updates: dict[str, Any] = dict(fields or {})
     if new in STATUS_FOR_LOOP:
         updates.setdefault("status", STATUS_FOR_LOOP[new])
-    with transaction.atomic():
+    legal_event(FEATURE, old, new, cause)  # an illegal pair is refused before the transaction
+    # No savepoint (two statements fewer on every move of the loop): the move and the
+    # reopening fail together, and with them the caller's transaction.
+    with transaction.atomic(savepoint=False):
         if not move(
             FEATURE,
             pk=feature_id,
@@ -153,6 +160,7 @@ def feature_transition(
             actor_id=actor_id,
             fields=updates,
             payload={"status": updates.get("status"), **({"reason": reason} if reason else {}), **(payload or {})},
+            mission_id=mission_id,
         ):
             return False
         if old in DONE_STATES and new not in DONE_STATES:

@@ -45,9 +45,18 @@ def task_transition(
     payload: dict[str, Any] | None = None,
 ) -> bool:
     """Move one task from `old` to `new`. Returns False when another writer won; a `Task`
-    passed in is refreshed after a move."""
-    pk = task if isinstance(task, int) else task.pk
-    moved = move(TASK, pk=pk, old=old, new=new, cause=cause, actor_id=actor_id, fields=fields, payload=payload)
-    if moved and isinstance(task, Task):
-        task.refresh_from_db()
-    return moved
+    passed in (locked by the caller: `missions/services/tasks.py`) holds the values written
+    after a move."""
+    instance = task if isinstance(task, Task) else None
+    return move(
+        TASK,
+        pk=task.pk if isinstance(task, Task) else task,
+        old=old,
+        new=new,
+        cause=cause,
+        actor_id=actor_id,
+        fields=fields,
+        payload=payload,
+        mission_id=instance.mission_id if instance is not None else None,
+        instance=instance,
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
@@ -18,7 +18,7 @@ from missions.transitions.loop import feature_transition
 from validation import hooks, profiles
 from validation.journal import canonical, sha256_of
 from validation.models import RunScope, RunStatus, ValidatorRun
-from validation.selectors import feature_revision, newest_judged_run
+from validation.selectors import JUDGED, feature_revision
 from validation.services.queueing import queue_run
 
 IDENTICAL_FAILURE_LIMIT = 3
@@ -32,14 +32,24 @@ class Admission:
 
 
 def feature_assertion_specs(feature: MissionFeature) -> list[dict[str, Any]]:
-    """The feature's assertion set as a run freezes it: what it is judged by, nothing else."""
-    return [
-        frozen_assertion(a) for a in feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")
-    ]
+    """The feature's assertion set as a run freezes it: what it is judged by, nothing else
+    (the frozen fields only, not the rows)."""
+    rows = feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")
+    return [{name: row[field] for name, field in FROZEN_FIELDS} for row in rows.values(*(f for _n, f in FROZEN_FIELDS))]
+
+
+# A frozen assertion's fields, by the model field each comes from: one list for both forms.
+FROZEN_FIELDS = (
+    ("key", "key"),
+    ("title", "title"),
+    ("statement", "statement"),
+    ("check", "check_spec"),
+    ("scope", "scope"),
+)
 
 
 def frozen_assertion(a) -> dict[str, Any]:
-    return {"key": a.key, "title": a.title, "statement": a.statement, "check": a.check_spec, "scope": a.scope}
+    return {name: getattr(a, field) for name, field in FROZEN_FIELDS}
 
 
 def input_fingerprint(
@@ -116,11 +126,29 @@ def feature_admit(
     force: bool = False,
     raise_conflict: bool = False,
     reason: str = "",
+    mission_id: int | None = None,
 ) -> Admission:
     """Start (or reuse, or refuse) a validation of one feature. `force` (operator re-run)
-    skips fingerprint reuse and the identical-failure block."""
-    lock_mission(MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id))
-    feature = MissionFeature.objects.select_for_update().select_related("mission").get(pk=feature_id)
+    skips fingerprint reuse and the identical-failure block. `mission_id`: the feature's
+    mission, when the caller has it (one query fewer)."""
+    if mission_id is None:
+        mission_id = MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id)
+    lock_mission(mission_id)
+    # `of`: the feature row is the one locked (the mission's is, above; the slice's need not be).
+    locked = MissionFeature.objects.select_for_update(of=("self",)) if _locks_of() else MissionFeature.objects
+    feature = locked.select_related("mission", "slice").get(pk=feature_id)
+    if feature.mission_id != mission_id:  # a stale caller's id: lock the right mission, in order
+        return feature_admit(
+            feature_id=feature_id,
+            trigger=trigger,
+            cause=cause,
+            actor_id=actor_id,
+            profile_name=profile_name,
+            revision=revision,
+            force=force,
+            raise_conflict=raise_conflict,
+            reason=reason,
+        )
     running = ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).first()
     if running is not None:
         if raise_conflict:
@@ -170,11 +198,16 @@ def feature_admit(
         )
     fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile, protection=protection)
     if not force:
-        newest = newest_judged_run(feature_id=feature.pk, fingerprint=fingerprint)
-        if newest is not None and newest.status == RunStatus.PASSED:
-            return _reuse(feature, newest, trigger=trigger, actor_id=actor_id)
-        failed = ValidatorRun.objects.filter(feature=feature, input_fingerprint=fingerprint, status=RunStatus.FAILED)
-        if failed.count() >= IDENTICAL_FAILURE_LIMIT:
+        # Every judged run on this input, newest first (a handful), in one query: the
+        # newest decides a reuse, the failed ones count towards the block.
+        judged = list(
+            ValidatorRun.objects.filter(feature=feature, input_fingerprint=fingerprint, status__in=JUDGED)
+            .order_by("-id")
+            .values_list("pk", "status")
+        )
+        if judged and judged[0][1] == RunStatus.PASSED:
+            return _reuse(feature, ValidatorRun.objects.get(pk=judged[0][0]), trigger=trigger, actor_id=actor_id)
+        if sum(1 for _pk, status in judged if status == RunStatus.FAILED) >= IDENTICAL_FAILURE_LIMIT:
             return _block(
                 feature,
                 cause="fingerprint_failures",
@@ -195,6 +228,10 @@ def feature_admit(
         protection=protection,
     )
     return Admission("started", run)
+
+
+def _locks_of() -> bool:
+    return bool(connections[MissionFeature.objects.db].features.has_select_for_update_of)
 
 
 def _refusal(feature: MissionFeature, cause: str) -> Conflict | None:
@@ -279,21 +316,22 @@ def start_run(
     reason: str = "",
 ) -> ValidatorRun:
     """Create the run, point the feature at it, move it to `validating`, queue the judge."""
+    # No savepoint of its own: a refused insert refuses the whole admission, whose own
+    # block (`feature_admit` is atomic: a savepoint when nested) rolls it back.
     try:
-        with transaction.atomic():
-            run = new_run(
-                feature=feature,
-                milestone_id=feature.slice.milestone_id,
-                trigger=trigger,
-                validator=profile["name"],
-                validator_config=profiles.public_config(profile),
-                revision=revision,
-                assertions=assertions,
-                protection=protection,
-                fingerprint=fingerprint,
-                actor_id=actor_id,
-                validator_attempt=feature.validator_attempts + 1,
-            )
+        run = new_run(
+            feature=feature,
+            milestone_id=feature.slice.milestone_id,
+            trigger=trigger,
+            validator=profile["name"],
+            validator_config=profiles.public_config(profile),
+            revision=revision,
+            assertions=assertions,
+            protection=protection,
+            fingerprint=fingerprint,
+            actor_id=actor_id,
+            validator_attempt=feature.validator_attempts + 1,
+        )
     except IntegrityError as exc:  # the database's own "one running run per feature"
         raise Conflict("a validation of this feature is already running", code="validation_already_running") from exc
     fields = {"last_run": run, "validator_attempts": feature.validator_attempts + 1}
@@ -312,6 +350,7 @@ def start_run(
             reason=reason,
             fields=fields,
             payload={"run": run.pk},
+            mission_id=feature.mission_id,
         )
         if not moved:
             raise Conflict("the feature changed state meanwhile; try again", code="state_changed")

@@ -113,8 +113,17 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
     return _stop(mission, state[len("stop:") :]) if state.startswith("stop:") else state
 
 
-@transaction.atomic
 def autopilot_advance(*, mission_id: int) -> str:
+    # Most notifications find the autopilot off (every pass sends one): answered without a
+    # transaction or the mission's lock. Whoever switches it on or activates the mission
+    # notifies it after that commit, so a change in flight now is never missed.
+    if not Mission.objects.filter(pk=mission_id, autopilot=True, status=MissionStatus.ACTIVE).exists():
+        return "idle"
+    return _advance(mission_id=mission_id)
+
+
+@transaction.atomic
+def _advance(*, mission_id: int) -> str:
     mission = Mission.objects.select_for_update().filter(pk=mission_id).first()
     if mission is None or not mission.autopilot or mission.status != MissionStatus.ACTIVE:
         return "idle"

@@ -14,7 +14,7 @@ from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
 from missions.transitions.loop import feature_transition
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
-from validation.selectors import consecutive_errors, feature_revision
+from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
 from validation.services.admission import (
     feature_admit,
     feature_assertion_specs,
@@ -48,7 +48,6 @@ def run_complete(*, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_ou
         tokens_out=tokens_out,
     ):
         return False  # reaped or completed elsewhere: exactly one terminal write
-    run.refresh_from_db()
     failures = _record_assertions(run, verdict)
     publish_on_commit(
         run.mission_id,
@@ -142,13 +141,19 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
     feature = _owns_feature(run)
     if feature is None:
         return
-    if _judge_newer_revision(feature, run):
+    fixes = lineage_fix_ids(feature)  # read once, under the mission's lock: no fix is made meanwhile
+    if _judge_newer_revision(feature, run, fixes):
         return
     if verdict.status == "pass":
-        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING)
+        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING, fixes=fixes)
     elif verdict.status == "fail":
         feature_transition(
-            feature=feature.pk, old=LoopState.VALIDATING, new=LoopState.NEEDS_FIX, cause="fail", payload={"run": run.pk}
+            feature=feature.pk,
+            old=LoopState.VALIDATING,
+            new=LoopState.NEEDS_FIX,
+            cause="fail",
+            payload={"run": run.pk},
+            mission_id=feature.mission_id,
         )
         if run.mission.auto_fix:
             follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
@@ -175,13 +180,13 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
         autopilot_notify(run.mission_id)
 
 
-def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun) -> bool:
+def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
     """The run judged older code or an older contract than the feature now has (a task
     landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
     recorded on the run, but it decides nothing; the feature's current revision and set
     are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
 
-    standing = feature_revision(feature) or run.revision
+    standing = feature_revision(feature, fixes=fixes) or run.revision
     if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions):
         return False
     follow_up(
@@ -192,7 +197,11 @@ def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun) -> bool:
     return True
 
 
-def apply_pass(*, feature: MissionFeature, run: ValidatorRun, cause: str, old_state: str) -> None:
+def apply_pass(
+    *, feature: MissionFeature, run: ValidatorRun, cause: str, old_state: str, fixes: list[int] | None = None
+) -> None:
+    """`fixes`: the fixes of the feature's lineage (`lineage_fix_ids`) when the caller read
+    them in this transaction: with none, there is no lineage to close."""
     feature_transition(
         feature=feature.pk,
         old=old_state,
@@ -200,10 +209,11 @@ def apply_pass(*, feature: MissionFeature, run: ValidatorRun, cause: str, old_st
         cause=cause,
         payload={"run": run.pk},
         fields={"stop_reason": "", "stop_detail": "", "stopped_at": None},
+        mission_id=feature.mission_id,
     )
     if feature.generated_from_id:
         follow_up(feature.mission_id, "fix_passed", lambda: fix_passed(fix=feature, run=run))
-    else:
+    elif fixes is None or fixes:
         follow_up(feature.mission_id, "close_lineage", lambda: close_lineage(root=feature))
     autopilot_notify(feature.mission_id)
 

@@ -22,14 +22,17 @@ ENDS = frozenset({RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStat
 
 
 def run_finish(*, run: ValidatorRun, status: str, **fields: Any) -> bool:
-    """End a running run with `status`. False when it had ended already (another writer won)."""
+    """End a running run with `status`. False when it had ended already (another writer won);
+    True when it ended now, and then `run` holds what was written."""
     if status not in ENDS:
         raise IllegalTransition(f"a run cannot go from running to {status}", extra={"from": "running", "to": status})
     lock_mission(run.mission_id)
     now = timezone.now()
-    updated = ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=status, completed_at=now, updated_at=now, **fields
-    )
+    written = {"status": status, "completed_at": now, "updated_at": now, **fields}
+    updated = ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(**written)
+    if updated:
+        for name, value in written.items():
+            setattr(run, name, value)
     return bool(updated)
 
 

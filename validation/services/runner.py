@@ -15,11 +15,11 @@ from django.utils import timezone
 from fusion_site.base.lease import renewing
 from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
 from missions.models import AssertionScope, MissionFeature
-from missions.selectors import latest_done_task
+from missions.selectors import done_tasks
 from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
-from validation.services.outcomes import run_complete, run_error
+from validation.services.outcomes import RUN_STATUS, run_complete, run_error
 from validation.validators import judge
 from validation.verdict import (
     FrozenContext,
@@ -51,10 +51,11 @@ def run_assertions(run: ValidatorRun) -> list[AssertionSpec]:
 def _task_context(feature: MissionFeature | None) -> tuple[str, str]:
     if feature is None:
         return "", ""
-    task = latest_done_task(features=feature)
+    task = done_tasks(features=feature).values_list("summary", "log").first()
     if task is None:
         return "", ""
-    return task.summary[:4000], task.log[-4000:]
+    summary, log = task
+    return summary[:4000], log[-4000:]
 
 
 def build_context(
@@ -171,7 +172,8 @@ def _judge_and_record(run: ValidatorRun) -> str:
         logger.exception("validator run %s crashed with an unexpected error", run.pk)
         run_error(run_id=run.pk, message=f"unexpected {type(exc).__name__}: {exc}", code="host_defect")
         return RunStatus.ERROR
-    run_complete(run_id=run.pk, verdict=verdict, tokens_in=judgement.tokens_in, tokens_out=judgement.tokens_out)
+    if run_complete(run_id=run.pk, verdict=verdict, tokens_in=judgement.tokens_in, tokens_out=judgement.tokens_out):
+        return str(RUN_STATUS[verdict.status])  # what it just wrote
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
 
 

@@ -48,4 +48,6 @@ def task_outcome_process(*, task_id: int) -> str:
         _warn(task, f"feature is {feature.loop_state}, not implementing; no validation started")
         return "not_implementing"
     trigger = "fix" if feature.generated_from_id else "task"
-    return feature_admit(feature_id=feature.pk, trigger=trigger, cause="task_done", revision=task.revision).outcome
+    return feature_admit(
+        feature_id=feature.pk, trigger=trigger, cause="task_done", revision=task.revision, mission_id=feature.mission_id
+    ).outcome

@@ -10,12 +10,11 @@ import contextlib
 import json
 import posixpath
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
 
 from fusion_site.base.proc import CommandError, run_command
 from fusion_site.base.redact import bounded, redact
@@ -174,22 +173,15 @@ def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
     return _assertion_verdict(assertion.key, verdict, message, kind, evidence, expected, actual)
 
 
-def _judge_journaled(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
-    if ctx.replay is not None:
-        return AssertionVerdict.model_validate(ctx.replay.answer("check", assertion.key))
-    close_old_connections()
-    try:
-        verdict = judge_isolated(ctx, assertion)
-        # The final verdict, protection rule applied: a replay serves exactly this.
-        journal.append(
-            run_id=ctx.run_id,
-            kind="check",
-            key=assertion.key,
-            payload={"check": assertion.check, "result": verdict.model_dump()},
-        )
-        return verdict
-    finally:
-        close_old_connections()
+def _journaled(ctx: ValidationContext, assertion: AssertionSpec, verdict: AssertionVerdict) -> AssertionVerdict:
+    # The final verdict, protection rule applied: a replay serves exactly this.
+    journal.append(
+        run_id=ctx.run_id,
+        kind="check",
+        key=assertion.key,
+        payload={"check": assertion.check, "result": verdict.model_dump()},
+    )
+    return verdict
 
 
 def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
@@ -257,13 +249,30 @@ def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: 
 
 
 def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[AssertionVerdict]:
+    """Every check judged, in parallel threads; each result is journaled as soon as it is in,
+    by this thread (the check threads never touch the database: no connection each)."""
     if not assertions:
         return []
+    if ctx.replay is not None:
+        return [AssertionVerdict.model_validate(ctx.replay.answer("check", a.key)) for a in assertions]
     workers = max(1, min(settings.FUSION_CHECK_PARALLELISM, len(assertions)))
     if workers == 1:
-        return [_judge_journaled(ctx, a) for a in assertions]
+        return [_journaled(ctx, a, judge_isolated(ctx, a)) for a in assertions]
+    results: list[AssertionVerdict | None] = [None] * len(assertions)
+    failed: BaseException | None = None
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda a: _judge_journaled(ctx, a), assertions))
+        futures = {pool.submit(judge_isolated, ctx, a): i for i, a in enumerate(assertions)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                verdict = future.result()
+            except BaseException as exc:  # noqa: BLE001 — raised below, once the others are journaled
+                failed = failed or exc
+                continue
+            results[i] = _journaled(ctx, assertions[i], verdict)
+    if failed is not None:
+        raise failed
+    return [r for r in results if r is not None]
 
 
 def blocked_without_check(assertion: AssertionSpec) -> AssertionVerdict:
