@@ -3,17 +3,24 @@
 `/ws/missions/<id>/` sends `{"id": <seq>, "event": <type>, "data": {...}}` for every
 event of the mission. Browsers sign in with their session; programs with a DRF token,
 `?token=<key>` or an `Authorization: Token <key>` header. Anyone who may not see the
-mission, signed-in or not, is refused with close code 4403.
+mission, signed-in or not, is refused with close code 4403, and so is a handshake signed
+in by its session cookie whose `Origin` is not one of the site's own (`own_origin`): a
+page on another origin (a sibling subdomain gets the `SameSite=Lax` cookie) must not read
+a signed-in user's stream. A token handshake carries no ambient credential: its origin
+is not judged.
 """
 
 from __future__ import annotations
 
 import json
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.middleware import BaseMiddleware
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from django.utils.http import is_same_domain
 
 from missions.events import group_name
 from missions.selectors import can_see_mission
@@ -33,6 +40,51 @@ def scope_token(scope) -> str | None:
     return None
 
 
+def header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def own_origin(origin: str, *, host: str | None) -> bool:
+    """Whether a browser's `Origin` is this site: the handshake's own host (when it is one
+    of ALLOWED_HOSTS), a host named exactly in ALLOWED_HOSTS (any port), or an origin of
+    CSRF_TRUSTED_ORIGINS (with its `*.` subdomain patterns, as Django's CSRF check).
+    ALLOWED_HOSTS patterns (`.example.com`, `*`) name hosts to answer for, not pages to
+    trust: a sibling subdomain matches them."""
+    try:
+        parsed = urlsplit(origin)
+    except ValueError:
+        return False
+    if not parsed.scheme or not parsed.netloc or parsed.hostname is None:
+        return False
+    netloc = parsed.netloc.lower()
+    if host:
+        domain, _port = split_domain_port(host)
+        if domain and validate_host(domain, settings.ALLOWED_HOSTS) and netloc == host.lower():
+            return True
+    exact = {h.lower() for h in settings.ALLOWED_HOSTS if h != "*" and not h.startswith(".")}
+    if parsed.hostname.lower() in exact:
+        return True
+    for trusted in settings.CSRF_TRUSTED_ORIGINS:
+        if origin == trusted:
+            return True
+        pattern = urlsplit(trusted)
+        if pattern.scheme == parsed.scheme and pattern.netloc.startswith("*."):
+            if is_same_domain(netloc, pattern.netloc[1:]):
+                return True
+    return False
+
+
+def session_origin_refused(scope) -> bool:
+    """A session-signed handshake from another origin (see the module's docstring)."""
+    if scope.get("auth_via") == "token":
+        return False
+    origin = header(scope, b"origin")
+    return origin is not None and not own_origin(origin, host=header(scope, b"host"))
+
+
 class TokenAuthMiddleware(BaseMiddleware):
     """Runs inside Channels' AuthMiddlewareStack: a connection that offers a token is
     the token's user (an unknown token is anonymous, never the session's user)."""
@@ -40,7 +92,7 @@ class TokenAuthMiddleware(BaseMiddleware):
     async def __call__(self, scope, receive, send):
         key = scope_token(scope)
         if key is not None:
-            scope = dict(scope, user=await database_sync_to_async(token_user)(key))
+            scope = dict(scope, user=await database_sync_to_async(token_user)(key), auth_via="token")
         return await self.inner(scope, receive, send)  # type: ignore[call-arg,misc]  # an ASGI 3 app; the stubs also allow ASGI 2
 
 
@@ -53,7 +105,9 @@ class MissionConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.mission_id = int(self.scope["url_route"]["kwargs"]["mission_id"])
         user = self.scope.get("user")
-        allowed = await database_sync_to_async(can_see_mission)(user=user, mission_id=self.mission_id)
+        allowed = not session_origin_refused(self.scope) and await database_sync_to_async(can_see_mission)(
+            user=user, mission_id=self.mission_id
+        )
         if not allowed:
             # Accept, then close: a close before the handshake completes reaches the
             # client as a plain HTTP 403, and programs could not tell why.

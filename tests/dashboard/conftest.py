@@ -28,13 +28,7 @@ from types import SimpleNamespace
 import dramatiq
 import pytest
 
-PASSWORDS = {"alice": "pw-alice-123", "bob": "pw-bob-12345", "staff": "pw-staff-123"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.users import PASSWORDS, _fast_password_hashing, _user, alice, bob, free_port, staff  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -65,37 +59,6 @@ def asgi_server(django_db_setup):
 
 
 # --- users ---------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # The default hasher takes ~0.4 s per user by design; these tests are not about it.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-def _user(django_user_model, name: str, **extra):
-    from rest_framework.authtoken.models import Token
-
-    user = django_user_model.objects.create_user(name, password=PASSWORDS[name], **extra)
-    user.token = Token.objects.create(user=user).key
-    user.password_text = PASSWORDS[name]
-    return user
-
-
-@pytest.fixture
-def alice(django_user_model):
-    return _user(django_user_model, "alice")
-
-
-@pytest.fixture
-def bob(django_user_model):
-    """Signed in, but a member of nothing."""
-    return _user(django_user_model, "bob")
-
-
-@pytest.fixture
-def staff(django_user_model):
-    return _user(django_user_model, "staff", is_staff=True)
 
 
 # --- HTTP helpers --------------------------------------------------------------------
