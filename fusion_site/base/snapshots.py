@@ -214,13 +214,13 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]]) -> int:
 
     The candidates are listed first and `live_labels()` is asked after: a run is live
     before its snapshot exists, so a snapshot made meanwhile is never a candidate."""
-    found = [child for child in snapshot_root().iterdir() if SNAPSHOT_NAME.match(child.name.removesuffix(".idx"))]
+    found = [child for child in snapshot_root().iterdir() if SNAPSHOT_NAME.match(_snapshot_of(child.name))]
     live = live_labels()
     removed = 0
     for path in found:
         if _is_live(path, live):
             continue
-        if path.name.endswith(".idx") or path.is_symlink():  # a link is never ours: drop it, not its target
+        if path.name != _snapshot_of(path.name) or path.is_symlink():  # a link is never ours: drop it, not its target
             path.unlink(missing_ok=True)
             continue
         remove_tree(path)
@@ -228,8 +228,15 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]]) -> int:
     return removed
 
 
+def _snapshot_of(name: str) -> str:
+    """The snapshot a name in the snapshot folder belongs to: its own, or that of its index
+    file (`<name>.idx`) or of git's lock of that index (`<name>.idx.lock`, left when the
+    worker was killed during the checkout)."""
+    return name.removesuffix(".lock").removesuffix(".idx") if name.endswith((".idx", ".idx.lock")) else name
+
+
 def _is_live(folder: Path, live_labels: set[str]) -> bool:
-    named = SNAPSHOT_NAME.match(folder.name.removesuffix(".idx"))
+    named = SNAPSHOT_NAME.match(_snapshot_of(folder.name))
     if named is None:  # the callers pass only snapshot names; anything else is never ours to remove
         return True
     label = named.group(1)

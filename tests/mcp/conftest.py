@@ -26,7 +26,7 @@ import pytest
 from django.conf import settings
 
 from tests.support.users import PASSWORDS, _fast_password_hashing, _user, alice, bob, free_port, staff  # noqa: F401
-from tests.validation.test_workers_subprocess import child_database_url
+from tests.support.workers import WorkerProcesses, child_database_url, clear_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_ENV = "MCP_TEST_LLM_KEY"
@@ -53,8 +53,13 @@ class Serve:
             "SECRET_KEY": settings.SECRET_KEY,
             **env,
         }
+        self.workers: WorkerProcesses | None = None
         if settings.REDIS_URL:
             child_env.update(REDIS_URL=settings.REDIS_URL, FUSION_EVENTS_PREFIX=settings.EVENTS_PREFIX)
+            # The production shape: `serve` runs no workers; a `rundramatiq` beside it judges.
+            clear_namespace()
+            self.workers = WorkerProcesses(tmp_path)
+            self.workers.start(**child_env)  # the same environment: profiles, model keys, folders
         self.env = child_env
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
@@ -80,9 +85,13 @@ class Serve:
         return f"{self.url}/mcp/missions/{mission}/" if mission else f"{self.url}/mcp/"
 
     def logs(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:] if self.log.exists() else ""
+        own = self.log.read_text(errors="replace")[-6000:] if self.log.exists() else ""
+        return own + (f"\n{self.workers.logs()}" if self.workers else "")
 
     def stop(self) -> None:
+        if self.workers is not None:
+            self.workers.stop_all()
+            clear_namespace()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -155,6 +164,23 @@ def child_env(tmp_path: Path) -> dict[str, str]:
         "FUSION_REPO_CACHE": str(tmp_path / "stdio-repos"),
         "DJANGO_SETTINGS_MODULE": "fusion_site.settings",
     }
+
+
+@pytest.fixture
+def stdio_judges(transactional_db, tmp_path):
+    """What judges the work a stdio server starts: its own in-process workers (embedded),
+    or in the production shape (REDIS_URL) a `rundramatiq` beside it."""
+    if not settings.REDIS_URL:
+        yield None
+        return
+    clear_namespace()
+    workers = WorkerProcesses(tmp_path)
+    workers.start(**child_env(tmp_path))
+    try:
+        yield workers
+    finally:
+        workers.stop_all()
+        clear_namespace()
 
 
 @pytest.fixture

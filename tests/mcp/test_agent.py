@@ -68,8 +68,8 @@ def test_a_scripted_agent_completes_the_demo_mission_over_mcp(serve, alice, tmp_
     assert steps[-1] == {"step": "complete"}
 
 
-def test_wait_for_verdict_progress_and_timeout(alice, shop, tmp_path, transactional_db):
-    """Over stdio (whose process runs its own workers): a completion, then the wait with
+def test_wait_for_verdict_progress_and_timeout(alice, shop, tmp_path, stdio_judges):
+    """Over stdio (whose process runs its own workers, embedded): a completion, then the wait with
     progress notifications; a second wait with nothing pending returns at once; a wait
     whose run cannot end in time returns finished=false at the timeout."""
     from missions.models import ContractAssertion

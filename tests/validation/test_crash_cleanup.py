@@ -199,8 +199,9 @@ def test_a_snapshot_of_a_killed_worker_is_swept(idle_broker, build_mission, git_
 
 
 def test_an_index_file_left_by_a_worker_killed_inside_read_tree_is_swept(idle_broker, build_mission, git_repo):
-    """A worker killed while `read-tree` fills its snapshot leaves the folder and its
-    private index file beside it: both go once the run is no longer live."""
+    """A worker killed while `read-tree` fills its snapshot leaves the folder, its private
+    index file beside it and git's lock of that index: all go once the run is no longer
+    live."""
     feature = hello_feature(build_mission, git_repo)
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
     folder = snapshot_root() / f"run-{run.pk}-0123456789ab"
@@ -208,10 +209,14 @@ def test_an_index_file_left_by_a_worker_killed_inside_read_tree_is_swept(idle_br
     (folder / "half.txt").write_text("x")
     index = snapshot_root() / f"{folder.name}.idx"
     index.write_bytes(b"DIRC")
-    assert recover()["snapshots_removed"] == 0 and folder.is_dir() and index.is_file()  # live: left alone
+    lock = snapshot_root() / f"{folder.name}.idx.lock"
+    lock.write_bytes(b"DIRC")
+    lock.chmod(0o444)  # as git writes it for a snapshot (read-only files)
+    assert recover()["snapshots_removed"] == 0 and folder.is_dir() and index.is_file() and lock.is_file()  # live
     ValidatorRun.objects.filter(pk=run.pk).update(status=RunStatus.ERROR)
     assert recover()["snapshots_removed"] == 1
-    assert not folder.exists() and not index.exists()
+    assert not folder.exists() and not index.exists() and not lock.exists()
+    assert list(snapshot_root().iterdir()) == []
     assert_no_snapshot_left(git_repo)
 
 
