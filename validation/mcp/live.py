@@ -30,6 +30,10 @@ from missions.events import group_name
 logger = logging.getLogger(__name__)
 
 TERMINAL_REVIEW_EVENTS = frozenset({"completed", "failed", "cancelled"})
+# One commit sends several events that touch the same resource (a run's end: the assertions
+# judged, the rollup, the run, the feature). `resources/updated` carries only the URI, so
+# the first one goes out at once and the rest of the burst becomes one trailing notification.
+COALESCE_SECONDS = 0.05
 
 
 def mission_uri(mission_id: int) -> str:
@@ -58,6 +62,8 @@ class Live:
         self._followers: dict[int, asyncio.Task] = {}
         self._subscribers: dict[str, set[Any]] = defaultdict(set)  # uri -> legacy connections
         self._review_watchers: dict[int, set[Any]] = defaultdict(set)  # review id -> connections
+        self._windows: dict[str, asyncio.Task] = {}  # uri -> its open coalescing window
+        self._dirty: set[str] = set()  # uris touched again inside their window
 
     # --- following missions -----------------------------------------------------------
 
@@ -89,11 +95,32 @@ class Live:
 
     async def dispatch(self, mission_id: int, event: str, data: dict[str, Any]) -> None:
         for uri in touched(mission_id, event, data):
-            await self.bus.publish(ResourceUpdated(uri=uri))
-            for connection in list(self._subscribers.get(uri, ())):
-                await connection.send_resource_updated(uri)
+            if uri in self._windows:
+                self._dirty.add(uri)  # told at the window's end, once
+                continue
+            self._windows[uri] = asyncio.get_running_loop().create_task(self._window(uri))
+            await self._notify(uri)
         if event == "review:progress" and data.get("event") in TERMINAL_REVIEW_EVENTS:
             await self._review_ended(data["review"], data["event"])
+
+    async def _notify(self, uri: str) -> None:
+        await self.bus.publish(ResourceUpdated(uri=uri))
+        for connection in list(self._subscribers.get(uri, ())):
+            await connection.send_resource_updated(uri)
+
+    async def _window(self, uri: str) -> None:
+        try:
+            while True:
+                await asyncio.sleep(COALESCE_SECONDS)
+                if uri not in self._dirty:
+                    return
+                self._dirty.discard(uri)
+                await self._notify(uri)
+        except Exception:  # noqa: BLE001 — a failed notification must not keep the window open
+            logger.exception("MCP notification of %s failed", uri)
+        finally:
+            self._windows.pop(uri, None)
+            self._dirty.discard(uri)
 
     async def _review_ended(self, review_id: int, how: str) -> None:
         uri = f"fusion://reviews/{review_id}"
@@ -139,6 +166,7 @@ class Live:
 
     def stop(self) -> None:
         self.listen.close()
-        for task in self._followers.values():
+        for task in [*self._followers.values(), *self._windows.values()]:
             task.cancel()
         self._followers.clear()
+        self._windows.clear()
