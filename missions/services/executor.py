@@ -21,6 +21,7 @@ user's checkout — and pushes the result to the source (docs/REPOSITORIES.md).
   command, a refused push — fails the task with the (scrubbed) reason.
 - **A lease, like validator runs'**: `missions/services/executor_lease.py`.
 - Tasks of one mission run one at a time on a host (a lock file in the repository cache),
+  in the order they were made (an older task whose executor holds its claim goes first),
   so that each starts from what the one before it landed.
 """
 
@@ -31,10 +32,12 @@ import fcntl
 import logging
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
+from django.utils import timezone
 
 from fusion_site.base import mirrors
 from fusion_site.base.mirrors import FULL_COMMIT
@@ -96,7 +99,7 @@ def _execute(task: Task, token: str) -> str:
     except SnapshotError as exc:
         return fail(task.pk, token, str(exc))
     # Completed under the lock: the next task of the mission starts from this one's result.
-    with _mission_lock(source, mission):
+    with _mission_lock(source, mission, task):
         try:
             revision, log = _run_in_clone(task, source, token)
         except ExecutorFailed as exc:
@@ -109,15 +112,37 @@ def _execute(task: Task, token: str) -> str:
 
 
 @contextlib.contextmanager
-def _mission_lock(source: Source, mission: Mission) -> Iterator[None]:
+def _mission_lock(source: Source, mission: Mission, task: Task) -> Iterator[None]:
+    """The mission's executor lock, taken in the tasks' order: the lock itself grants in no
+    order, so a task that gets it while an older task of the mission is claimed by a live
+    executor (waiting for this lock, here or on another host) gives it back and waits. A
+    dead executor's claim ends with its lease, so the wait is bounded by one lease."""
     # flock locks belong to the open file: two threads of one process exclude each other too.
     path = mirrors.cache_root() / f"executor-{source.key}-{_ref_part(mission.key)}.lock"
     with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        while True:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            if not _older_claimed(task):
+                break
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            time.sleep(ORDER_POLL_SECONDS)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+ORDER_POLL_SECONDS = 0.2
+
+
+def _older_claimed(task: Task) -> bool:
+    return (
+        Task.objects.filter(
+            mission_id=task.mission_id, pk__lt=task.pk, status=TaskStatus.IN_PROGRESS, lease_until__gt=timezone.now()
+        )
+        .exclude(claim_token="")
+        .exists()
+    )
 
 
 def start_revision(task: Task, source: Source) -> str:
