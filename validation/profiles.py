@@ -16,13 +16,15 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from validation.verdict_schema import DIALECTS, SCHEMA_VERSION
+
 KINDS = ("checks", "agent", "command", "composite")
 BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "checks": {"kind": "checks"},
     "composite": {"kind": "composite"},
 }
 DEFAULT_PROFILE = "composite"
-OUTPUT_MODES = ("tool", "native", "prompted")
+OUTPUT_MODES = ("tool", "native", "prompted", "schema")
 JOURNAL_POLICIES = ("transcript", "hash-only")
 AGENT_TOOLS = ("read", "grep", "find", "ls", "run_check")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,6 +46,7 @@ OPTIONS = {
         "tools",
         "tool_choice",
         "native_format",
+        "schema_format",
         "max_tokens",
         "max_requests",
     },
@@ -54,6 +57,7 @@ CHOICES = {
     "journal_policy": JOURNAL_POLICIES,
     "tool_choice": ("required", "auto", "output"),
     "native_format": ("json_schema", "json_object"),
+    "schema_format": DIALECTS,  # the forms of response_format the schema mode can send
 }
 INTEGERS = {
     "max_repairs": (0, 10),
@@ -122,6 +126,8 @@ def _agent_problems(profile: dict[str, Any]) -> list[str]:
         problems.append(f"tools must be a list drawn from {', '.join(AGENT_TOOLS)}")
     if profile.get("tool_choice") == "output" and profile.get("output_mode", "tool") != "tool":
         problems.append("tool_choice 'output' needs output_mode 'tool'")
+    if "schema_format" in profile and profile.get("output_mode", "tool") != "schema":
+        problems.append("schema_format needs output_mode 'schema'")
     return problems
 
 
@@ -192,8 +198,19 @@ def public_config(profile: dict[str, Any]) -> dict[str, Any]:
     """What is snapshotted on a run and hashed into the fingerprint (no secrets). A
     composite embeds its agent profile's config, so that changing the agent (its model,
     its budget) changes the fingerprint and an old pass is not reused for it."""
-    config = {k: v for k, v in profile.items() if k not in ("api_key",)}
+    config = _with_schema_version({k: v for k, v in profile.items() if k not in ("api_key",)})
     agent = profile.get("kind") == "composite" and profile.get("agent")
     if agent and agent in all_profiles():
-        config["agent_config"] = {k: v for k, v in all_profiles()[agent].items() if k != "api_key"}
+        config["agent_config"] = _with_schema_version(
+            {k: v for k, v in all_profiles()[agent].items() if k != "api_key"}
+        )
+    return config
+
+
+def _with_schema_version(config: dict[str, Any]) -> dict[str, Any]:
+    """A schema-mode agent's config names the version of the verdict schema it sends: the
+    schema itself follows from the frozen keys and the revision (both fingerprinted), its
+    rules from this version, so a change of them is a new fingerprint."""
+    if config.get("kind") == "agent" and config.get("output_mode") == "schema":
+        return {**config, "verdict_schema_version": SCHEMA_VERSION}
     return config

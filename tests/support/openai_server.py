@@ -4,6 +4,12 @@ It answers POST /v1/chat/completions from a script (see scripted_model.py) and r
 every request it receives, so a test can prove what was (not) sent. A turn can be held:
 the request that would get it waits until the test releases it (to kill a worker while a
 call is in flight).
+
+Like a real server it can refuse a `response_format` it does not take (`response_formats`:
+the `type`s it accepts; any other is answered `refusal_status`, 400 by default, as
+servers do; llama-cpp-python's answers 500),
+and it can stand for a server that decodes under the schema it was sent (`enforce_schema`):
+a scripted text answer that the schema does not admit is a broken test script (500).
 """
 
 from __future__ import annotations
@@ -20,10 +26,22 @@ OUTPUT_TOOL = "submit_verdict"
 
 
 class ScriptedOpenAIServer:
-    def __init__(self, turns: list, *, model: str = "scripted-model", usage: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        turns: list,
+        *,
+        model: str = "scripted-model",
+        usage: tuple[int, int] | None = None,
+        response_formats: tuple[str, ...] | None = None,
+        enforce_schema: bool = False,
+        refusal_status: int = 400,
+    ):
         self.turns = turns
         self.model = model
         self.usage = usage
+        self.response_formats = response_formats
+        self.enforce_schema = enforce_schema
+        self.refusal_status = refusal_status  # llama-cpp-python's server refuses with a 500
         self.requests: list[dict[str, Any]] = []
         self.holds: dict[int, threading.Event] = {}
         self.arrived = threading.Condition()
@@ -107,16 +125,43 @@ class ScriptedOpenAIServer:
         if body.get("stream"):
             handler._send(400, {"error": {"message": "this test server does not stream"}})
             return
+        refusal = self._refusal(body.get("response_format"))
+        if refusal:
+            handler._send(self.refusal_status, {"error": {"message": refusal, "type": "invalid_request_error"}})
+            return
         hold = self.holds.get(turn_index)
         if hold is not None and first_time:
             hold.wait(120)
         try:
             turn = resolve(self.turns, turn_index, {"index": turn_index, "body": body})
-            handler._send(200, self._completion(turn, body, turn_index))
+            completion = self._completion(turn, body, turn_index)
+            self._check_schema(body.get("response_format"), completion["choices"][0]["message"])
+            handler._send(200, completion)
         except AssertionError as exc:
             handler._send(500, {"error": {"message": str(exc)}})
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client died while held
+
+    def _refusal(self, response_format: Any) -> str:
+        if self.response_formats is None or not isinstance(response_format, dict):
+            return ""
+        kind = response_format.get("type")
+        if kind in self.response_formats:
+            return ""
+        return f"response_format type must be one of {', '.join(self.response_formats)}; got {kind!r}"
+
+    def _check_schema(self, response_format: Any, message: dict[str, Any]) -> None:
+        if not self.enforce_schema or not isinstance(response_format, dict) or message.get("tool_calls"):
+            return
+        schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get("schema")
+        if schema is None:
+            return
+        import jsonschema  # the test dependencies' (schemathesis's); only this mode needs it
+
+        try:
+            jsonschema.validate(json.loads(message["content"], strict=False), schema)
+        except (ValueError, jsonschema.ValidationError) as exc:
+            raise AssertionError(f"the script answers outside the schema it was sent: {exc}") from exc
 
     def _completion(self, turn, body: dict, index: int) -> dict[str, Any]:
         message, finish = self._message(turn, body, index)

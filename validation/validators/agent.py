@@ -20,7 +20,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db.models import F
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai import Agent, AgentRetries, ModelRetry, RunContext, Tool
-from pydantic_ai.exceptions import ModelAPIError, UnexpectedModelBehavior, UsageLimitExceeded
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import Model
 from pydantic_ai.models.wrapper import WrapperModel
@@ -31,7 +31,7 @@ from pydantic_ai.usage import UsageLimits
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.models import ValidatorRun
-from validation.validators import Judgement
+from validation.validators import Judgement, schema_mode
 from validation.validators import tools as checkout_tools
 from validation.validators.agent_models import resolve_model
 from validation.validators.prompt import prompts, verdict_schema
@@ -63,6 +63,7 @@ class AgentOptions:
     tools: tuple[str, ...] = TOOL_NAMES
     tool_choice: str = "required"  # required | auto (server lacks "required") | output (name the output tool)
     native_format: str = "json_schema"  # json_schema | json_object (an OpenAI-compatible server's schema variant)
+    schema_format: str = "openai"  # output_mode schema: the response_format form the server takes
     max_tokens: int | None = None
     max_requests: int = 40
 
@@ -86,14 +87,17 @@ class Candidate(BaseModel):
         return verdict_schema()
 
 
-def request_document(messages, params) -> dict[str, Any]:
+def request_document(messages, params, schema_sha256: str = "") -> dict[str, Any]:
     dumped = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
-    return {
+    document = {
         "messages": _strip(dumped),
         "tools": sorted(t.name for t in params.function_tools),
         "output_tools": sorted(t.name for t in params.output_tools),
         "output_mode": params.output_mode,
     }
+    if schema_sha256:  # the schema is sent outside the messages: the request hash must cover it
+        document["verdict_schema_sha256"] = schema_sha256
+    return document
 
 
 def _strip(value: Any) -> Any:
@@ -117,6 +121,7 @@ class AgentSession:
     tokens_out: int = 0
     accepted: dict[str, Any] | None = None
     last_reasons: list[str] = field(default_factory=list)
+    schema: schema_mode.RunSchema | None = None  # output_mode schema only
 
     @property
     def frozen(self) -> FrozenContext:
@@ -173,8 +178,9 @@ class AgentSession:
         return checkout_tools.TOOL_FUNCTIONS[name](self.ctx.checkout, **args)
 
     # --- host validation --------------------------------------------------------------
-    def judge(self, candidate: dict[str, Any], call_id: str, repairs_used: int):
+    def judge(self, candidate: Any, call_id: str, repairs_used: int, parse: str = "json"):
         decision, verdict = decide(
+            parse=parse,
             log=self.log,
             candidate=candidate,
             frozen=self.frozen,
@@ -198,13 +204,17 @@ class JournaledModel(WrapperModel):
     async def request(self, messages, model_settings, model_request_parameters) -> ModelResponse:
         s = self.session
         s.ordinal += 1
-        document = request_document(messages, model_request_parameters)
+        schema_sha256 = s.schema.sha256 if s.schema else ""
+        document = request_document(messages, model_request_parameters, schema_sha256)
         digest = journal.sha256_of(document)
         key = f"model:{s.ordinal}:{digest[:16]}"
         new_messages, s.sent = document["messages"][s.sent :], len(messages)
         response = s.served(key)
         if response is not None:
             return response
+        refused = s.log.answer("model_refusal", key)
+        if refused is not None:  # resumed or replayed: the server's refusal is the journaled answer
+            raise ValidatorCrashed(refused["message"], code="misconfigured")
         if not s.log.live:
             raise journal.JournalMiss(
                 f"model call {s.ordinal} (request sha256 {digest[:16]}) is not in the journal; "
@@ -223,9 +233,21 @@ class JournaledModel(WrapperModel):
                 "tools": document["tools"],
                 "output_tools": document["output_tools"],
                 "output_mode": document["output_mode"],
+                **({"verdict_schema_sha256": schema_sha256} if schema_sha256 else {}),
             },
         )
-        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except ModelHTTPError as exc:
+            refused = s.schema and schema_mode.refusal(
+                exc, schema_format=s.schema.schema_format, first_call=s.ordinal == 1
+            )
+            if not refused:
+                raise
+            await sync_to_async(s.log.record)(
+                "model_refusal", key, {"ordinal": s.ordinal, "status": exc.status_code, "message": str(refused)}
+            )
+            raise refused from exc
         usage = {"input_tokens": response.usage.input_tokens or 0, "output_tokens": response.usage.output_tokens or 0}
         await sync_to_async(s.record_response)(
             key,
@@ -244,7 +266,10 @@ class JournaledModel(WrapperModel):
         raise NotImplementedError("the journaled validator model does not stream")
 
 
-def _output_spec(options: AgentOptions) -> NativeOutput[Candidate] | PromptedOutput[Candidate] | ToolOutput[Candidate]:
+def _output_spec(session: AgentSession) -> Any:
+    options = session.options
+    if options.output_mode == "schema":
+        return schema_mode.output_spec(session.ctx.keys)
     if options.output_mode == "native":
         return NativeOutput(Candidate, name="verdict", description="The verdict document")
     if options.output_mode == "prompted":
@@ -283,7 +308,7 @@ def _tool_list(session: AgentSession) -> list[Tool]:
     return [Tool(functions[name], takes_ctx=True) for name in session.options.tools if name in functions]
 
 
-def build_agent(session: AgentSession, system: str) -> Agent[Any, Candidate]:
+def build_agent(session: AgentSession, system: str) -> Agent[Any, Any]:
     options = session.options
     settings: ModelSettings = {"timeout": float(options.timeout)}
     if options.temperature is not None:
@@ -292,11 +317,13 @@ def build_agent(session: AgentSession, system: str) -> Agent[Any, Candidate]:
         settings["max_tokens"] = options.max_tokens
     if options.output_mode == "tool" and options.tool_choice == "output":
         settings["tool_choice"] = ["submit_verdict"]
+    if session.schema is not None:
+        settings["extra_body"] = session.schema.model_settings()
     model = JournaledModel(resolve_model(options, replay=not session.log.live), session)
     retries: AgentRetries = {"output": options.max_repairs, "tools": 2}
     agent = Agent(
         model,
-        output_type=_output_spec(options),
+        output_type=_output_spec(session),
         system_prompt=system,
         tools=_tool_list(session),
         retries=retries,
@@ -304,11 +331,15 @@ def build_agent(session: AgentSession, system: str) -> Agent[Any, Candidate]:
     )
 
     @agent.output_validator
-    async def host_validation(ctx: RunContext, candidate: Candidate) -> Candidate:
+    async def host_validation(ctx: RunContext, candidate: Any) -> Any:
         call_id = f"{session.ordinal}:{ctx.tool_call_id or 'text'}"
-        decision = await sync_to_async(session.judge)(candidate.model_dump(), call_id, ctx.retry)
+        if isinstance(candidate, schema_mode.SchemaAnswer):  # read and converted by the host
+            document, parse = candidate.candidate, candidate.parse
+        else:
+            document, parse = candidate.model_dump(), "json"
+        decision = await sync_to_async(session.judge)(document, call_id, ctx.retry, parse)
         if decision.verdict == "accepted":
-            session.accepted = candidate.model_dump()
+            session.accepted = document
             return candidate
         if decision.verdict == "repair":
             raise ModelRetry(decision.feedback())
@@ -317,7 +348,7 @@ def build_agent(session: AgentSession, system: str) -> Agent[Any, Candidate]:
     return agent
 
 
-async def _run(agent: Agent[Any, Candidate], user: str, options: AgentOptions) -> None:
+async def _run(agent: Agent[Any, Any], user: str, options: AgentOptions) -> None:
     limits = UsageLimits(request_limit=options.max_requests)
     await asyncio.wait_for(agent.run(user, usage_limits=limits), timeout=options.timeout)
 
@@ -327,6 +358,9 @@ def judge_agent(ctx: ValidationContext) -> Judgement:
     log = journal.CallLog(ctx.run_id, live=ctx.replay is None)
     session = AgentSession(ctx=ctx, options=options, log=log)
     system, user = prompts(ctx, log, validator="agent")
+    if options.output_mode == "schema":
+        session.schema = schema_mode.run_schema(ctx, log, schema_format=options.schema_format)
+        system = f"{system}\n\n{session.schema.instructions}"
     agent = build_agent(session, system)
     try:
         async_to_sync(_run)(agent, user, options)

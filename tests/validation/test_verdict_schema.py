@@ -1,0 +1,206 @@
+"""The per-run verdict schema of the `schema` output mode and the host's conversion of a
+keyed answer to the contract's list form (validation/verdict_schema.py)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from validation.validators.repair import assess
+from validation.verdict import FrozenContext, normalize
+from validation.verdict_schema import (
+    OTHER_KINDS,
+    build_verdict_schema,
+    checkout_files,
+    parse_answer,
+    response_format,
+    schema_files,
+    to_contract,
+)
+
+KEYS = ("VAL-1", "VAL-2", "VAL-3")
+FILES = ["hello.py", "pkg/mod.py", "with space.txt"]
+
+
+def keyed(**items) -> dict:
+    return {"summary": "judged", "assertions": items}
+
+
+def judged(verdict="pass", **fields) -> dict:
+    return {
+        "verdict": verdict,
+        "message": fields.get("message", "because"),
+        "expected": fields.get("expected", ""),
+        "actual": fields.get("actual", ""),
+        "evidence": fields.get("evidence", [{"kind": "other", "text": "looked"}]),
+    }
+
+
+def valid(doc, schema) -> bool:
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError:
+        return False
+    return True
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    for rel in FILES:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("one\ntwo\nthree\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref")
+    return tmp_path
+
+
+@pytest.mark.parametrize("dialect", ["openai", "llama_cpp"])
+def test_every_key_exactly_once_and_nothing_else(dialect):
+    schema = build_verdict_schema(keys=KEYS, files=FILES, dialect=dialect)
+    all_three = keyed(**{k: judged() for k in KEYS})
+    assert valid(all_three, schema)
+    assert not valid(keyed(**{k: judged() for k in KEYS[:2]}), schema)  # a key missing
+    assert not valid(keyed(**{k: judged() for k in KEYS}, **{"VAL-9": judged()}), schema)  # a key invented
+    assert not valid({**all_three, "status": "pass"}, schema)  # the status is the host's
+    assert not valid(keyed(**{**all_three["assertions"], "VAL-1": judged("maybe")}), schema)
+    assert not valid(keyed(**{**all_three["assertions"], "VAL-1": {**judged(), "extra": "x"}}), schema)
+    assert not valid(keyed(**{**all_three["assertions"], "VAL-1": judged(evidence=[])}), schema)
+
+
+@pytest.mark.parametrize("dialect", ["openai", "llama_cpp"])
+def test_a_fail_explains_itself_and_file_evidence_names_a_checkout_file(dialect):
+    schema = build_verdict_schema(keys=("VAL-1",), files=FILES, dialect=dialect)
+    assert not valid(keyed(**{"VAL-1": judged("fail", expected="", actual="b")}), schema)
+    assert valid(keyed(**{"VAL-1": judged("fail", expected="a", actual="b")}), schema)
+    cite = [{"kind": "file", "path": "hello.py", "line": 2}]
+    assert valid(keyed(**{"VAL-1": judged(evidence=cite)}), schema)
+    assert not valid(keyed(**{"VAL-1": judged(evidence=[{**cite[0], "path": "nope.py"}])}), schema)
+    assert not valid(keyed(**{"VAL-1": judged(evidence=[{**cite[0], "line": 0}])}), schema)
+    assert not valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "text": "hello.py:2"}])}), schema)
+    blank = judged("fail", expected="   ", actual="b")
+    # OpenAI's strict mode takes `pattern`: blank is refused there. llama.cpp's compiler gets
+    # `minLength`: only empty is refused, and the host refuses the blank one (see below).
+    assert valid(keyed(**{"VAL-1": blank}), schema) == (dialect == "llama_cpp")
+
+
+def test_no_checkout_no_file_enum_and_an_empty_checkout_no_file_evidence(checkout):
+    assert checkout_files(checkout) == sorted(FILES)  # .git left out
+    assert checkout_files(None) is None and checkout_files(checkout, limit=2) is None
+    assert schema_files(checkout, KEYS) == sorted(FILES) and schema_files(checkout, ["K"] * 700) is None
+    free = build_verdict_schema(keys=("VAL-1",), files=None, dialect="openai")
+    assert valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "path": "any.py", "line": 1}])}), free)
+    empty = build_verdict_schema(keys=("VAL-1",), files=[], dialect="openai")
+    assert not valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "path": "any.py", "line": 1}])}), empty)
+
+
+def test_response_format_forms():
+    schema = build_verdict_schema(keys=KEYS, files=None, dialect="openai")
+    assert response_format(schema, schema_format="openai") == {
+        "type": "json_schema",
+        "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+    }
+    assert response_format(schema, schema_format="llama_cpp") == {"type": "json_object", "schema": schema}
+
+
+def test_conversion_to_the_contract_form():
+    answer = keyed(
+        **{
+            "VAL-2": judged(
+                "fail", expected="5", actual="6", evidence=[{"kind": "file", "path": "with space.txt", "line": 3}]
+            ),
+            "VAL-1": judged(),
+            "VAL-3": judged("blocked"),
+        }
+    )
+    doc = to_contract(answer, keys=KEYS)
+    assert [a["key"] for a in doc["assertions"]] == list(KEYS)  # the frozen order
+    assert doc["status"] == "blocked" and doc["summary"] == "judged"
+    assert doc["assertions"][1]["evidence"] == [{"kind": "file", "text": '"with space.txt":3'}]
+    assert to_contract([1, 2], keys=KEYS) == [1, 2] and to_contract("text", keys=KEYS) == "text"
+
+
+def test_conversion_keeps_what_the_host_must_refuse(checkout):
+    frozen = FrozenContext(keys=KEYS[:2], checkout=checkout)
+    twice, parse = parse_answer(
+        '{"summary": "", "assertions": {"VAL-1": {"verdict": "pass"}, "VAL-1": {"verdict": "fail"}, "VAL-2": 1}}'
+    )
+    assert parse == "json"
+    _verdict, stage, failed = assess(to_contract(twice, keys=KEYS[:2]), frozen)
+    assert stage == "schema" and any("assertions.2.verdict" in r for r in failed["schema"])
+    items = {k: judged() for k in KEYS[:2]}
+    one, two = json.dumps(items["VAL-1"]), json.dumps(items["VAL-2"])
+    doubled = f'{{"summary": "", "assertions": {{"VAL-1": {one}, "VAL-1": {one}, "VAL-2": {two}}}}}'
+    _verdict, stage, failed = assess(to_contract(parse_answer(doubled)[0], keys=KEYS[:2]), frozen)
+    assert stage == "host" and failed["keys_accounted"] == ["VAL-1: judged 2 times; judge it exactly once"]
+    inner = keyed(**{"VAL-1": {**items["VAL-1"], "key": "VAL-2"}, "VAL-2": items["VAL-2"]})
+    _verdict, stage, failed = assess(to_contract(inner, keys=KEYS[:2]), frozen)
+    assert stage == "schema" and any("inner_key" in r for r in failed["schema"])
+
+
+def test_control_characters_inside_strings_are_read_and_said():
+    assert parse_answer('{"a": "one\ntwo"}') == ({"a": "one\ntwo"}, "json-lenient")
+    assert parse_answer('```json\n{"a": 1}\n```') == ({"a": 1}, "json")
+    assert parse_answer("no json here") == ("no json here", "text")
+
+
+# --- the property: whatever the schema admits, the host's shape validators accept ------
+
+nonblank = st.text(min_size=1, max_size=20).filter(lambda s: s.strip())
+evidence_item = st.one_of(
+    st.fixed_dictionaries(
+        {"kind": st.just("file"), "path": st.sampled_from(FILES), "line": st.integers(min_value=1, max_value=3)}
+    ),
+    st.fixed_dictionaries({"kind": st.sampled_from(OTHER_KINDS), "text": nonblank}),
+)
+
+
+@st.composite
+def assertion_answer(draw):
+    verdict = draw(st.sampled_from(["pass", "fail", "blocked"]))
+    text = nonblank if verdict == "fail" else st.text(max_size=20)
+    return {
+        "verdict": verdict,
+        "message": draw(text),
+        "expected": draw(text),
+        "actual": draw(text),
+        "evidence": draw(st.lists(evidence_item, min_size=1, max_size=3)),
+    }
+
+
+@st.composite
+def schema_answers(draw):
+    keys = tuple(draw(st.lists(st.sampled_from(KEYS + ("VAL-9", "summary")), min_size=1, max_size=4, unique=True)))
+    answer = {"summary": draw(st.text(max_size=20)), "assertions": {k: draw(assertion_answer()) for k in keys}}
+    return keys, answer
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=schema_answers())
+def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, case):
+    keys, answer = case
+    schema = build_verdict_schema(keys=keys, files=checkout_files(checkout), dialect="openai")
+    jsonschema.validate(answer, schema)  # the strategy draws only what the schema admits
+    candidate = to_contract(json.loads(json.dumps(answer)), keys=keys)
+    verdict, stage, failed = assess(candidate, FrozenContext(keys=keys, checkout=checkout))
+    # Invisible format characters are the one rule the schema leaves to the host.
+    assert set(failed) <= {"no_invisible_characters"}, failed
+    if not failed:
+        assert verdict is not None and stage == ""
+        assert normalize(verdict).status == candidate["status"]  # the host's status, derived twice alike
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=schema_answers(), drop=st.booleans(), extra=st.sampled_from(["VAL-8", "status"]))
+def test_a_missing_or_invented_key_is_never_admitted(case, drop, extra):
+    keys, answer = case
+    schema = build_verdict_schema(keys=keys, files=FILES, dialect="openai")
+    assertions = dict(answer["assertions"])
+    if drop:
+        assertions.pop(keys[0])
+    else:
+        assertions[extra] = next(iter(answer["assertions"].values()))
+    assert not valid({**answer, "assertions": assertions}, schema)

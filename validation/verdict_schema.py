@@ -1,0 +1,227 @@
+"""The per-run verdict schema of the `schema` output mode (docs/validators.md, "`schema`").
+
+A model server that decodes under a JSON schema cannot emit a key the schema does not
+allow, so the schema a run sends is the verdict THIS run needs: the frozen assertion keys
+as the only, and required, properties of an object (each key once, by construction),
+`verdict` an enum, a fail's `expected`/`actual`/`message` non-blank, at least one evidence
+item, and file evidence naming only files of the checkout. The model never states the
+overall status: the host derives it.
+
+The model's answer is in that keyed form; `to_contract` turns it into the contract's list
+form, which then goes through the same schema check and host validators as every other
+candidate. Nothing here decides a verdict: a guaranteed shape only saves repair turns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from validation.verdict import file_ref
+
+# Part of every schema-mode fingerprint (profiles.public_config): a change of what the
+# schema says is a change of the validator, so an old pass is not reused for it.
+SCHEMA_VERSION = 1
+SCHEMA_NAME = "verdict"
+# The `schema_format`s: the forms of `response_format` (and the schema keywords) servers take.
+DIALECTS = ("openai", "llama_cpp")
+# A checkout with more files than this gets free-form file paths (the host still checks
+# them): an enum of thousands of paths would swamp a grammar-compiling server. The enum is
+# repeated under every key (the schema is sent whole with every request), hence the
+# second bound, on files x keys.
+MAX_ENUM_FILES = 200
+MAX_ENUM_ENTRIES = 2000
+OTHER_KINDS = ("command", "test-output", "other")
+
+
+def checkout_files(checkout: Path | None, *, limit: int = MAX_ENUM_FILES) -> list[str] | None:
+    """The files file evidence may name, as the host reads a reference back (a path that
+    resolves to a file inside the checkout; `.git` left out, as the tools leave it out);
+    None when there is no checkout or more than `limit` files."""
+    if checkout is None:
+        return None
+    root = checkout.resolve()
+    found: list[str] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        for name in names:
+            path = Path(folder) / name
+            try:
+                target = path.resolve()
+            except (OSError, ValueError):
+                continue
+            if target.is_relative_to(root) and target.is_file():
+                found.append(path.relative_to(root).as_posix())
+                if len(found) > limit:
+                    return None
+    return sorted(found)
+
+
+def schema_files(checkout: Path | None, keys: Sequence[str]) -> list[str] | None:
+    """The files the run's schema enumerates (see `MAX_ENUM_ENTRIES`); None: free-form."""
+    files = checkout_files(checkout)
+    if files is None or len(files) * max(len(keys), 1) > MAX_ENUM_ENTRIES:
+        return None
+    return files
+
+
+def _text(dialect: str, *, nonblank: bool) -> dict[str, Any]:
+    if not nonblank:
+        return {"type": "string"}
+    # OpenAI's strict mode takes `pattern` (searched, unanchored: "has a non-space", which
+    # is the host's rule); llama.cpp's grammar compiler needs anchored patterns and takes
+    # `minLength`, which leaves an all-blank string to the host validator.
+    return {"type": "string", "pattern": r"\S"} if dialect == "openai" else {"type": "string", "minLength": 1}
+
+
+def _evidence(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
+    path: dict[str, Any] = {"type": "string", "enum": list(files)} if files else _text(dialect, nonblank=True)
+    file_item = {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": ["file"]},
+            "path": path,
+            "line": {"type": "integer", "minimum": 1},
+        },
+        "required": ["kind", "path", "line"],
+        "additionalProperties": False,
+    }
+    other_item = {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": list(OTHER_KINDS)},
+            "text": _text(dialect, nonblank=True),
+        },
+        "required": ["kind", "text"],
+        "additionalProperties": False,
+    }
+    items = [file_item, other_item] if files != [] else [other_item]  # no file to cite: no file evidence
+    return {"type": "array", "minItems": 1, "items": {"anyOf": items}}
+
+
+def _assertion(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
+    def branch(outcomes: list[str], explained: bool) -> dict[str, Any]:
+        text = _text(dialect, nonblank=explained)
+        return {
+            "type": "object",
+            "properties": {
+                "verdict": {"type": "string", "enum": outcomes},
+                "message": text,
+                "expected": text,
+                "actual": text,
+                "evidence": _evidence(dialect, files),
+            },
+            "required": ["verdict", "message", "expected", "actual", "evidence"],
+            "additionalProperties": False,
+        }
+
+    # A fail must explain itself; a pass or a blocked may leave expected/actual empty.
+    return {"anyOf": [branch(["pass", "blocked"], False), branch(["fail"], True)]}
+
+
+def build_verdict_schema(*, keys: Sequence[str], files: Sequence[str] | None, dialect: str) -> dict[str, Any]:
+    """The JSON schema of exactly this run's verdict (see the module docstring)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown schema dialect {dialect!r}")
+    assertion = _assertion(dialect, files)
+    return {
+        "type": "object",
+        "properties": {
+            "summary": {"type": "string"},
+            "assertions": {
+                "type": "object",
+                "properties": {key: assertion for key in keys},
+                "required": list(keys),
+                "additionalProperties": False,
+            },
+        },
+        "required": ["summary", "assertions"],
+        "additionalProperties": False,
+    }
+
+
+def response_format(schema: dict[str, Any], *, schema_format: str) -> dict[str, Any]:
+    """The `response_format` of a chat-completions request, in the form the server takes."""
+    if schema_format == "llama_cpp":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True}}
+
+
+class Pairs(dict):
+    """A JSON object that named a key twice: `pairs` keeps every member, so that an
+    assertion judged twice reaches the host twice (and is refused), not once."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]):
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return Pairs(pairs) if len({k for k, _ in pairs}) < len(pairs) else dict(pairs)
+
+
+def parse_answer(text: str) -> tuple[Any, str]:
+    """(document, how it was read). Strict JSON first; then JSON whose strings hold raw
+    control characters (a newline typed inside a message), which some grammar-constrained
+    servers let through (recorded as `json-lenient`); else the text itself, which the
+    host's schema check refuses like any document that is not a JSON object."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[-1].rsplit("```", 1)[0].strip()
+    for strict, label in ((True, "json"), (False, "json-lenient")):
+        try:
+            return json.loads(body, strict=strict, object_pairs_hook=_object), label
+        except ValueError:
+            continue
+    return text, "text"
+
+
+def derived_status(verdicts: Sequence[Any]) -> str:
+    """The overall status from the per-assertion verdicts (the host's rule, `overall_status`);
+    anything but pass/fail/blocked counts as blocked (the schema check refuses it anyway)."""
+    if not verdicts:
+        return "blocked"
+    if any(v not in ("pass", "fail") for v in verdicts):
+        return "blocked"
+    return "fail" if "fail" in verdicts else "pass"
+
+
+def _evidence_item(item: Any) -> Any:
+    if isinstance(item, dict) and item.get("kind") == "file" and "text" not in item and "path" in item:
+        path, line = item.get("path"), item.get("line")
+        if isinstance(path, str) and (line is None or (isinstance(line, int) and not isinstance(line, bool))):
+            rest = {k: v for k, v in item.items() if k not in ("kind", "path", "line")}
+            return {"kind": "file", "text": file_ref(path, line), **rest}  # extra keys stay: the host refuses them
+    return item
+
+
+def to_contract(answer: Any, *, keys: Sequence[str]) -> Any:
+    """The keyed answer in the contract's list form: one item per key the answer holds
+    (the frozen keys first, in their order, then any other key, so the host names it),
+    file evidence as `path:line` text, the overall status derived. Anything that is not a
+    keyed answer is returned unchanged, for the host's schema check to refuse."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("assertions"), dict):
+        return answer
+    keyed = answer["assertions"]
+    pairs = keyed.pairs if isinstance(keyed, Pairs) else list(keyed.items())
+    rank = {k: i for i, k in enumerate(keys)}
+    pairs = sorted(pairs, key=lambda pair: rank.get(pair[0], len(rank)))  # stable: unknown keys keep their order
+    items = []
+    for key, item in pairs:
+        if isinstance(item, dict):
+            evidence = item.get("evidence")
+            if isinstance(evidence, list):
+                item = {**item, "evidence": [_evidence_item(e) for e in evidence]}
+            inner = item.get("key", key)
+            # The position names the key; a different key inside the item is kept apart, as
+            # a field the contract does not have, so that the host refuses it by name.
+            fields = {k: v for k, v in item.items() if k != "key"}
+            items.append({"key": key, **fields} if inner == key else {"key": key, **fields, "inner_key": inner})
+        else:
+            items.append({"key": key, "verdict": item})
+    rest = {k: v for k, v in dict(answer).items() if k != "assertions"}
+    status = derived_status([i.get("verdict") for i in items])
+    return {**rest, "status": status, "assertions": items}
