@@ -131,27 +131,13 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from bench.support.repos import make_repo  # noqa: E402
 from tests.gitserver import GitDaemon  # noqa: E402
 
 CHECK_RUN = {"run": "python -c \"print('ok')\"", "expect_output": "ok"}
-GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
 
 
 # --- set-up ------------------------------------------------------------------------------
-
-
-def make_repo(n: int) -> tuple[Path, str]:
-    repo = TMP / "repo"
-    repo.mkdir()
-    for i in range(n):
-        (repo / f"f{i}.txt").write_text(f"feature {i} done\n")
-    env = {**os.environ, **GIT_ENV}
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "all"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
-    rev = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    return repo, rev
 
 
 def build_mission(repository: str, n: int, name: str = "bench"):
@@ -640,7 +626,7 @@ def report(point: dict) -> None:
 
 def main() -> None:
     call_command("migrate", verbosity=0)
-    repo, rev = make_repo(ARGS.features)
+    repo, rev = make_repo(TMP / "repo", ARGS.features)
     daemon = None
     source = str(repo)
     try:

@@ -97,25 +97,12 @@ from django.db import connection, connections  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from bench.support.repos import make_repo  # noqa: E402
+
 SLOW_CHECK = {"run": "python -c \"import time; time.sleep(1); print('ok')\"", "expect_output": "ok", "timeout": 60}
-GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
 
 
 # --- set-up ------------------------------------------------------------------------------
-
-
-def make_repo(n: int) -> tuple[Path, str]:
-    repo = TMP / "repo"
-    repo.mkdir()
-    for i in range(n):
-        (repo / f"f{i}.txt").write_text(f"feature {i} done\n")
-    env = {**os.environ, **GIT_ENV}
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "all"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
-    rev = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    return repo, rev
 
 
 def build_mission(repository: str, n: int, with_tasks: int):
@@ -456,7 +443,7 @@ def report(trips: dict, one: dict, many: dict) -> None:
 
 def main() -> None:
     call_command("migrate", verbosity=0)
-    repo, rev = make_repo(ARGS.features)
+    repo, rev = make_repo(TMP / "repo", ARGS.features)
     mission, features, tasks, token = build_mission(str(repo), ARGS.features, ARGS.baseline_rounds + ARGS.rounds)
     connections.close_all()
     serve = Serve()
