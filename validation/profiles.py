@@ -48,6 +48,7 @@ OPTIONS = {
         "native_format",
         "schema_format",
         "max_tokens",
+        "max_tokens_field",
         "max_requests",
     },
     "command": COMMON | {"command", "shell", "timeout", "max_repairs", "journal_policy", "api_key_env"},
@@ -58,6 +59,7 @@ CHOICES = {
     "tool_choice": ("required", "auto", "output"),
     "native_format": ("json_schema", "json_object"),
     "schema_format": DIALECTS,  # the forms of response_format the schema mode can send
+    "max_tokens_field": ("max_tokens", "max_completion_tokens"),  # how max_tokens reaches a base_url server
 }
 INTEGERS = {
     "max_repairs": (0, 10),

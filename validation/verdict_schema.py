@@ -4,8 +4,10 @@ A model server that decodes under a JSON schema cannot emit a key the schema doe
 allow, so the schema a run sends is the verdict THIS run needs: the frozen assertion keys
 as the only, and required, properties of an object (each key once, by construction),
 `verdict` an enum, a fail's `expected`/`actual`/`message` non-blank, at least one evidence
-item, and file evidence naming only files of the checkout. The model never states the
-overall status: the host derives it.
+item, and file evidence naming only files of the checkout and only lines they have. The
+model never states the overall status: the host derives it. Strings and evidence lists
+are bounded (`TEXT_MAX`, `EVIDENCE_MAX`), so that a whole answer fits a model's output
+budget.
 
 The model's answer is in that keyed form; `to_contract` turns it into the contract's list
 form, which then goes through the same schema check and host validators as every other
@@ -16,79 +18,104 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from validation.verdict import file_ref
+from validation.verdict import file_ref, line_count, read_checkout_text
 
 # Part of every schema-mode fingerprint (profiles.public_config): a change of what the
 # schema says is a change of the validator, so an old pass is not reused for it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_NAME = "verdict"
 # The `schema_format`s: the forms of `response_format` (and the schema keywords) servers take.
 DIALECTS = ("openai", "llama_cpp")
 # A checkout with more files than this gets free-form file paths (the host still checks
-# them): an enum of thousands of paths would swamp a grammar-compiling server. The enum is
-# repeated under every key (the schema is sent whole with every request), hence the
-# second bound, on files x keys.
+# them): an enum of thousands of paths would swamp a grammar-compiling server. The
+# assertion's schema is written once (`$defs`) and referenced under every key.
 MAX_ENUM_FILES = 200
-MAX_ENUM_ENTRIES = 2000
 OTHER_KINDS = ("command", "test-output", "other")
+# Bounds that make a complete answer short (llama_cpp, whose compiler takes `maxLength`,
+# where OpenAI's strict mode does not): a model that keeps writing one string would
+# otherwise run into `max_tokens` and hand over a cut-off document, which no repair
+# shortens. The host's own limit (validation/verdict.py, MAX_TEXT) is far above them.
+TEXT_MAX = 200
+SUMMARY_MAX = 300
+EVIDENCE_MAX = 3
+# llama.cpp's compiler ignores `maximum`: there a file's line numbers are an enum, up to
+# this many lines (a longer file's line is left to the host); OpenAI takes `maximum`.
+LINE_ENUM_MAX = 300
+LLAMA_STRINGS = "lenient"  # or "pattern": see `_text`
 
 
-def checkout_files(checkout: Path | None, *, limit: int = MAX_ENUM_FILES) -> list[str] | None:
+def checkout_files(checkout: Path | None, *, limit: int = MAX_ENUM_FILES) -> dict[str, int] | None:
     """The files file evidence may name, as the host reads a reference back (a path that
-    resolves to a file inside the checkout; `.git` left out, as the tools leave it out);
+    resolves to a file inside the checkout; `.git` left out, as the tools leave it out),
+    each with the highest line a reference to it may name (the host's count, at least 1);
     None when there is no checkout or more than `limit` files."""
     if checkout is None:
         return None
     root = checkout.resolve()
-    found: list[str] = []
+    found: dict[str, int] = {}
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != ".git")
         for name in names:
             path = Path(folder) / name
             try:
                 target = path.resolve()
+                if not (target.is_relative_to(root) and target.is_file()):
+                    continue
+                lines = max(line_count(read_checkout_text(target)), 1)
             except (OSError, ValueError):
                 continue
-            if target.is_relative_to(root) and target.is_file():
-                found.append(path.relative_to(root).as_posix())
-                if len(found) > limit:
-                    return None
-    return sorted(found)
+            found[path.relative_to(root).as_posix()] = lines
+            if len(found) > limit:
+                return None
+    return dict(sorted(found.items()))
 
 
-def schema_files(checkout: Path | None, keys: Sequence[str]) -> list[str] | None:
-    """The files the run's schema enumerates (see `MAX_ENUM_ENTRIES`); None: free-form."""
-    files = checkout_files(checkout)
-    if files is None or len(files) * max(len(keys), 1) > MAX_ENUM_ENTRIES:
-        return None
-    return files
+def _text(dialect: str, *, nonblank: bool, limit: int = TEXT_MAX) -> dict[str, Any]:
+    if dialect == "openai":
+        # OpenAI's strict mode takes `pattern` (searched, unanchored: "has a non-space",
+        # which is the host's rule), not `maxLength`.
+        return {"type": "string", "pattern": r"\S"} if nonblank else {"type": "string"}
+    # llama.cpp's grammar compiler needs anchored patterns and takes `minLength`, which
+    # leaves an all-blank string to the host validator. Its strings admit raw control
+    # characters, which the host reads (`parse_answer`); LLAMA_STRINGS = "pattern" excludes
+    # them (and escapes) instead: docs/validators.md has what each measured.
+    if LLAMA_STRINGS == "pattern":
+        return {"type": "string", "pattern": f'^[^"\\\\\\x00-\\x1f]{{{int(nonblank)},{limit}}}$'}
+    return {"type": "string", "minLength": 1 if nonblank else 0, "maxLength": limit}
 
 
-def _text(dialect: str, *, nonblank: bool) -> dict[str, Any]:
-    if not nonblank:
-        return {"type": "string"}
-    # OpenAI's strict mode takes `pattern` (searched, unanchored: "has a non-space", which
-    # is the host's rule); llama.cpp's grammar compiler needs anchored patterns and takes
-    # `minLength`, which leaves an all-blank string to the host validator.
-    return {"type": "string", "pattern": r"\S"} if dialect == "openai" else {"type": "string", "minLength": 1}
+def _line(dialect: str, lines: int) -> dict[str, Any]:
+    if dialect == "openai":
+        return {"type": "integer", "minimum": 1, "maximum": lines}
+    if lines <= LINE_ENUM_MAX:
+        return {"type": "integer", "enum": list(range(1, lines + 1))}
+    return {"type": "integer", "minimum": 1}
 
 
-def _evidence(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
-    path: dict[str, Any] = {"type": "string", "enum": list(files)} if files else _text(dialect, nonblank=True)
-    file_item = {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "enum": ["file"]},
-            "path": path,
-            "line": {"type": "integer", "minimum": 1},
-        },
-        "required": ["kind", "path", "line"],
-        "additionalProperties": False,
-    }
+def _file_items(dialect: str, files: Mapping[str, int] | None) -> list[dict[str, Any]]:
+    """One item schema per line count: a file's reference can name only its own lines."""
+
+    def item(path: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"kind": {"type": "string", "enum": ["file"]}, "path": path, "line": line},
+            "required": ["kind", "path", "line"],
+            "additionalProperties": False,
+        }
+
+    if files is None:
+        return [item(_text(dialect, nonblank=True), {"type": "integer", "minimum": 1})]
+    by_lines: dict[int, list[str]] = {}
+    for path, lines in files.items():
+        by_lines.setdefault(lines, []).append(path)
+    return [item({"type": "string", "enum": paths}, _line(dialect, n)) for n, paths in sorted(by_lines.items())]
+
+
+def _evidence(dialect: str, files: Mapping[str, int] | None) -> dict[str, Any]:
     other_item = {
         "type": "object",
         "properties": {
@@ -98,11 +125,11 @@ def _evidence(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
         "required": ["kind", "text"],
         "additionalProperties": False,
     }
-    items = [file_item, other_item] if files != [] else [other_item]  # no file to cite: no file evidence
-    return {"type": "array", "minItems": 1, "items": {"anyOf": items}}
+    items = [*_file_items(dialect, files), other_item]  # no file to cite: no file evidence
+    return {"type": "array", "minItems": 1, "maxItems": EVIDENCE_MAX, "items": {"anyOf": items}}
 
 
-def _assertion(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
+def _assertion(dialect: str, files: Mapping[str, int] | None) -> dict[str, Any]:
     def branch(outcomes: list[str], explained: bool) -> dict[str, Any]:
         text = _text(dialect, nonblank=explained)
         return {
@@ -112,7 +139,7 @@ def _assertion(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
                 "message": text,
                 "expected": text,
                 "actual": text,
-                "evidence": _evidence(dialect, files),
+                "evidence": {"$ref": "#/$defs/evidence"},
             },
             "required": ["verdict", "message", "expected", "actual", "evidence"],
             "additionalProperties": False,
@@ -122,24 +149,25 @@ def _assertion(dialect: str, files: Sequence[str] | None) -> dict[str, Any]:
     return {"anyOf": [branch(["pass", "blocked"], False), branch(["fail"], True)]}
 
 
-def build_verdict_schema(*, keys: Sequence[str], files: Sequence[str] | None, dialect: str) -> dict[str, Any]:
-    """The JSON schema of exactly this run's verdict (see the module docstring)."""
+def build_verdict_schema(*, keys: Sequence[str], files: Mapping[str, int] | None, dialect: str) -> dict[str, Any]:
+    """The JSON schema of exactly this run's verdict (see the module docstring); `files`
+    maps each file evidence may name to its line count (None: any path, `{}`: none)."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown schema dialect {dialect!r}")
-    assertion = _assertion(dialect, files)
     return {
         "type": "object",
         "properties": {
-            "summary": {"type": "string"},
+            "summary": _text(dialect, nonblank=False, limit=SUMMARY_MAX),
             "assertions": {
                 "type": "object",
-                "properties": {key: assertion for key in keys},
+                "properties": {key: {"$ref": "#/$defs/assertion"} for key in keys},
                 "required": list(keys),
                 "additionalProperties": False,
             },
         },
         "required": ["summary", "assertions"],
         "additionalProperties": False,
+        "$defs": {"assertion": _assertion(dialect, files), "evidence": _evidence(dialect, files)},
     }
 
 

@@ -161,3 +161,16 @@ def test_unreachable_server_is_a_run_error(settings, hello_feature):
     add_profile(settings, "http", {"kind": "agent", "model": "m", "base_url": "http://127.0.0.1:9/v1", "timeout": 5})
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.ERROR and run.error.startswith("model_unavailable:"), run.error
+
+
+@pytest.mark.parametrize("field", [None, "max_tokens", "max_completion_tokens"])
+def test_the_output_limit_reaches_the_server_in_the_field_it_reads(openai_server, hello_feature, field):
+    # llama-cpp-python's server reads only `max_tokens`: a limit sent as the other field
+    # is ignored there, and the model writes until its context is full.
+    server = openai_server([("verdict", GOOD)], max_tokens=321, **({"max_tokens_field": field} if field else {}))
+    run = run_now(hello_feature(TWO, validator="http"))
+    assert run.status == RunStatus.PASSED, run.error
+    body = server.requests[0]["body"]
+    sent = field or "max_tokens"
+    unsent = {"max_tokens", "max_completion_tokens"} - {sent}
+    assert body[sent] == 321 and not unsent & set(body)

@@ -124,20 +124,19 @@ def test_a_refused_format_is_an_error_naming_the_option(server, hello_feature, s
 
 
 def test_what_the_schema_cannot_say_is_still_refused_and_repaired(server, hello_feature):
-    past_end = judged(evidence=[{"kind": "file", "path": "hello.py", "line": 99}])
+    # An invisible format character (a zero-width space) is a string like any to a schema.
+    hidden = {**judged(), "message": "it does\u200b pass"}
     srv = server(
-        [("text", json.dumps(answer(**{"VAL-1": past_end, "VAL-2": judged()}))), ("text", json.dumps(GOOD))],
+        [("text", json.dumps(answer(**{"VAL-1": hidden, "VAL-2": judged()}))), ("text", json.dumps(GOOD))],
         tools=[],
     )
     run = run_now(hello_feature(TWO, validator="http"))
     assert run.status == RunStatus.PASSED, run.error
     made = [e.payload for e in JournalEntry.objects.filter(run=run, kind="decision").exclude(key="final")]
     assert [d["verdict"] for d in made] == ["repair", "accepted"]
-    assert made[0]["failed_validators"] == ["file_evidence_exists"]
+    assert made[0]["failed_validators"] == ["no_invisible_characters"]
     repair_turn = srv.requests[1]["body"]["messages"][-1]
-    assert (
-        repair_turn["role"] == "user" and "VAL-1" in repair_turn["content"] and "past the end" in repair_turn["content"]
-    )
+    assert repair_turn["role"] == "user" and "VAL-1" in repair_turn["content"] and "invisible" in repair_turn["content"]
     assert replay_run(run.pk).ok
 
 

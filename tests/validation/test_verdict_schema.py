@@ -13,17 +13,18 @@ from hypothesis import strategies as st
 from validation.validators.repair import assess
 from validation.verdict import FrozenContext, normalize
 from validation.verdict_schema import (
+    EVIDENCE_MAX,
     OTHER_KINDS,
+    TEXT_MAX,
     build_verdict_schema,
     checkout_files,
     parse_answer,
     response_format,
-    schema_files,
     to_contract,
 )
 
 KEYS = ("VAL-1", "VAL-2", "VAL-3")
-FILES = ["hello.py", "pkg/mod.py", "with space.txt"]
+FILES = {"hello.py": 3, "pkg/mod.py": 3, "with space.txt": 3}  # path: its lines (the checkout fixture's)
 
 
 def keyed(**items) -> dict:
@@ -80,6 +81,7 @@ def test_a_fail_explains_itself_and_file_evidence_names_a_checkout_file(dialect)
     assert valid(keyed(**{"VAL-1": judged(evidence=cite)}), schema)
     assert not valid(keyed(**{"VAL-1": judged(evidence=[{**cite[0], "path": "nope.py"}])}), schema)
     assert not valid(keyed(**{"VAL-1": judged(evidence=[{**cite[0], "line": 0}])}), schema)
+    assert not valid(keyed(**{"VAL-1": judged(evidence=[{**cite[0], "line": 4}])}), schema)  # past its end
     assert not valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "text": "hello.py:2"}])}), schema)
     blank = judged("fail", expected="   ", actual="b")
     # OpenAI's strict mode takes `pattern`: blank is refused there. llama.cpp's compiler gets
@@ -87,13 +89,35 @@ def test_a_fail_explains_itself_and_file_evidence_names_a_checkout_file(dialect)
     assert valid(keyed(**{"VAL-1": blank}), schema) == (dialect == "llama_cpp")
 
 
+@pytest.mark.parametrize("dialect", ["openai", "llama_cpp"])
+def test_each_file_names_only_its_own_lines(dialect):
+    schema = build_verdict_schema(keys=("VAL-1",), files={"long.py": 40, "short.py": 2}, dialect=dialect)
+
+    def cites(path, line):
+        return valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "path": path, "line": line}])}), schema)
+
+    assert cites("long.py", 40) and cites("short.py", 2)
+    assert not cites("short.py", 3) and not cites("long.py", 41)
+
+
+def test_a_whole_answer_is_bounded_where_the_server_takes_bounds():
+    llama = build_verdict_schema(keys=("VAL-1",), files=FILES, dialect="llama_cpp")
+    assert valid(keyed(**{"VAL-1": judged(message="m" * TEXT_MAX)}), llama)
+    assert not valid(keyed(**{"VAL-1": judged(message="m" * (TEXT_MAX + 1))}), llama)
+    other = [{"kind": "other", "text": "looked"}]
+    for dialect in ("openai", "llama_cpp"):  # both take maxItems
+        schema = build_verdict_schema(keys=("VAL-1",), files=FILES, dialect=dialect)
+        assert valid(keyed(**{"VAL-1": judged(evidence=other * EVIDENCE_MAX)}), schema)
+        assert not valid(keyed(**{"VAL-1": judged(evidence=other * (EVIDENCE_MAX + 1))}), schema)
+
+
 def test_no_checkout_no_file_enum_and_an_empty_checkout_no_file_evidence(checkout):
-    assert checkout_files(checkout) == sorted(FILES)  # .git left out
+    (checkout / "empty.txt").write_text("")
+    assert checkout_files(checkout) == {**FILES, "empty.txt": 1}  # .git left out; a line 1 even when empty
     assert checkout_files(None) is None and checkout_files(checkout, limit=2) is None
-    assert schema_files(checkout, KEYS) == sorted(FILES) and schema_files(checkout, ["K"] * 700) is None
     free = build_verdict_schema(keys=("VAL-1",), files=None, dialect="openai")
     assert valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "path": "any.py", "line": 1}])}), free)
-    empty = build_verdict_schema(keys=("VAL-1",), files=[], dialect="openai")
+    empty = build_verdict_schema(keys=("VAL-1",), files={}, dialect="openai")
     assert not valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "path": "any.py", "line": 1}])}), empty)
 
 
@@ -152,7 +176,7 @@ def test_control_characters_inside_strings_are_read_and_said():
 nonblank = st.text(min_size=1, max_size=20).filter(lambda s: s.strip())
 evidence_item = st.one_of(
     st.fixed_dictionaries(
-        {"kind": st.just("file"), "path": st.sampled_from(FILES), "line": st.integers(min_value=1, max_value=3)}
+        {"kind": st.just("file"), "path": st.sampled_from(sorted(FILES)), "line": st.integers(min_value=1, max_value=3)}
     ),
     st.fixed_dictionaries({"kind": st.sampled_from(OTHER_KINDS), "text": nonblank}),
 )
@@ -178,11 +202,12 @@ def schema_answers(draw):
     return keys, answer
 
 
+@pytest.mark.parametrize("dialect", ["openai", "llama_cpp"])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=schema_answers())
-def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, case):
+def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, dialect, case):
     keys, answer = case
-    schema = build_verdict_schema(keys=keys, files=checkout_files(checkout), dialect="openai")
+    schema = build_verdict_schema(keys=keys, files=checkout_files(checkout), dialect=dialect)
     jsonschema.validate(answer, schema)  # the strategy draws only what the schema admits
     candidate = to_contract(json.loads(json.dumps(answer)), keys=keys)
     verdict, stage, failed = assess(candidate, FrozenContext(keys=keys, checkout=checkout))

@@ -65,6 +65,10 @@ class AgentOptions:
     native_format: str = "json_schema"  # json_schema | json_object (an OpenAI-compatible server's schema variant)
     schema_format: str = "openai"  # output_mode schema: the response_format form the server takes
     max_tokens: int | None = None
+    # The request field a `base_url` server reads the output limit from: `max_tokens` is the
+    # one every OpenAI-compatible server takes (llama-cpp-python ignores the other, and a
+    # limit it ignores is no limit); OpenAI's reasoning models want `max_completion_tokens`.
+    max_tokens_field: str = "max_tokens"
     max_requests: int = 40
 
     @classmethod

@@ -23,6 +23,7 @@ class ModelChoice(Protocol):
     api_key_env: str
     tool_choice: str
     native_format: str
+    max_tokens_field: str
 
 
 REPLAY_KEY = "replay-no-key"
@@ -88,6 +89,7 @@ def _compatible_model(options: ModelChoice, key: str | None) -> Model:
         "supports_json_object_output": True,
         "supports_forced_tool_choice": options.tool_choice != "auto",
         "openai_supports_strict_tool_definition": False,
+        "openai_chat_supports_max_completion_tokens": options.max_tokens_field == "max_completion_tokens",
     }
     json_object = options.native_format == "json_object"
 

@@ -24,9 +24,9 @@ from validation.verdict_schema import (
     DIALECTS,
     SCHEMA_VERSION,
     build_verdict_schema,
+    checkout_files,
     parse_answer,
     response_format,
-    schema_files,
     to_contract,
 )
 
@@ -69,7 +69,7 @@ def run_schema(ctx: ValidationContext, log: journal.CallLog, *, schema_format: s
     if stored is None:
         if not log.live:
             raise journal.JournalMiss("the verdict schema is not in the journal; a replay never rebuilds it")
-        schema = build_verdict_schema(keys=ctx.keys, files=schema_files(ctx.checkout, ctx.keys), dialect=schema_format)
+        schema = build_verdict_schema(keys=ctx.keys, files=checkout_files(ctx.checkout), dialect=schema_format)
         stored = log.record(
             "note",
             NOTE_KEY,
