@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -51,10 +51,14 @@ class Verdict(BaseModel):
 
 @dataclass(frozen=True)
 class FrozenContext:
-    """What host validators may look at: the linked keys and the checkout."""
+    """What host validators may look at: the linked keys and the checkout. `file_refs`:
+    the file evidence already judged against the checkout (text -> problem, None when
+    sound) before a check ran in it (docs/TRUTH.md, "Checks see the revision and nothing
+    else"); a file evidence not among them is refused."""
 
     keys: tuple[str, ...]
     checkout: Path | None = None
+    file_refs: Mapping[str, str | None] | None = None
 
 
 @dataclass
@@ -154,7 +158,7 @@ def escape_invisible(text: str) -> str:
 
 
 def file_ref(path: str, line: int | None = None) -> str:
-    """File evidence naming `path` (and `line`) as `_file_ref_problem` reads it back: a path
+    """File evidence naming `path` (and `line`) as `file_ref_problem` reads it back: a path
     with whitespace, a colon, a quote, a backslash or an invisible character is quoted."""
     plain = bool(path) and not any(ch.isspace() or ch in ':"\\' for ch in path) and not _invisible_in(path)
     text = path if plain else escape_invisible(json.dumps(path, ensure_ascii=False))
@@ -182,13 +186,24 @@ def file_evidence_exists(v: Verdict, ctx: FrozenContext) -> list[str]:
         for e in a.evidence:
             if e.kind != "file":
                 continue
-            problem = _file_ref_problem(root, e.text.strip())
+            text = e.text.strip()
+            if ctx.file_refs is None:
+                problem = file_ref_problem(root, text)
+            else:
+                problem = ctx.file_refs.get(text, f"file evidence {text[:80]!r} was not read before a check ran")
             if problem:
                 problems.append(f"{a.key}: {problem}")
     return problems
 
 
-def _file_ref_problem(root: Path, text: str) -> str | None:
+def file_refs_of(verdicts: Iterable[AssertionVerdict], checkout: Path) -> dict[str, str | None]:
+    """Each file evidence of `verdicts`, judged against `checkout` as it is now."""
+    root = checkout.resolve()
+    texts = {e.text.strip() for v in verdicts for e in v.evidence if e.kind == "file"}
+    return {text: file_ref_problem(root, text) for text in texts}
+
+
+def file_ref_problem(root: Path, text: str) -> str | None:
     ref = _split_file_ref(text)
     if ref is None:
         return f'file evidence {text[:80]!r} must start with path, path:line or "quoted path":line'

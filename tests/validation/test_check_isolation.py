@@ -1,8 +1,10 @@
 """Checks do not disturb each other: every check sees the revision and nothing else.
 
 Each `run` check runs in its own private copy of the snapshot, removed afterwards; file
-checks read the snapshot itself, where no check ever runs. Real runs (admission, then
-`execute_run`) over real git repositories.
+checks read the snapshot itself. The one exception: a `checks` run with a single run
+check judges its file checks (and their file evidence) first, then runs that check in
+the snapshot itself, the tree's last reader. Real runs (admission, then `execute_run`)
+over real git repositories.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus
 from validation.services import runner
 from validation.services.admission import feature_admit
+from validation.verdict import AssertionVerdict, Evidence, FrozenContext, Verdict, file_evidence_exists, file_refs_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
@@ -53,7 +56,7 @@ def test_a_run_check_that_deletes_a_file_leaves_it_to_the_others(build_mission, 
 
 
 def test_a_file_a_run_check_generates_is_not_in_the_revision(build_mission, git_repo, settings):
-    settings.FUSION_CHECK_PARALLELISM = 1  # in order: the file checks come after the generator
+    settings.FUSION_CHECK_PARALLELISM = 1
     generate = {"run": "python -c \"open('gen.txt', 'w').write('made by a check')\""}
     run, verdicts = judged(
         build_mission, git_repo, [generate, {"file": "gen.txt", "exists": True}, {"file": "gen.txt", "exists": False}]
@@ -75,18 +78,24 @@ def test_a_check_cannot_change_a_file_in_place_for_the_others(build_mission, git
     assert run.status == RunStatus.PASSED
 
 
-def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
-    build_mission, git_repo, settings, monkeypatch, tmp_path
-):
-    settings.FUSION_CHECK_PARALLELISM = 4
-    seen: list[Path] = []
+@pytest.fixture
+def seen(monkeypatch) -> list[Path]:
+    """The checkout each judgement was given (the run's snapshot), in order."""
+    checkouts: list[Path] = []
     real_judge = runner.judge
 
     def spying(ctx):
-        seen.append(ctx.checkout)
+        checkouts.append(ctx.checkout)
         return real_judge(ctx)
 
     monkeypatch.setattr(runner, "judge", spying)
+    return checkouts
+
+
+def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
+    build_mission, git_repo, settings, seen, tmp_path
+):
+    settings.FUSION_CHECK_PARALLELISM = 4
     hang = tmp_path / "hanging-cwd"
     checks = [
         {"run": 'python -c "import os; print(os.getcwd())"'},
@@ -109,6 +118,21 @@ def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
     assert len(copies) == 2 and seen[0] not in copies, "each run check runs in a copy of its own"
     assert all(SNAPSHOT_NAME.match(c.name).group(1) == f"run-{run.pk}" and c.parent == snapshot_root() for c in copies)
     assert sorted(snapshot_root().iterdir()) == [], "a private copy or the snapshot was left behind"
+
+
+def test_a_lone_run_check_runs_in_the_snapshot_after_the_file_checks_and_their_evidence(
+    build_mission, git_repo, settings, seen
+):
+    settings.FUSION_CHECK_PARALLELISM = 4
+    # Listed first, and it deletes the file the file check cites and judges.
+    wreck = {"run": "python -c \"import os; os.remove('data.txt'); print(os.getcwd())\""}
+    run, verdicts = judged(build_mission, git_repo, [wreck, {"file": "data.txt", "contains": "^payload$"}])
+    assert run.status == RunStatus.PASSED, verdicts  # the file evidence was judged before the deletion
+    assert verdicts["VAL-2"]["evidence"][0] == {"kind": "file", "text": "data.txt:1"}
+    assert Path(verdicts["VAL-1"]["evidence"][0]["text"].splitlines()[1]) == seen[0], "no copy: the snapshot itself"
+    order = list(JournalEntry.objects.filter(run_id=run.pk, kind="check").order_by("seq").values_list("key", flat=True))
+    assert order == ["VAL-2", "VAL-1"], "the file check is judged before the run check starts"
+    assert sorted(snapshot_root().iterdir()) == [], "the snapshot was left behind"
 
 
 def test_the_journal_holds_what_each_check_saw(build_mission, git_repo, settings):
@@ -140,3 +164,22 @@ def test_a_private_copy_is_named_like_its_snapshot_and_swept_with_it(git_repo):
         assert sweep_snapshots(live_labels=lambda: {"run-7"}) == 0 and copy.exists()
         assert sweep_snapshots(live_labels=set) == 2 and not copy.exists()
     assert sorted(snapshot_root().iterdir()) == []
+
+
+def test_host_validation_reads_the_file_references_judged_before_a_check_ran(tmp_path):
+    (tmp_path / "kept.txt").write_text("one\ntwo\n")
+    cite = AssertionVerdict(
+        key="VAL-1", verdict="pass", message="m", evidence=[Evidence(kind="file", text="kept.txt:2")]
+    )
+    refs = file_refs_of([cite], tmp_path)
+    assert refs == {"kept.txt:2": None}
+    (tmp_path / "kept.txt").unlink()  # what the check in the snapshot did afterwards
+    verdict = Verdict(status="pass", assertions=[cite])
+    assert file_evidence_exists(verdict, FrozenContext(keys=("VAL-1",), checkout=tmp_path, file_refs=refs)) == []
+    assert file_evidence_exists(verdict, FrozenContext(keys=("VAL-1",), checkout=tmp_path)) != []  # the disk now
+    later = verdict.model_copy(
+        update={"assertions": [cite.model_copy(update={"evidence": [Evidence(kind="file", text="new.txt:1")]})]}
+    )
+    (tmp_path / "new.txt").write_text("made by the check\n")
+    problems = file_evidence_exists(later, FrozenContext(keys=("VAL-1",), checkout=tmp_path, file_refs=refs))
+    assert problems == ["VAL-1: file evidence 'new.txt:1' was not read before a check ran"]

@@ -152,7 +152,7 @@ def _judge_and_record(run: ValidatorRun) -> str:
             verdict = host_accept(
                 run.pk,
                 judgement.candidate,
-                FrozenContext(keys=ctx.keys, checkout=checkout),
+                FrozenContext(keys=ctx.keys, checkout=checkout, file_refs=judgement.file_refs),
                 tokens={"in": judgement.tokens_in, "out": judgement.tokens_out},
             )
     except SnapshotError as exc:

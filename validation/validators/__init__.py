@@ -14,6 +14,9 @@ class Judgement:
     candidate: dict[str, Any]
     tokens_in: int = 0
     tokens_out: int = 0
+    # Set when a check ran in the snapshot itself: each file evidence text, judged against
+    # the snapshot before that check started (validation.verdict.FrozenContext.file_refs).
+    file_refs: dict[str, str | None] | None = None
 
 
 def judge(ctx: ValidationContext) -> Judgement:

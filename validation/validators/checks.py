@@ -29,6 +29,7 @@ from validation.verdict import (
     Outcome,
     escape_invisible,
     file_ref,
+    file_refs_of,
     line_of,
     read_checkout_text,
 )
@@ -184,8 +185,9 @@ def _journaled(ctx: ValidationContext, assertion: AssertionSpec, verdict: Assert
     return verdict
 
 
-def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> AssertionVerdict:
-    """Judge one check against the revision alone, with its protected files restored."""
+def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place: bool = False) -> AssertionVerdict:
+    """Judge one check against the revision alone, with its protected files restored.
+    `in_place`: a run check runs in the snapshot itself (`run_checks_last`)."""
     spec = assertion.check
     if check_spec_problems(spec):  # judge_assertion blocks it without running anything
         return judge_assertion(ctx.checkout, assertion)
@@ -198,7 +200,7 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> Assertio
             assertion.key, "blocked", message, "other", f"{assertion.key}: protect {', '.join(own)}"
         )
     own_changed = protection.diff().under(own) if own else []
-    with _check_root(ctx.checkout, spec, protection, own_changed) as (root, restored):
+    with _check_root(ctx.checkout, spec, protection, own_changed, in_place=in_place) as (root, restored):
         verdict = judge_assertion(root, assertion)
     if restored:
         verdict = _outside_checkout(verdict)
@@ -206,12 +208,20 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec) -> Assertio
 
 
 @contextlib.contextmanager
-def _check_root(checkout: Path, spec: dict[str, Any], protection: protect.Protection, own_changed: list[str]):
+def _check_root(
+    checkout: Path, spec: dict[str, Any], protection: protect.Protection, own_changed: list[str], *, in_place: bool
+):
     """(folder, whether the checked file was restored in it). A run check runs in a private
-    copy of the snapshot, so that what it deletes or generates no other check sees; a file
-    check reads the snapshot itself (no check ever runs there), unless its own `protect`
-    covers its file and the implementation changed it: then the base content is judged."""
+    copy of the snapshot, so that what it deletes or generates no other check sees (or, the
+    last reader, in the snapshot itself); a file check reads the snapshot itself, unless its
+    own `protect` covers its file and the implementation changed it: then the base content
+    is judged."""
     if "run" not in spec and posixpath.normpath(spec["file"]) not in own_changed:
+        yield checkout, False
+        return
+    if in_place and "run" in spec:
+        if own_changed:
+            protect.restore(checkout, protection.diff(), own_changed)
         yield checkout, False
         return
     with private_copy(checkout) as root:
@@ -273,6 +283,31 @@ def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[
     if failed is not None:
         raise failed
     return [r for r in results if r is not None]
+
+
+def run_checks_last(
+    ctx: ValidationContext, assertions: list[AssertionSpec]
+) -> tuple[list[AssertionVerdict], dict[str, str | None] | None]:
+    """`run_checks` for a validator after which nothing but host validation reads the
+    snapshot (`checks` alone), and the file references of the result as that validation
+    must see them (`Judgement.file_refs`; None: read the checkout).
+
+    With exactly one run check, the file checks are judged first, their file evidence is
+    judged against the pristine snapshot, and then the run check runs in the snapshot
+    itself, not in a copy: nothing reads the tree after it (docs/TRUTH.md, "Checks see the
+    revision and nothing else"), and one tree fewer per run is most of a run's disk work
+    (bench/loop_throughput.py). With several, each has its copy and they run in parallel."""
+    runs = [
+        a for a in assertions if isinstance(a.check, dict) and "run" in a.check and not check_spec_problems(a.check)
+    ]
+    if len(runs) != 1 or ctx.replay is not None or ctx.checkout is None:
+        return run_checks(ctx, assertions), None
+    last = runs[0]
+    before = run_checks(ctx, [a for a in assertions if a is not last])
+    file_refs = file_refs_of(before, ctx.checkout)
+    judged = {v.key: v for v in before}
+    judged[last.key] = _journaled(ctx, last, judge_isolated(ctx, last, in_place=True))
+    return [judged[a.key] for a in assertions], file_refs
 
 
 def blocked_without_check(assertion: AssertionSpec) -> AssertionVerdict:

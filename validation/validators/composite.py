@@ -9,7 +9,7 @@ from typing import Any
 from validation import profiles
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.validators import Judgement
-from validation.validators.checks import blocked_without_check, run_checks
+from validation.validators.checks import blocked_without_check, run_checks, run_checks_last
 from validation.verdict import AssertionVerdict, Verdict, normalize
 
 
@@ -23,9 +23,10 @@ def _document(items) -> dict:
 
 def judge_checks_only(ctx: ValidationContext) -> Judgement:
     with_check = [a for a in ctx.assertions if a.check]
-    results = {v.key: v for v in run_checks(ctx, with_check)}
+    verdicts, file_refs = run_checks_last(ctx, with_check)  # nothing but host validation reads the tree after
+    results = {v.key: v for v in verdicts}
     items = [results.get(a.key) or blocked_without_check(a) for a in ctx.assertions]
-    return Judgement(_document(items))
+    return Judgement(_document(items), file_refs=file_refs)
 
 
 def judge_composite(ctx: ValidationContext) -> Judgement:
