@@ -45,7 +45,11 @@ EVIDENCE_MAX = 3
 # llama.cpp's compiler ignores `maximum`: there a file's line numbers are an enum, up to
 # this many lines (a longer file's line is left to the host); OpenAI takes `maximum`.
 LINE_ENUM_MAX = 300
-LLAMA_STRINGS = "lenient"  # or "pattern": see `_text`
+# "pattern" (strings without quotes, backslashes or control characters) or "lenient"
+# (any string; the host reads raw control characters): see `_text`. Against SmolLM2-135M
+# under llama-cpp-python 0.3.36, "pattern" had every first answer accepted and "lenient"
+# 6 of 10 (docs/validators.md, "Measured").
+LLAMA_STRINGS = "pattern"
 
 
 def checkout_files(checkout: Path | None, *, limit: int = MAX_ENUM_FILES) -> dict[str, int] | None:
@@ -79,10 +83,10 @@ def _text(dialect: str, *, nonblank: bool, limit: int = TEXT_MAX) -> dict[str, A
         # OpenAI's strict mode takes `pattern` (searched, unanchored: "has a non-space",
         # which is the host's rule), not `maxLength`.
         return {"type": "string", "pattern": r"\S"} if nonblank else {"type": "string"}
-    # llama.cpp's grammar compiler needs anchored patterns and takes `minLength`, which
-    # leaves an all-blank string to the host validator. Its strings admit raw control
-    # characters, which the host reads (`parse_answer`); LLAMA_STRINGS = "pattern" excludes
-    # them (and escapes) instead: docs/validators.md has what each measured.
+    # llama.cpp's grammar compiler needs anchored patterns, so an all-blank string is left
+    # to the host validator. Its plain strings admit raw control characters (which the
+    # host reads, `parse_answer`); the pattern excludes them, and quotes and escapes, so
+    # every answer is strict JSON.
     if LLAMA_STRINGS == "pattern":
         return {"type": "string", "pattern": f'^[^"\\\\\\x00-\\x1f]{{{int(nonblank)},{limit}}}$'}
     return {"type": "string", "minLength": 1 if nonblank else 0, "maxLength": limit}

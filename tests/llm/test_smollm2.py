@@ -52,9 +52,10 @@ MODES = {
     "schema": {"output_mode": "schema", "schema_format": "llama_cpp", "tool_choice": "auto", "tools": []},
 }
 RUNS = int(os.environ.get("LLM_RUNS", "10"))  # per mode; a fresh mission every 3
-# `pattern`: the schema's strings exclude control characters instead of the host reading
-# them (validation/verdict_schema.py, LLAMA_STRINGS); docs/validators.md compares the two.
-SCHEMA_STRINGS = os.environ.get("LLM_SCHEMA_STRINGS", "lenient")
+# `lenient`: the schema's strings admit control characters, which the host reads, instead
+# of a pattern that excludes them (validation/verdict_schema.py, LLAMA_STRINGS);
+# docs/validators.md compares the two.
+SCHEMA_STRINGS = os.environ.get("LLM_SCHEMA_STRINGS", verdict_schema.LLAMA_STRINGS)
 LEGAL = {RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR}
 ERROR_CODES = {"invalid_verdict", "limit_exceeded", "timeout", "budget_exceeded"}
 
@@ -120,6 +121,12 @@ def check_run(run, repo_path) -> dict:
         "tokens": run.tokens_in + run.tokens_out,
         "status": run.status,
         "error": run.error[:160],
+        # What the host refused first (the thing a schema could not, or did not, say).
+        "first_rejection": "; ".join(
+            f"{name}: {reason}" for name, reasons in made[0]["failed"].items() for reason in reasons
+        )[:200]
+        if first_rejected
+        else "",
     }
 
 

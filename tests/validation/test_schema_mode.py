@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.support.agent_env import add_profile, hello_feature, run_now, scripted, start_run  # noqa: F401
 from tests.support.openai_server import ScriptedOpenAIServer
-from validation import profiles
+from validation import profiles, verdict_schema
 from validation.journal import sha256_of, verify_chain
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
@@ -96,7 +96,9 @@ def test_openai_format_with_tools_before_the_answer(server, hello_feature):
     assert len(srv.requests) == 2  # the replay made no live call
 
 
-def test_llama_cpp_format_and_control_characters_inside_strings(server, hello_feature):
+def test_llama_cpp_format_and_control_characters_inside_lenient_strings(server, hello_feature, monkeypatch):
+    # Strings without the pattern (LLAMA_STRINGS = "lenient") admit raw control characters.
+    monkeypatch.setattr(verdict_schema, "LLAMA_STRINGS", "lenient")
     item = judged(message="line one\nline two")  # a raw newline: the text below is not strict JSON
     text = json.dumps(answer(**{"VAL-1": item, "VAL-2": judged()})).replace("\\n", "\n")
     srv = server([("text", text)], schema_format="llama_cpp", tools=[], response_formats=("json_object",))

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from validation import verdict_schema
 from validation.validators.repair import assess
 from validation.verdict import FrozenContext, normalize
 from validation.verdict_schema import (
@@ -84,9 +85,19 @@ def test_a_fail_explains_itself_and_file_evidence_names_a_checkout_file(dialect)
     assert not valid(keyed(**{"VAL-1": judged(evidence=[{**cite[0], "line": 4}])}), schema)  # past its end
     assert not valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "text": "hello.py:2"}])}), schema)
     blank = judged("fail", expected="   ", actual="b")
-    # OpenAI's strict mode takes `pattern`: blank is refused there. llama.cpp's compiler gets
-    # `minLength`: only empty is refused, and the host refuses the blank one (see below).
+    # OpenAI's strict mode takes `pattern: \S`: blank is refused there. llama.cpp's compiler
+    # takes only anchored patterns: only empty is refused, and the host refuses the blank one.
     assert valid(keyed(**{"VAL-1": blank}), schema) == (dialect == "llama_cpp")
+
+
+@pytest.mark.parametrize("text", ["one\ntwo", 'say "hi"', "back\\slash"])
+def test_llama_cpp_strings_leave_no_room_for_anything_but_strict_json(text, monkeypatch):
+    pattern = build_verdict_schema(keys=("VAL-1",), files=FILES, dialect="llama_cpp")
+    assert not valid(keyed(**{"VAL-1": judged(message=text)}), pattern)
+    assert valid(keyed(**{"VAL-1": judged(message="plain 'quoted' text")}), pattern)
+    monkeypatch.setattr(verdict_schema, "LLAMA_STRINGS", "lenient")
+    lenient = build_verdict_schema(keys=("VAL-1",), files=FILES, dialect="llama_cpp")
+    assert valid(keyed(**{"VAL-1": judged(message=text)}), lenient)  # the host reads it (below)
 
 
 @pytest.mark.parametrize("dialect", ["openai", "llama_cpp"])
@@ -173,39 +184,54 @@ def test_control_characters_inside_strings_are_read_and_said():
 
 # --- the property: whatever the schema admits, the host's shape validators accept ------
 
-nonblank = st.text(min_size=1, max_size=20).filter(lambda s: s.strip())
-evidence_item = st.one_of(
-    st.fixed_dictionaries(
-        {"kind": st.just("file"), "path": st.sampled_from(sorted(FILES)), "line": st.integers(min_value=1, max_value=3)}
-    ),
-    st.fixed_dictionaries({"kind": st.sampled_from(OTHER_KINDS), "text": nonblank}),
-)
+# Under LLAMA_STRINGS = "pattern" the schema's strings hold no quote, backslash or
+# control character; otherwise any text.
+PATTERN_FREE = st.characters(codec="utf-8", exclude_characters='"\\' + "".join(map(chr, range(32))))
+
+
+def texts(strings: str, *, min_size: int = 0):
+    alphabet = PATTERN_FREE if strings == "pattern" else st.characters(codec="utf-8")
+    text = st.text(alphabet=alphabet, min_size=min_size, max_size=20)
+    return text.filter(lambda s: s.strip()) if min_size else text
+
+
+def evidence_item(strings: str):
+    return st.one_of(
+        st.fixed_dictionaries(
+            {
+                "kind": st.just("file"),
+                "path": st.sampled_from(sorted(FILES)),
+                "line": st.integers(min_value=1, max_value=3),
+            }
+        ),
+        st.fixed_dictionaries({"kind": st.sampled_from(OTHER_KINDS), "text": texts(strings, min_size=1)}),
+    )
 
 
 @st.composite
-def assertion_answer(draw):
+def assertion_answer(draw, strings: str):
     verdict = draw(st.sampled_from(["pass", "fail", "blocked"]))
-    text = nonblank if verdict == "fail" else st.text(max_size=20)
+    text = texts(strings, min_size=1 if verdict == "fail" else 0)
     return {
         "verdict": verdict,
         "message": draw(text),
         "expected": draw(text),
         "actual": draw(text),
-        "evidence": draw(st.lists(evidence_item, min_size=1, max_size=3)),
+        "evidence": draw(st.lists(evidence_item(strings), min_size=1, max_size=3)),
     }
 
 
 @st.composite
-def schema_answers(draw):
+def schema_answers(draw, strings: str = "lenient"):
     keys = tuple(draw(st.lists(st.sampled_from(KEYS + ("VAL-9", "summary")), min_size=1, max_size=4, unique=True)))
-    answer = {"summary": draw(st.text(max_size=20)), "assertions": {k: draw(assertion_answer()) for k in keys}}
+    answer = {
+        "summary": draw(texts(strings)),
+        "assertions": {k: draw(assertion_answer(strings)) for k in keys},
+    }
     return keys, answer
 
 
-@pytest.mark.parametrize("dialect", ["openai", "llama_cpp"])
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=schema_answers())
-def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, dialect, case):
+def _admitted_answers_pass_the_host(checkout, dialect: str, case) -> None:
     keys, answer = case
     schema = build_verdict_schema(keys=keys, files=checkout_files(checkout), dialect=dialect)
     jsonschema.validate(answer, schema)  # the strategy draws only what the schema admits
@@ -216,6 +242,16 @@ def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, d
     if not failed:
         assert verdict is not None and stage == ""
         assert normalize(verdict).status == candidate["status"]  # the host's status, derived twice alike
+
+
+@pytest.mark.parametrize(
+    "dialect, strings", [("openai", "lenient"), ("llama_cpp", "lenient"), ("llama_cpp", "pattern")]
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, monkeypatch, dialect, strings, data):
+    monkeypatch.setattr(verdict_schema, "LLAMA_STRINGS", strings)
+    _admitted_answers_pass_the_host(checkout, dialect, data.draw(schema_answers(strings)))
 
 
 @settings(max_examples=200, deadline=None)
