@@ -3,6 +3,11 @@
 One query per level (milestones, slices, features, assertion links, assertions with
 their link counts) plus the mission; rollups are computed in Python from those rows
 with the same rule as `missions.services.rollup`.
+
+The reads are separate statements (not one snapshot under PostgreSQL's read committed):
+a row written between two of them may reference one the earlier read did not return.
+Such rows are left out, never looked up, so the tree is always whole and self-consistent
+(the next read shows them).
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ def _assertion_rows(mission: Mission) -> tuple[list[Row], dict[int, list[str]], 
         .order_by("assertion__order", "assertion_id")
         .values_list("feature_id", "assertion_id")
     ):
+        # The links are a second read: an assertion created (and linked) since the first
+        # is left out here too, so a feature lists only assertions its milestone shows.
+        if assertion_id not in keys:
+            continue
         by_feature[feature_id].append(keys[assertion_id])
         linked.add(assertion_id)
     return assertions, by_feature, linked

@@ -1,28 +1,41 @@
 """Who is calling and about which mission: the principal of one MCP request.
 
-HTTP requests carry it in the ASGI scope (`validation/mcp/http.py` authenticates every
+HTTP requests carry it in the ASGI scope (`validation/mcp/http.py` signs in every
 request with the API's tokens, or the session); stdio carries one for the whole process
-(`manage.py mcp --user NAME`). The user is read again on every call, so a deactivated
-user or a removed membership takes effect at once.
+(`manage.py mcp --user NAME`). Every handler that reads or writes checks the principal
+again in its own database trip (`load_user`: the HTTP request's credential, the user's
+`is_active`), and every selector it calls checks the mission's visibility: a revoked
+token, a deactivated user or a removed membership is refused on the very next call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user as session_user
 from django.contrib.auth import get_user_model
 from django.db import connections
 
 from missions import selectors
 from missions.errors import Invalid, NotFound
 from missions.models import Mission
+from missions.streams.auth import token_user
 
 SCOPE_KEY = "fusion.mcp"
 
 T = TypeVar("T")
+
+# ("token" | "session", key): how an HTTP request signed in.
+Credential = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,67 @@ class Principal:
     # The connection's mission (a mission endpoint, or stdio's --mission): the mission a
     # review reads and the default of every loop tool.
     mission_id: int | None = None
+    # The HTTP request's credential, checked again by `load_user`; None on stdio, whose
+    # user is the process's. Never in a repr (a log line must not carry a token).
+    credential: Credential | None = field(default=None, repr=False)
+
+
+def credential_user(credential: Credential):
+    """The active user of an API token or a session key, or None."""
+    via, key = credential
+    if via == "token":
+        user = token_user(key)
+    else:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+        # Django reads only the request's session to find its user.
+        user = session_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+    return user if user.is_authenticated and user.is_active else None
+
+
+class SignedIn:
+    """The principals of the credentials that signed in lately, so that an HTTP request
+    with one of them needs no database trip of its own before its handler's: a tool call
+    costs one trip, as a REST read does. Safe because the handler's trip checks the
+    credential again (`load_user`); a refusal there forgets it, and its next request is
+    answered 401 again. An entry lives TTL seconds: a mission renamed meanwhile (its key
+    now another's) is resolved afresh soon."""
+
+    TTL = 60.0
+    SIZE = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the event loop reads, pool threads forget
+        self._entries: dict[tuple[bytes, str | None], tuple[Principal, float]] = {}
+
+    @staticmethod
+    def _digest(credential: Credential) -> bytes:
+        return hashlib.sha256("\0".join(credential).encode()).digest()
+
+    def get(self, credential: Credential, mission_ref: str | None) -> Principal | None:
+        key = (self._digest(credential), mission_ref)
+        with self._lock:
+            principal, expires = self._entries.get(key, (None, 0.0))
+            if principal is not None and expires < time.monotonic():
+                del self._entries[key]
+                return None
+        return principal
+
+    def remember(self, principal: Principal, mission_ref: str | None) -> None:
+        assert principal.credential is not None
+        with self._lock:
+            if len(self._entries) >= self.SIZE:
+                del self._entries[next(iter(self._entries))]  # the oldest
+            key = (self._digest(principal.credential), mission_ref)
+            self._entries[key] = (principal, time.monotonic() + self.TTL)
+
+    def forget(self, credential: Credential) -> None:
+        digest = self._digest(credential)
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == digest]:
+                del self._entries[key]
+
+
+signed_in = SignedIn()
 
 
 _stdio: dict[str, Principal] = {}
@@ -65,8 +139,16 @@ def db(fn: Callable[..., T]) -> Callable[..., Any]:
 
 
 def load_user(principal: Principal):
-    user = get_user_model().objects.filter(pk=principal.user_id, is_active=True).first()
-    if user is None:
+    """The principal's user, read in the caller's database trip: the HTTP request's
+    credential must still sign in as that user (a deleted token, a logged-out session or
+    a deactivated user is refused), stdio's user must still be active."""
+    if principal.credential is None:
+        user = get_user_model().objects.filter(pk=principal.user_id, is_active=True).first()
+    else:
+        user = credential_user(principal.credential)
+    if user is None or user.pk != principal.user_id:
+        if principal.credential is not None:
+            signed_in.forget(principal.credential)
         raise NotFound("the connection's user no longer exists or is inactive", code="not_authenticated")
     return user
 

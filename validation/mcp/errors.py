@@ -16,6 +16,7 @@ import mcp_types as types
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from mcp.shared.exceptions import MCPError
 from rest_framework import exceptions as drf
 
 from missions.errors import DomainError
@@ -59,3 +60,8 @@ def ok_result(body: dict[str, Any], *, text: str | None = None) -> types.CallToo
         content=[types.TextContent(type="text", text=text if text is not None else json.dumps(body, default=str))],
         structured_content=body,
     )
+
+
+def resource_not_found(uri: str) -> MCPError:
+    """A resource the user may not read (or hear about): the protocol's error, never its content."""
+    return MCPError(types.INVALID_PARAMS, f"not found: {uri}", {"code": "not_found"})

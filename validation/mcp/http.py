@@ -7,7 +7,10 @@ Each request is authenticated before the SDK sees it: `Authorization: Bearer <ke
 WebSocket streams); the `Host` must be one of ALLOWED_HOSTS (the SDK's DNS-rebinding
 check, which only knows localhost, is replaced by the site's own). The principal (user,
 and the mission of a mission endpoint) rides the ASGI scope to every tool call, and the
-SDK binds each MCP session to it: another credential cannot use the session's id.
+SDK binds each MCP session to it: another credential cannot use the session's id. A
+credential that signed in lately is remembered (`context.SignedIn`): its next POST reaches
+the SDK without a database trip of its own, and the handler checks it again in the trip
+it makes anyway, so a tool call costs one trip, as a REST read does.
 
 Daphne runs no ASGI lifespan, and the SDK's session manager needs its task group
 running: the first request starts it (a lifespan, where the server sends one, too).
@@ -20,12 +23,9 @@ import json
 import logging
 import re
 from http.cookies import SimpleCookie
-from importlib import import_module
-from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user as session_user
 from django.http.request import split_domain_port, validate_host
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -33,8 +33,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from missions.consumers import header, own_origin
-from missions.streams.auth import token_user
-from validation.mcp.context import SCOPE_KEY, Principal, db, find_mission
+from validation.mcp.context import SCOPE_KEY, Credential, Principal, credential_user, db, find_mission, signed_in
 from validation.mcp.live import Live
 from validation.mcp.server import build_server
 
@@ -64,19 +63,12 @@ def _credential(scope) -> tuple[str, str | None]:
     return "session", morsel.value if morsel else None
 
 
-def _authenticate(via: str, key: str | None, mission_ref: str | None) -> tuple[Any, int | None]:
-    user = None
-    if key:
-        if via == "token":
-            user = token_user(key)
-        else:
-            store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
-            # Django reads only the request's session to find its user.
-            user = session_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    if user is None or not user.is_authenticated:
-        return None, None
+def _authenticate(credential: Credential, mission_ref: str | None) -> Principal | None:
+    user = credential_user(credential)
+    if user is None:
+        return None
     mission_id = find_mission(user=user, ref=mission_ref).pk if mission_ref else None
-    return user, mission_id
+    return Principal(user_id=user.pk, mission_id=mission_id, credential=credential)
 
 
 async def _answer(send, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -136,6 +128,22 @@ class McpApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    async def _principal(self, scope, credential: Credential, mission_ref: str | None) -> Principal | None:
+        """The request's principal, or None (not signed in); a mission endpoint of a mission
+        the user may not see raises. A POST whose credential signed in lately skips this
+        trip: the handler's own trip checks it again (`load_user`), and a POST that reaches
+        no handler's trip (tools/list, initialize, a notification) shows nothing of any
+        mission. A GET (the standalone stream of earlier clients, which carries their
+        notifications) or a DELETE is signed in afresh every time."""
+        if scope.get("method") == "POST":
+            known = signed_in.get(credential, mission_ref)
+            if known is not None:
+                return known
+        principal = await db(_authenticate)(credential, mission_ref)
+        if principal is not None:
+            signed_in.remember(principal, mission_ref)
+        return principal
+
     async def __call__(self, scope, receive, send) -> None:
         match = PATH.match(scope["path"])
         if match is None:
@@ -156,11 +164,11 @@ class McpApp:
             )
             return
         try:
-            user, mission_id = await db(_authenticate)(via, key, match.group("mission"))
+            principal = await self._principal(scope, (via, key), match.group("mission")) if key else None
         except Exception:  # noqa: BLE001 — an unknown or foreign mission: not found, as in the API
             await _answer(send, 404, {"code": "not_found", "detail": "no such mission", "fields": {}})
             return
-        if user is None:
+        if principal is None:
             await _answer(
                 send,
                 401,
@@ -168,10 +176,11 @@ class McpApp:
                 ((b"www-authenticate", b'Bearer realm="fusion", Token'),),
             )
             return
-        principal = Principal(user_id=user.pk, mission_id=mission_id)
         # The SDK binds a session to the identity that opened it; a request with another
         # user, or for another mission endpoint, is answered as an unknown session.
-        identity = AccessToken(token="", client_id=f"user:{user.pk}:mission:{mission_id}", scopes=[])
+        identity = AccessToken(
+            token="", client_id=f"user:{principal.user_id}:mission:{principal.mission_id}", scopes=[]
+        )
         await self._started()
         await self.manager.handle_request(
             {**scope, SCOPE_KEY: principal, "user": AuthenticatedUser(identity)}, receive, send

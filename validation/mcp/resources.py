@@ -16,7 +16,7 @@ from missions.api.tree import mission_tree
 from missions.errors import NotFound
 from validation.api.reviews import ReviewSerializer
 from validation.api.serializers import RunSerializer
-from validation.mcp.context import find_mission
+from validation.mcp.context import Principal, find_mission, load_user
 from validation.selectors import visible_reviews, visible_runs
 
 URI = re.compile(r"\Afusion://(missions|runs|reviews)/(\d{1,15})\Z")
@@ -77,6 +77,22 @@ def mission_of(*, user, uri: str) -> int | None:
     if kind == "runs":
         return _run(user, pk).mission_id
     return _review(user, pk).mission_id
+
+
+def readable(principal: Principal, uris: list[str]) -> dict[str, int]:
+    """Of the resources the principal may read, the mission of each that has one (a review
+    outside any mission hears of nothing), in one database trip; "not found" for the first
+    it may not read."""
+    user = load_user(principal)
+    missions: dict[str, int] = {}
+    for uri in uris:
+        try:
+            mission_id = mission_of(user=user, uri=uri)
+        except NotFound as exc:
+            raise NotFound(f"not found: {uri}", code="not_found") from exc
+        if mission_id is not None:
+            missions[uri] = mission_id
+    return missions
 
 
 def _journal_summary(run) -> dict[str, Any]:

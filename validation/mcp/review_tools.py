@@ -16,6 +16,7 @@ from typing import Any
 from missions.errors import Invalid, NotFound
 from validation.mcp import schemas
 from validation.mcp.context import db, load_user
+from validation.mcp.resources import readable
 from validation.mcp.tooling import Call, Tool
 from validation.review import artifacts
 from validation.review import result as results
@@ -79,7 +80,13 @@ def _create(principal, arguments: dict[str, Any]) -> dict[str, Any]:
 
 async def fusion_validate(call: Call) -> dict[str, Any]:
     receipt = await db(_create)(call.principal, call.arguments)
-    await call.live.watch_review(call.ctx, review_id=receipt["id"], mission_id=receipt["mission"])
+    await call.live.watch_review(
+        call.ctx,
+        review_id=receipt["id"],
+        mission_id=receipt["mission"],
+        user_id=call.principal.user_id,
+        check=lambda: db(readable)(call.principal, [receipt["resource"]]),
+    )
     return receipt
 
 

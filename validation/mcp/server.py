@@ -11,10 +11,11 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from missions.errors import NotFound
 from missions.selectors import visible_missions
 from validation.mcp import loop_tools, resources, review_tools, verdict_tools
 from validation.mcp.context import db, load_user, principal_of
-from validation.mcp.errors import error_body, error_result, ok_result
+from validation.mcp.errors import error_body, error_result, ok_result, resource_not_found
 from validation.mcp.live import Live
 from validation.mcp.tooling import Call, Tool
 
@@ -45,10 +46,6 @@ def tool_listing() -> list[types.Tool]:
         )
         for t in TOOLS.values()
     ]
-
-
-def _not_found(uri: str) -> MCPError:
-    return MCPError(types.INVALID_PARAMS, f"not found: {uri}", {"code": "not_found"})
 
 
 def build_server(*, live: Live) -> Server[Any]:
@@ -85,14 +82,13 @@ def build_server(*, live: Live) -> Server[Any]:
         except Exception as exc:  # noqa: BLE001
             if error_body(exc) is None:
                 raise
-            raise _not_found(uri) from exc
+            raise resource_not_found(uri) from exc
         return resources.contents(uri, body)
 
     async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        principal, uri = principal_of(ctx), str(params.uri)
-        mission_id = await _readable(principal, uri)
-        if mission_id is not None:
-            live.subscribe(ctx, uri=uri, mission_id=mission_id)
+        principal, uris = principal_of(ctx), [str(params.uri)]
+        missions = await _readable(principal, uris)
+        await live.subscribe(ctx, uris=missions, user_id=principal.user_id, check=lambda: _readable(principal, uris))
         return types.EmptyResult()
 
     async def unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
@@ -101,13 +97,14 @@ def build_server(*, live: Live) -> Server[Any]:
 
     async def listen(ctx, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
         # The SDK's listen handler filters by URI only: who may hear about a resource is
-        # checked here, as a read of it would be, before the stream opens.
+        # checked here, as a read of it would be, before the stream opens (and the stream
+        # hears only its own user's registrations, which a revocation takes away).
         principal = principal_of(ctx)
-        for uri in params.notifications.resource_subscriptions or []:
-            mission_id = await _readable(principal, str(uri))
-            if mission_id is not None:
-                live.follow(mission_id)
-        return await live.listen(ctx, params)
+        uris = [str(uri) for uri in params.notifications.resource_subscriptions or []]
+        missions = await _readable(principal, uris)
+        return await live.listen(
+            ctx, params, uris=missions, user_id=principal.user_id, check=lambda: _readable(principal, uris)
+        )
 
     return Server(
         "fusion-missions",
@@ -125,17 +122,13 @@ def build_server(*, live: Live) -> Server[Any]:
     )
 
 
-async def _readable(principal, uri: str) -> int | None:
+async def _readable(principal, uris: list[str]) -> dict[str, int]:
+    """The mission of each resource, in one trip; a resource the user may not read is
+    "not found" (the protocol's error, as for a read)."""
     try:
-        return await db(_mission_of)(principal, uri)
-    except Exception as exc:  # noqa: BLE001
-        if error_body(exc) is None:
-            raise
-        raise _not_found(uri) from exc
-
-
-def _mission_of(principal, uri: str) -> int | None:
-    return resources.mission_of(user=load_user(principal), uri=uri)
+        return await db(resources.readable)(principal, uris)
+    except NotFound as exc:
+        raise MCPError(types.INVALID_PARAMS, exc.detail, {"code": exc.code}) from exc
 
 
 def _read(principal, uri: str) -> dict[str, Any]:

@@ -27,12 +27,12 @@ from validation.services import operator
 MAX_WAIT = 3600.0
 
 
-def _verdict_rows(run: ValidatorRun | None) -> list[dict[str, Any]]:
+def _verdict_rows(verdict: Any) -> list[dict[str, Any]]:
     """Per assertion of a run's verdict: verdict, message, expected, actual, evidence."""
-    if run is None or not isinstance(run.verdict, dict):
+    if not isinstance(verdict, dict):
         return []
     keep = ("key", "verdict", "message", "expected", "actual", "evidence")
-    return [{k: a.get(k) for k in keep} for a in run.verdict.get("assertions", []) if isinstance(a, dict)]
+    return [{k: a.get(k) for k in keep} for a in verdict.get("assertions", []) if isinstance(a, dict)]
 
 
 def _validate(principal, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -60,8 +60,13 @@ def _loop(principal, arguments: dict[str, Any]) -> dict[str, Any]:
         user=user, principal=principal, ref=arguments["feature"], mission_ref=arguments.get("mission")
     )
     snapshot = loop_snapshot(feature)
-    last = ValidatorRun.objects.filter(feature=feature).exclude(status=RunStatus.RUNNING).order_by("-id").first()
-    return {**snapshot, "last_verdict": _verdict_rows(last), "last_verdict_run": last.pk if last else None}
+    # The snapshot's runs are the feature's, newest first: the last verdict is among them.
+    last = next((run for run in snapshot["runs"] if run["status"] != RunStatus.RUNNING), None)
+    return {
+        **snapshot,
+        "last_verdict": _verdict_rows(last["verdict"]) if last else [],
+        "last_verdict_run": last["id"] if last else None,
+    }
 
 
 async def feature_loop(call: Call) -> dict[str, Any]:
@@ -91,7 +96,7 @@ def _look(principal, arguments: dict[str, Any]) -> dict[str, Any]:
         "loop_state": feature.loop_state,
         "pending": pending,
         "run": s.RunSerializer(run).data if run is not None else None,
-        "verdict": _verdict_rows(run) if run is not None and run.status != RunStatus.RUNNING else [],
+        "verdict": _verdict_rows(run.verdict) if run is not None and run.status != RunStatus.RUNNING else [],
     }
 
 
