@@ -133,12 +133,14 @@ if DATABASE_URL:
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "fusion_site.sqlite",
             "NAME": str(DATA_DIR / "fusion.sqlite3"),
         }
     }
 _db = DATABASES["default"]
-if _db["ENGINE"] == "django.db.backends.sqlite3":
+if _db["ENGINE"] in ("django.db.backends.sqlite3", "fusion_site.sqlite"):
+    # Writers of this process queue on a lock instead of SQLite's polling (fusion_site/sqlite/base.py).
+    _db["ENGINE"] = "fusion_site.sqlite"
     # WAL lets readers go on while one writer commits; IMMEDIATE takes the write lock
     # at BEGIN so two writers queue on the timeout instead of failing on upgrade.
     _db.setdefault("OPTIONS", {}).update(
@@ -151,7 +153,7 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     # A file-backed test database: worker threads cannot share an in-memory one.
     # Per process, so that concurrent test runs never share one file.
     _db["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.getpid()}.sqlite3")}
-IS_SQLITE = _db["ENGINE"] == "django.db.backends.sqlite3"
+IS_SQLITE = _db["ENGINE"] == "fusion_site.sqlite"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [

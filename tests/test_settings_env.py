@@ -103,7 +103,7 @@ def _settings(tmp_path: Path, **extra: str) -> dict:
 def test_default_is_sqlite_wal_immediate_with_file_test_db(tmp_path):
     s = _settings(tmp_path)
     db = s["db"]
-    assert db["ENGINE"] == "django.db.backends.sqlite3"
+    assert db["ENGINE"] == "fusion_site.sqlite"  # Django's, with writers queued (fusion_site/sqlite/base.py)
     assert Path(db["NAME"]).parent == tmp_path.resolve()
     assert db["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert "journal_mode=WAL" in db["OPTIONS"]["init_command"]

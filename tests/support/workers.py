@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def child_database_url() -> str:
     db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
+    if settings.IS_SQLITE:
         return "sqlite:///" + str(Path(db["NAME"]).resolve())
     user, password = quote(db.get("USER") or "", safe=""), quote(db.get("PASSWORD") or "", safe="")
     auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")

@@ -36,6 +36,7 @@ from django.utils import timezone
 from fusion_site.base.snapshots import snapshot_root
 from missions.models import MissionEvent, MissionFeature
 from missions.services.tasks import task_complete, task_create
+from tests.support.workers import child_database_url, clear_namespace
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.recovery import recover
 
@@ -48,27 +49,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 GREETING = {"file": "hello.py", "contains": r"def hello\("}
-
-
-def child_database_url() -> str:
-    """The test database (pytest-django renamed NAME after creating it) as a URL."""
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        return "sqlite:///" + str(Path(db["NAME"]).resolve())
-    user = quote(db.get("USER") or "", safe="")
-    password = quote(db.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = db.get("HOST") or "127.0.0.1"
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{quote(db['NAME'], safe='')}"
-
-
-def clear_namespace() -> None:
-    """Drop every key of this deployment's Dramatiq namespace: queues, and the acks and
-    heartbeats a killed worker leaves behind (nobody else uses this prefix)."""
-    broker = dramatiq.get_broker()
-    for key in list(broker.client.scan_iter(match=f"{broker.namespace}*", count=500)):
-        broker.client.delete(key)
 
 
 class Workers:
