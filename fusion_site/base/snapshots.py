@@ -204,6 +204,14 @@ def remove_tree(path: Path) -> None:
 # What `snapshot()` names its folders: `<label>-<12 hex>`, the label `run-<pk>`,
 # `review-<pk>` or `replay-<pk>`. The sweep touches nothing else.
 SNAPSHOT_NAME = re.compile(r"^((?:run|review|replay)-\d+)-[0-9a-f]{12}$")
+
+
+def is_whole_snapshot(path: Path) -> bool:
+    """Whether `path` is a snapshot's own top folder: the whole revision and nothing above
+    it (not a repository's sub-folder, whose snapshot also holds the folders around it)."""
+    return bool(SNAPSHOT_NAME.match(path.name)) and path.parent.resolve() == snapshot_root().resolve()
+
+
 # A replay has no row that says it is running: its snapshot is spared for this long.
 REPLAY_GRACE_SECONDS = 600
 

@@ -39,3 +39,16 @@ def test_a_revision_without_the_workspace_folder_is_a_clear_snapshot_error(git_r
     with pytest.raises(SnapshotError, match="has no folder app/"):
         with snapshot(str(git_repo.path / "app"), before):
             pass
+
+
+def test_a_lone_run_check_in_a_workspace_folder_sees_nothing_above_it(build_mission, git_repo):
+    # A `conftest.py` above the folder would change what a test run in it finds; the lone
+    # run check (which may run in the snapshot itself, docs/TRUTH.md) must not see it.
+    git_repo.commit({"app/hello.py": "print('hi')\n", "conftest.py": "# outside the workspace\n"})
+    outside = "python -c \"import os, sys; sys.exit(os.path.exists(os.path.join('..', 'conftest.py')))\""
+    build_mission({"hello": [("VAL-alone", {"run": outside})]}, workspace=git_repo.path / "app")
+    feature = MissionFeature.objects.get(key="hello")
+    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
+    assert execute_run(run.pk) == RunStatus.PASSED
+    run.refresh_from_db()
+    assert run.verdict["assertions"][0]["verdict"] == "pass", run.verdict

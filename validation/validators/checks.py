@@ -18,7 +18,7 @@ from django.conf import settings
 
 from fusion_site.base.proc import CommandError, run_command
 from fusion_site.base.redact import bounded, redact
-from fusion_site.base.snapshots import private_copy
+from fusion_site.base.snapshots import is_whole_snapshot, private_copy
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation import journal, protect
 from validation.context import AssertionSpec, ValidationContext
@@ -296,11 +296,14 @@ def run_checks_last(
     judged against the pristine snapshot, and then the run check runs in the snapshot
     itself, not in a copy: nothing reads the tree after it (docs/TRUTH.md, "Checks see the
     revision and nothing else"), and one tree fewer per run is most of a run's disk work
-    (bench/loop_throughput.py). With several, each has its copy and they run in parallel."""
+    (bench/loop_throughput.py). With several, each has its copy and they run in parallel.
+    A mission in a sub-folder of its repository keeps the copy: the snapshot around the
+    folder holds the rest of the repository, which a copy of the folder leaves out and a
+    check's tools would find by walking up (a `conftest.py`, a `pytest.ini` above it)."""
     runs = [
         a for a in assertions if isinstance(a.check, dict) and "run" in a.check and not check_spec_problems(a.check)
     ]
-    if len(runs) != 1 or ctx.replay is not None or ctx.checkout is None:
+    if len(runs) != 1 or ctx.replay is not None or ctx.checkout is None or not is_whole_snapshot(ctx.checkout):
         return run_checks(ctx, assertions), None
     last = runs[0]
     before = run_checks(ctx, [a for a in assertions if a is not last])
