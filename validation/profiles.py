@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from validation import verdict_schema
 from validation.verdict_schema import DIALECTS, SCHEMA_VERSION
 
 KINDS = ("checks", "agent", "command", "composite")
@@ -200,19 +201,27 @@ def public_config(profile: dict[str, Any]) -> dict[str, Any]:
     """What is snapshotted on a run and hashed into the fingerprint (no secrets). A
     composite embeds its agent profile's config, so that changing the agent (its model,
     its budget) changes the fingerprint and an old pass is not reused for it."""
-    config = _with_schema_version({k: v for k, v in profile.items() if k not in ("api_key",)})
+    config = _with_implied({k: v for k, v in profile.items() if k not in ("api_key",)})
     agent = profile.get("kind") == "composite" and profile.get("agent")
     if agent and agent in all_profiles():
-        config["agent_config"] = _with_schema_version(
-            {k: v for k, v in all_profiles()[agent].items() if k != "api_key"}
-        )
+        config["agent_config"] = _with_implied({k: v for k, v in all_profiles()[agent].items() if k != "api_key"})
     return config
 
 
-def _with_schema_version(config: dict[str, Any]) -> dict[str, Any]:
-    """A schema-mode agent's config names the version of the verdict schema it sends: the
-    schema itself follows from the frozen keys and the revision (both fingerprinted), its
-    rules from this version, so a change of them is a new fingerprint."""
-    if config.get("kind") == "agent" and config.get("output_mode") == "schema":
-        return {**config, "verdict_schema_version": SCHEMA_VERSION}
-    return config
+def _with_implied(config: dict[str, Any]) -> dict[str, Any]:
+    """An agent's config with what the host implies and the profile does not say, where it
+    changes what the model is sent: the field the output limit goes in (a `base_url`
+    server that reads another has no limit), and for the schema mode the version of the
+    verdict schema (the schema itself follows from the frozen keys and the revision, both
+    fingerprinted; its rules from this version) and, under `llama_cpp`, the strings' form.
+    A change of any of them is a new fingerprint: an old pass is not reused for it."""
+    if config.get("kind") != "agent":
+        return config
+    implied: dict[str, Any] = {}
+    if config.get("base_url"):
+        implied["max_tokens_field"] = config.get("max_tokens_field", "max_tokens")
+    if config.get("output_mode") == "schema":
+        implied["verdict_schema_version"] = SCHEMA_VERSION
+        if config.get("schema_format") == "llama_cpp":
+            implied["llama_strings"] = verdict_schema.LLAMA_STRINGS
+    return {**config, **implied}

@@ -45,6 +45,7 @@ EVIDENCE_MAX = 3
 # llama.cpp's compiler ignores `maximum`: there a file's line numbers are an enum, up to
 # this many lines (a longer file's line is left to the host); OpenAI takes `maximum`.
 LINE_ENUM_MAX = 300
+LINE_ENUM_TOTAL = 1000  # line numbers in all the enums of one schema
 # "pattern" (strings without quotes, backslashes or control characters) or "lenient"
 # (any string; the host reads raw control characters): see `_text`. Against SmolLM2-135M
 # under llama-cpp-python 0.3.36, "pattern" had every first answer accepted and "lenient"
@@ -116,7 +117,23 @@ def _file_items(dialect: str, files: Mapping[str, int] | None) -> list[dict[str,
     by_lines: dict[int, list[str]] = {}
     for path, lines in files.items():
         by_lines.setdefault(lines, []).append(path)
-    return [item({"type": "string", "enum": paths}, _line(dialect, n)) for n, paths in sorted(by_lines.items())]
+    groups = sorted(by_lines.items())
+    if dialect == "llama_cpp":
+        # Each group's enum holds its lines: past LINE_ENUM_TOTAL entries in all, the
+        # longer files share one group whose line the host checks (the grammar, sent with
+        # every request, stays small).
+        kept, entries = [], 0
+        for n, paths in groups:
+            if n > LINE_ENUM_MAX or entries + n > LINE_ENUM_TOTAL:
+                break
+            kept.append((n, paths))
+            entries += n
+        rest = [path for _n, paths in groups[len(kept) :] for path in paths]
+        return [
+            *(item({"type": "string", "enum": paths}, _line(dialect, n)) for n, paths in kept),
+            *([item({"type": "string", "enum": rest}, {"type": "integer", "minimum": 1})] if rest else []),
+        ]
+    return [item({"type": "string", "enum": paths}, _line(dialect, n)) for n, paths in groups]
 
 
 def _evidence(dialect: str, files: Mapping[str, int] | None) -> dict[str, Any]:

@@ -225,3 +225,31 @@ def test_profile_options_and_the_fingerprint(settings):
         return input_fingerprint(revision="r", assertions=assertions, profile=profiles.get_profile(name))
 
     assert fingerprint("s") != fingerprint("o")  # the schema's form is part of the validator
+
+
+def test_what_the_host_implies_is_in_the_fingerprint(settings, monkeypatch):
+    add_profile(settings, "near", {"kind": "agent", "model": "m", "base_url": "http://127.0.0.1:1/v1"})
+    add_profile(
+        settings, "llama", {"kind": "agent", "model": "m", "output_mode": "schema", "schema_format": "llama_cpp"}
+    )
+
+    def fingerprint(name):
+        assertions = [{"key": "VAL-1", "statement": "s", "check": None}]
+        return input_fingerprint(revision="r", assertions=assertions, profile=profiles.get_profile(name))
+
+    assert profiles.public_config(profiles.get_profile("near"))["max_tokens_field"] == "max_tokens"
+    before = fingerprint("near")
+    add_profile(
+        settings,
+        "near",
+        {
+            "kind": "agent",
+            "model": "m",
+            "base_url": "http://127.0.0.1:1/v1",
+            "max_tokens_field": "max_completion_tokens",
+        },
+    )
+    assert fingerprint("near") != before  # the limit reaches the server in another field
+    strings = fingerprint("llama")
+    monkeypatch.setattr(verdict_schema, "LLAMA_STRINGS", "lenient")
+    assert fingerprint("llama") != strings  # another grammar for the same keys

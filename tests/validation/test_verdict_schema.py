@@ -15,6 +15,7 @@ from validation.validators.repair import assess
 from validation.verdict import FrozenContext, normalize
 from validation.verdict_schema import (
     EVIDENCE_MAX,
+    LINE_ENUM_TOTAL,
     OTHER_KINDS,
     TEXT_MAX,
     build_verdict_schema,
@@ -109,6 +110,21 @@ def test_each_file_names_only_its_own_lines(dialect):
 
     assert cites("long.py", 40) and cites("short.py", 2)
     assert not cites("short.py", 3) and not cites("long.py", 41)
+
+
+def test_the_line_enums_stay_small_however_many_files_of_however_many_lines():
+    files = {f"f{n}.py": n for n in range(1, 201)}  # 200 files, 200 distinct line counts
+    schema = build_verdict_schema(keys=("VAL-1",), files=files, dialect="llama_cpp")
+    items = schema["$defs"]["evidence"]["items"]["anyOf"]
+    entries = sum(len(i["properties"]["line"].get("enum", [])) for i in items if "path" in i["properties"])
+    assert entries <= LINE_ENUM_TOTAL
+
+    def cites(path, line):
+        return valid(keyed(**{"VAL-1": judged(evidence=[{"kind": "file", "path": path, "line": line}])}), schema)
+
+    assert cites("f3.py", 3) and not cites("f3.py", 4)  # a short file: its own lines only
+    assert cites("f200.py", 200) and cites("f200.py", 201)  # a long one: the host checks its line
+    assert all(cites(path, 1) for path in files) and not cites("nope.py", 1)
 
 
 def test_a_whole_answer_is_bounded_where_the_server_takes_bounds():
