@@ -124,3 +124,39 @@ def test_a_revoked_user_is_not_told_of_the_end_of_a_review_it_started(layer):
     assert "fusion://reviews/11" in alice.updated and [m["taskId"] for m in alice.logged] == ["11"]
     # bob hears of neither review (the mission's tree is not his either, any more).
     assert bob.updated == [] and bob.logged == []
+
+
+def test_an_audience_whose_credential_is_gone_hears_nothing_more(layer, monkeypatch):
+    """A deleted token, a logged-out session, a deactivated user: not a removal from the
+    mission (no revocation message), so each audience's check runs again before it is told
+    anything, at most every RECHECK_SECONDS (here: every time)."""
+    monkeypatch.setattr(live_module, "RECHECK_SECONDS", 0.0)
+    gone: set[int] = set()
+
+    def check_of(user_id: int):
+        async def check() -> None:
+            if user_id in gone:
+                raise LookupError("not signed in")
+
+        return check
+
+    async def scenario() -> tuple[Connection, Connection, Connection]:
+        live = Live()
+        alice, bob, bob_review = Connection(), Connection(), Connection()
+        await live.subscribe(ctx(alice), uris={URI: MISSION}, user_id=ALICE, check=check_of(ALICE))
+        await live.subscribe(ctx(bob), uris={URI: MISSION}, user_id=BOB, check=check_of(BOB))
+        await live.watch_review(ctx(bob_review), review_id=12, mission_id=MISSION, user_id=BOB, check=check_of(BOB))
+        await event(layer, "mission:updated")
+        await settle()
+        gone.add(BOB)  # bob's token is deleted
+        await event(layer, "mission:updated")
+        await settle()
+        await event(layer, "review:progress", review=12, event="completed")
+        await settle()
+        live.stop()
+        return alice, bob, bob_review
+
+    alice, bob, bob_review = asyncio.run(scenario())
+    assert len(alice.updated) >= 2 and set(alice.updated) == {URI}
+    assert bob.updated == [URI]  # the first change only
+    assert bob_review.logged == [] and "fusion://reviews/12" not in bob_review.updated

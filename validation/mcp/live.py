@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,10 @@ TERMINAL_REVIEW_EVENTS = frozenset({"completed", "failed", "cancelled"})
 COALESCE_SECONDS = 0.05
 # Open listen streams per process (the SDK's own default for one listen handler).
 MAX_STREAMS = 1024
+# An audience's credential and access are checked again before it is told anything, at
+# most this often: a deleted token, a logged-out session or a deactivated user stops
+# hearing within this time (a removal from the mission at once, through the group).
+RECHECK_SECONDS = 60.0
 
 Check = Callable[[], Awaitable[Any]]
 
@@ -82,6 +87,23 @@ class Audience:
     end: Callable[[], None] | None = None  # a listen stream's graceful end
     uris: dict[str, int] = field(default_factory=dict)  # uri -> the mission whose events touch it
     reviews: dict[int, int] = field(default_factory=dict)  # review started here -> its mission
+    recheck: Check | None = None  # the last registration's check (the credential, the access)
+    checked: float = 0.0  # when it last passed (time.monotonic())
+
+    async def allowed(self) -> bool:
+        """Whether the audience may still hear; False drops everything it holds."""
+        if self.recheck is None or time.monotonic() - self.checked < RECHECK_SECONDS:
+            return True
+        self.checked = time.monotonic()  # one check at a time, however many events come
+        try:
+            await self.recheck()
+        except Exception:  # noqa: BLE001 — any refusal (not signed in, not found) ends it
+            held = bool(self.uris)
+            self.uris, self.reviews = {}, {}
+            if held and self.end is not None:
+                self.end()
+            return False
+        return True
 
     def lose(self, mission_id: int) -> None:
         """The user may no longer see the mission: nothing of it reaches them here again."""
@@ -169,7 +191,9 @@ class Live:
             await self._review_ended(data["review"], data["event"])
 
     async def _notify(self, uri: str) -> None:
-        for audience in [a for a in self._audiences if uri in a.uris]:
+        audiences = [a for a in self._audiences if uri in a.uris]
+        allowed = await asyncio.gather(*(a.allowed() for a in audiences))  # the rechecks due, at once
+        for audience in [a for a, ok in zip(audiences, allowed, strict=True) if ok]:
             try:
                 await audience.send(uri)
             except Exception:  # noqa: BLE001 — one gone client must not keep the others from hearing
@@ -193,6 +217,8 @@ class Live:
         uri = f"fusion://reviews/{review_id}"
         for audience in [a for a in self._audiences if a.reviews.pop(review_id, None) is not None]:
             try:
+                if not await audience.allowed():
+                    continue
                 if uri not in audience.uris:
                     await audience.send(uri)
                 with warnings.catch_warnings():
@@ -228,6 +254,7 @@ class Live:
         audience.reviews.update(reviews)
         try:
             await check()
+            audience.recheck, audience.checked = check, time.monotonic()
         except BaseException:
             for uri in uris:
                 audience.uris.pop(uri, None)
