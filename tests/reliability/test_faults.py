@@ -49,6 +49,7 @@ from missions.models import ContractAssertion, Milestone, Mission, MissionEvent,
 from missions.selectors import milestone_rollup
 from missions.services.tasks import task_complete, task_create
 from tests.conftest import is_postgres
+from tests.support.workers import child_database_url
 from validation.models import FixLineage, JournalEntry, RunStatus, ValidatorRun
 from validation.services.recovery import recover
 
@@ -69,16 +70,6 @@ FEATURES = int(os.environ.get("FUSION_FAULT_FEATURES", "200"))
 KILLS = int(os.environ.get("FUSION_FAULT_KILLS", "10"))
 LEASE_SECONDS = 4
 SETTLE_TIMEOUT = float(os.environ.get("FUSION_FAULT_TIMEOUT", "300"))
-
-
-def child_database_url() -> str:
-    db = settings.DATABASES["default"]
-    user = quote(db.get("USER") or "", safe="")
-    password = quote(db.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = db.get("HOST") or "127.0.0.1"
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{quote(db['NAME'], safe='')}"
 
 
 def clear_namespace() -> int:
