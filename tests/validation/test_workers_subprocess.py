@@ -203,10 +203,11 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
         return run if run is not None and marker.exists() else None
 
     run = wait_for(in_flight, timeout=30, what="the run to be claimed and its slow check to start", workers=workers)
-    # the run's snapshot (made from the worker's mirror) and the slow check's private copy of
-    # it; the user's repository never gets a worktree record (docs/REPOSITORIES.md)
+    # the run's snapshot (made from the worker's mirror), where its lone run check runs after
+    # the file check (docs/TRUTH.md); the user's repository never gets a worktree record
+    # (docs/REPOSITORIES.md)
     leftover = [p for p in snapshot_root().iterdir() if p.is_dir() and p.name.startswith(f"run-{run.pk}-")]
-    assert len(leftover) == 2 and worktrees(git_repo) == [str(git_repo.path)]
+    assert len(leftover) == 1 and worktrees(git_repo) == [str(git_repo.path)]
 
     workers.kill(first)  # SIGKILL to the whole group, mid-check
     run.refresh_from_db()
