@@ -137,3 +137,16 @@ def api_for():
 
 def is_postgres() -> bool:
     return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+@pytest.fixture
+def own_channel_layer():
+    """A channel layer of this test's own, for a test that runs its consumer under
+    `asyncio.run`: a new event loop each time, while the process's Redis layer keeps
+    asyncio locks bound to the loop it last ran in (a clean-up task that a closed loop never
+    ran leaves one held: "bound to a different event loop" in the next test)."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()

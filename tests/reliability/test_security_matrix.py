@@ -735,6 +735,7 @@ def test_sse_matrix(role, users, git_repo):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("role", ROLES)
+@pytest.mark.usefixtures("own_channel_layer")
 def test_websocket_matrix(role, users, git_repo):
     from channels.testing import WebsocketCommunicator
 
