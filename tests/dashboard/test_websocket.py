@@ -112,6 +112,7 @@ def test_a_bad_token_is_refused_even_with_a_members_session(small_mission, alice
     assert refused(comm) == 4403
 
 
+@pytest.mark.usefixtures("own_channel_layer")
 def test_an_event_published_by_a_worker_thread_arrives_at_once(small_mission, alice):
     """Events are published from Dramatiq worker threads, outside the server's event loop;
     the in-memory layer must still wake the consumer at once, not on its next timer."""
