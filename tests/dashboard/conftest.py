@@ -404,3 +404,10 @@ def small_mission(alice):
         failed=failed,
         passed=passed,
     )
+
+
+@pytest.fixture(autouse=True)
+def _own_channel_layer_per_test(own_channel_layer):
+    """The session's `asgi_server` (its own event loop) and tests that run consumers under
+    `asyncio.run` (another loop each) would share one Redis layer, whose asyncio locks are
+    bound to the loop that made them: each test starts and ends with a fresh layer."""
