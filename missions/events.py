@@ -8,24 +8,22 @@ WebSocket clients with the same JSON and the stored event id.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import os
-import threading
 from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, models, transaction
 from django.db.models import F
 from django.dispatch import Signal
 from django.utils import timezone
-from django_eventstream import send_event
 from django_eventstream.models import Event
 
+from missions import delivery
 from missions.models import Mission, MissionEvent
 
 logger = logging.getLogger(__name__)
@@ -203,9 +201,40 @@ def publish_on_commit(
     with transaction.atomic(savepoint=False):
         event = _append(mission_id, type, payload, actor_id)
     seq = event.seq
-    data = {"type": type, "mission": mission_id, "seq": seq, **payload}
-    transaction.on_commit(lambda: _send(mission_id, type, data))
+    _send_on_commit(mission_id, type, {"type": type, "mission": mission_id, "seq": seq, **payload})
     return event
+
+
+class _Outbox:
+    """The live events of one transaction (of one savepoint level), sent together once it
+    commits: their stream rows in one transaction, their group sends in one hop. A loop
+    step publishes two to six events; each sent alone was a write transaction of its own."""
+
+    __slots__ = ("events", "savepoints")
+
+    def __init__(self, savepoints: set[str]) -> None:
+        self.events: list[tuple[int, str, dict[str, Any]]] = []
+        self.savepoints = savepoints  # those open when it was made: Django files it under them
+
+    def __call__(self) -> None:
+        _send_all(self.events)
+
+
+def _send_on_commit(mission_id: int, type: str, data: dict[str, Any]) -> None:
+    """Join the transaction's newest outbox when it belongs to the same savepoint level
+    (a savepoint rolled back then drops exactly its own events, as Django drops its
+    callbacks, and events go out in `seq` order); else open a new one. An event may so
+    go out before a callback registered after its outbox (an actor's message): never
+    before its own commit, and never after something it caused."""
+    connection = transaction.get_connection(Mission.objects.db)
+    if connection.in_atomic_block:
+        outbox = next((hook for _s, hook, _r in reversed(connection.run_on_commit) if isinstance(hook, _Outbox)), None)
+        if outbox is not None and outbox.savepoints == set(connection.savepoint_ids):
+            outbox.events.append((mission_id, type, data))
+            return
+    outbox = _Outbox(set(connection.savepoint_ids) if connection.in_atomic_block else set())
+    outbox.events.append((mission_id, type, data))
+    transaction.on_commit(outbox, using=connection.alias)
 
 
 def audience(mission_id: int) -> set[int]:
@@ -253,49 +282,36 @@ def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
 
 
 def _send(mission_id: int, type: str, data: dict[str, Any]) -> None:
+    _send_all([(mission_id, type, data)])
+
+
+def _send_all(events: list[tuple[int, str, dict[str, Any]]]) -> None:
     # A failing transport must never undo or break the committed business change:
     # the database is the source of truth and clients reload their state on reset.
-
     try:
-        send_event(mission_channel(mission_id), type, data)
+        _stream(events)
+    except Exception:  # noqa: BLE001
+        logger.exception("eventstream delivery failed for %s", ", ".join(type for _m, type, _d in events))
+    _send_groups(events)
+
+
+def _stream(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+    items = []
+    for mission_id, type, data in events:
+        encoded = json.dumps(data, cls=DjangoJSONEncoder)  # as django-eventstream's send_event encodes it
+        items.append((mission_channel(mission_id), type, encoded))
         if type in GLOBAL_TYPES:
-            send_event(GLOBAL_CHANNEL, type, data)
-    except Exception:  # noqa: BLE001
-        logger.exception("eventstream delivery failed for %s", type)
-    _send_group(mission_id, type, data)
+            items.append((GLOBAL_CHANNEL, type, encoded))
+    delivery.stream(items)
 
 
-def _send_group(mission_id: int, type: str, data: dict[str, Any]) -> None:
-    """The event to the mission's Channels group, on the event loop of this process's
-    sender thread; returns once it is sent."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    message = {"type": "mission.event", "event": type, "data": data, "id": data["seq"]}
-    try:
-        asyncio.run_coroutine_threadsafe(layer.group_send(group_name(mission_id), message), _sender_loop()).result(
-            timeout=GROUP_SEND_TIMEOUT
-        )
-    except Exception:  # noqa: BLE001
-        logger.exception("channel layer delivery failed for %s", type)
-
-
-# `async_to_sync` from a worker thread runs each call on a new event loop (in a new
-# thread), and channels-redis keeps its connections per loop: every send connected to
-# Redis anew. One long-lived loop per process keeps them.
-GROUP_SEND_TIMEOUT = 30.0
-_loop: dict[str, Any] = {"loop": None, "pid": None}
-_loop_lock = threading.Lock()
-
-
-def _sender_loop() -> asyncio.AbstractEventLoop:
-    with _loop_lock:
-        loop = _loop["loop"]
-        if loop is None or _loop["pid"] != os.getpid() or loop.is_closed():  # a fork has no thread of it
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="fusion-event-sender", daemon=True).start()
-            _loop.update(loop=loop, pid=os.getpid())
-        return loop
+def _send_groups(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+    delivery.group_send(
+        [
+            (group_name(mission_id), {"type": "mission.event", "event": type, "data": data, "id": data["seq"]})
+            for mission_id, type, data in events
+        ]
+    )
 
 
 def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list[tuple[int, int]]:

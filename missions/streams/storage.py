@@ -8,7 +8,9 @@ counter, locks and re-reads it, inserts, writes the counter back and then looks 
 events to trim: seven statements. Here the counter is bumped and read in one
 `UPDATE … RETURNING` (which also locks it to the end of the transaction) and the event
 (with the channel's placeholder event 0 the first time) is one insert; old events are
-trimmed at most once a minute per process instead of on every append.
+trimmed at most once a minute per process instead of on every append. The live events
+of one committed transaction are stored together (`append_events`): one transaction, one
+bump per channel and one insert for all of them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,38 @@ _trimmed = {"at": float("-inf")}
 _trim_lock = threading.Lock()
 
 
+class _CounterMissing(Exception):
+    """A channel of the batch has no counter yet: roll the batch back, make it, go again."""
+
+    def __init__(self, channel: str):
+        self.channel = channel
+
+
 class EventLogStorage(DjangoModelStorage):
+    def append_events(self, items: list[tuple[str, str, Any]]) -> list[Event]:
+        """Several events `(channel, type, data)` at once, in their order: one transaction,
+        one counter bump per channel, one insert (the live events of one committed
+        transaction, `missions.events`). Ids within a channel follow the order of `items`."""
+        connection = connections[router.db_for_write(StoredEvent)]
+        if len(items) == 1 or not connection.features.can_return_columns_from_insert:
+            return [self.append_event(*item) for item in items]
+        encoded = [
+            (channel, event_type, json.dumps(data, cls=DjangoJSONEncoder)) for channel, event_type, data in items
+        ]
+        for _attempt in range(3):
+            try:
+                ids = _store_batch(connection, encoded)
+                break
+            except _CounterMissing as missing:
+                _make_counter(connection, missing.channel)
+        else:  # counters vanishing again and again: one by one, the library's way
+            return [self.append_event(*item) for item in items]
+        self._trim_now_and_then()
+        return [
+            Event(channel, event_type, data, id=eid)
+            for (channel, event_type, data), eid in zip(items, ids, strict=True)
+        ]
+
     def append_event(self, channel: str, event_type: str, data: Any) -> Event:
         connection = connections[router.db_for_write(StoredEvent)]
         if not connection.features.can_return_columns_from_insert:  # no RETURNING: the library's way
@@ -46,11 +79,7 @@ class EventLogStorage(DjangoModelStorage):
                         rows.insert(0, (channel, "", "", 0))
                     _insert(connection, rows)
                     break
-            try:  # the channel's first event: its counter (another process may make it first)
-                with transaction.atomic(using=connection.alias):
-                    EventCounter.objects.using(connection.alias).create(name=channel)
-            except IntegrityError:
-                pass
+            _make_counter(connection, channel)  # the channel's first event
         else:  # the counter vanished twice in a row: leave it to the library
             return super().append_event(channel, event_type, data)
         self._trim_now_and_then()
@@ -65,9 +94,43 @@ class EventLogStorage(DjangoModelStorage):
         self.trim_event_log()
 
 
-def _bump(connection: Any, channel: str) -> int | None:
-    """The channel's next event id, its counter row locked to the end of the transaction;
-    None when the channel has no counter yet."""
+def _make_counter(connection: Any, channel: str) -> None:
+    """The channel's counter (another process may make it first)."""
+    try:
+        with transaction.atomic(using=connection.alias):
+            EventCounter.objects.using(connection.alias).create(name=channel)
+    except IntegrityError:
+        pass
+
+
+def _store_batch(connection: Any, encoded: list[tuple[str, str, str]]) -> list[int]:
+    """Store the encoded events in one transaction; their ids. Raises _CounterMissing
+    (nothing stored) when a channel has no counter yet."""
+    counts: dict[str, int] = {}
+    for channel, _type, _data in encoded:
+        counts[channel] = counts.get(channel, 0) + 1
+    with transaction.atomic(using=connection.alias):
+        next_id: dict[str, int] = {}
+        for channel, count in sorted(counts.items()):  # one lock order: no deadlock between two batches
+            top = _bump(connection, channel, by=count)
+            if top is None:
+                raise _CounterMissing(channel)
+            next_id[channel] = top - count + 1
+        rows, ids = [], []
+        for channel, event_type, data in encoded:
+            eid = next_id[channel]
+            next_id[channel] = eid + 1
+            if eid == 1:  # as the library does: event 0, so that clients may ask for "after 0"
+                rows.append((channel, "", "", 0))
+            rows.append((channel, event_type, data, eid))
+            ids.append(eid)
+        _insert(connection, rows)
+    return ids
+
+
+def _bump(connection: Any, channel: str, by: int = 1) -> int | None:
+    """The channel's counter raised by `by`: its new value (the last id taken), its row
+    locked to the end of the transaction; None when the channel has no counter yet."""
     quote = connection.ops.quote_name
     table = quote(EventCounter._meta.db_table)
     value = quote(EventCounter._meta.get_field("value").column)
@@ -75,8 +138,8 @@ def _bump(connection: Any, channel: str) -> int | None:
     name = quote(EventCounter._meta.get_field("name").column)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET {value} = {value} + 1, {updated} = %s WHERE {name} = %s RETURNING {value}",
-            [connection.ops.adapt_datetimefield_value(timezone.now()), channel],
+            f"UPDATE {table} SET {value} = {value} + %s, {updated} = %s WHERE {name} = %s RETURNING {value}",
+            [by, connection.ops.adapt_datetimefield_value(timezone.now()), channel],
         )
         row = cursor.fetchone()
     return None if row is None else int(row[0])

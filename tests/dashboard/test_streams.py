@@ -3,6 +3,8 @@ event, replay from Last-Event-ID, a reset for an id that is too old, token sign-
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import transaction
 from django_eventstream.models import Event as StoredEvent
@@ -178,3 +180,55 @@ def test_a_live_event_that_was_also_read_from_the_store_is_sent_once():
     assert body.count("event: mission:updated") == 2 and '{"seq": 7}' not in body
     assert last_ids == {"mission-1": 9}  # an event queued out of order does not move the resume point back
     assert (overflow, refused) == (False, False) and listener.channel_items == {}
+
+
+def test_the_events_of_one_transaction_arrive_in_order_and_a_rolled_back_savepoint_sends_none(
+    sse, small_mission, alice, client
+):
+    """One commit's events are stored together (`missions.events._Outbox`): consecutive
+    ids, `seq` order, both channels; the events of a savepoint rolled back go nowhere."""
+    m = small_mission.mission
+    stream = sse(f"/events/missions/{m.pk}/", headers={"Cookie": session_cookie(client, alice)})
+    opened(stream)
+    before = StoredEvent.objects.filter(channel="missions").count()
+    with transaction.atomic():
+        kept = [publish_on_commit(m, "mission:updated", {"change": "one"}).seq]
+        try:
+            with transaction.atomic():  # a savepoint
+                publish_on_commit(m, "mission:updated", {"change": "rolled back"})
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        kept.append(publish_on_commit(m, "feature:updated", {"change": "two"}).seq)
+        kept.append(publish_on_commit(m, "task:updated", {"change": "three"}).seq)  # not a global type
+        assert not StoredEvent.objects.filter(channel=f"mission-{m.pk}", data__contains="rolled").exists()
+    received = [stream.next() for _ in kept]
+    assert [e["json"]["seq"] for e in received] == kept
+    assert [e["json"]["change"] for e in received] == ["one", "two", "three"]
+    ids = [int(e["id"].rsplit(":", 1)[1]) for e in received]
+    assert ids == list(range(ids[0], ids[0] + 3))
+    stored = StoredEvent.objects.filter(channel=f"mission-{m.pk}").exclude(type="").order_by("eid")
+    assert "rolled back" not in "".join(stored.values_list("data", flat=True))
+    assert StoredEvent.objects.filter(channel="missions").count() == before + 2  # mission:updated, feature:updated
+
+
+def test_a_transaction_s_events_are_stored_in_one_write(small_mission):
+    """Three events, two channels: one counter bump per channel and one insert (the
+    write transaction the loop pays once per step instead of once per event)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    m = small_mission.mission
+    with CaptureQueriesContext(connection) as queries:
+        with transaction.atomic():
+            for change in ("a", "b", "c"):
+                publish_on_commit(m, "feature:updated", {"change": change})
+    streamed = [q["sql"] for q in queries.captured_queries if "django_eventstream" in q["sql"]]
+    assert len([sql for sql in streamed if sql.startswith("UPDATE")]) == 2
+    assert len([sql for sql in streamed if sql.startswith("INSERT")]) == 1
+    for channel in (f"mission-{m.pk}", "missions"):
+        last = StoredEvent.objects.filter(channel=channel).order_by("-eid").values_list("eid", "data")[:3]
+        eids, changes = zip(
+            *[(eid, json.loads(json.loads(data))["change"]) for eid, data in reversed(last)], strict=True
+        )
+        assert changes == ("a", "b", "c") and eids == tuple(range(eids[0], eids[0] + 3))

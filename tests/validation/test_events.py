@@ -19,15 +19,15 @@ BAD = {"hello.py": "def goodbye():\n    pass\n"}
 
 
 class Recorder:
-    """Stands in for the transport (`missions.events._send`)."""
+    """Stands in for the transport (`missions.events._send_all`: the events of one commit)."""
 
     def __init__(self):
         self.sent: list[tuple[int, str, dict]] = []
         self._lock = threading.Lock()
 
-    def __call__(self, mission_id, type, data):
+    def __call__(self, events):
         with self._lock:
-            self.sent.append((mission_id, type, data))
+            self.sent.extend(events)
 
     def seqs(self) -> list[tuple[int, str]]:
         return sorted((data["seq"], type) for _mission, type, data in self.sent)
@@ -36,7 +36,7 @@ class Recorder:
 @pytest.fixture
 def sent(monkeypatch) -> Recorder:
     recorder = Recorder()
-    monkeypatch.setattr(events, "_send", recorder)
+    monkeypatch.setattr(events, "_send_all", recorder)
     return recorder
 
 

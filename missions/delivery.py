@@ -1,0 +1,89 @@
+"""The two live transports of `missions.events`, given channel and group names: the
+event stream (django-eventstream: stored, then published) and the Channels groups.
+
+Both take every event of one committed transaction at once (`missions.events._Outbox`):
+the stream stores them in one write transaction (`EventLogStorage.append_events`), the
+groups get them in one hop to the sender loop. Failures are the caller's to log: a
+transport must never undo a committed change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django_eventstream import eventstream as eventstream_module
+from django_eventstream.event import Event as StreamEvent
+from django_eventstream.utils import get_channelmanager, get_storage, publish_event
+
+logger = logging.getLogger(__name__)
+
+
+def stream(items: list[tuple[str, str, str]]) -> None:
+    """django-eventstream's `send_event` for several events `(channel, type, JSON)`: the
+    stored ones in one storage call, then each published as `send_event` publishes it
+    (Redis pub/sub or this process's listeners, then GRIP)."""
+    storage, channels = get_storage(), get_channelmanager()
+    reliable = [bool(storage) and channels.is_channel_reliable(channel) for channel, _t, _d in items]
+    kept = [item for item, keep in zip(items, reliable, strict=True) if keep]
+    stored = iter(storage.append_events(kept) if kept else [])
+    for item, keep in zip(items, reliable, strict=True):
+        _publish(next(stored) if keep else StreamEvent(*item), stored=keep)
+
+
+def _publish(event: StreamEvent, *, stored: bool) -> None:
+    """The part of `django_eventstream.send_event` after storage, unchanged (the library
+    has no call for an event stored already)."""
+    from django_eventstream.views import get_listener_manager  # as send_event does: the views import late
+
+    pub_id, pub_prev_id = (str(event.id), str(event.id - 1)) if stored else (None, None)
+    redis_client = eventstream_module.redis_client
+    if redis_client:
+        message = {"channel": event.channel, "event_type": event.type, "data": event.data, "pub_id": pub_id}
+        redis_client.publish("events_channel", json.dumps(message))
+    else:
+        get_listener_manager().add_to_queues(event.channel, event)
+    publish_event(event.channel, event.type, event.data, pub_id, pub_prev_id, skip_user_ids=[], blocking=False)
+
+
+def group_send(messages: list[tuple[str, dict[str, Any]]]) -> None:
+    """`(group, message)` pairs to the Channels layer, in order, on the event loop of this
+    process's sender thread (one hop for all); returns once they are sent."""
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(_send_each(layer, messages), _sender_loop()).result(timeout=GROUP_SEND_TIMEOUT)
+    except Exception:  # noqa: BLE001
+        logger.exception("channel layer delivery failed for %s", ", ".join(m.get("event", "?") for _g, m in messages))
+
+
+async def _send_each(layer: Any, messages: list[tuple[str, dict[str, Any]]]) -> None:
+    for group, message in messages:
+        try:
+            await layer.group_send(group, message)
+        except Exception:  # noqa: BLE001 — one lost send must not lose the ones after it
+            logger.exception("channel layer delivery failed for %s", message.get("event", "?"))
+
+
+# `async_to_sync` from a worker thread runs each call on a new event loop (in a new
+# thread), and channels-redis keeps its connections per loop: every send connected to
+# Redis anew. One long-lived loop per process keeps them.
+GROUP_SEND_TIMEOUT = 30.0
+_loop: dict[str, Any] = {"loop": None, "pid": None}
+_loop_lock = threading.Lock()
+
+
+def _sender_loop() -> asyncio.AbstractEventLoop:
+    with _loop_lock:
+        loop = _loop["loop"]
+        if loop is None or _loop["pid"] != os.getpid() or loop.is_closed():  # a fork has no thread of it
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="fusion-event-sender", daemon=True).start()
+            _loop.update(loop=loop, pid=os.getpid())
+        return loop
