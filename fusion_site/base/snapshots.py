@@ -77,7 +77,11 @@ MIRROR_MODES = ["-c", "core.sharedRepository=0664"]
 
 def _writable_folders(path: Path) -> None:
     """Directories stay writable so that tools can keep caches (the snapshot is thrown away
-    anyway); files stay read-only. One `find` (in C); the walk where it fails."""
+    anyway); files stay read-only. One `find` (in C); the walk where it fails. A tree with
+    no folder below its top (made here, writable) needs neither: one listing tells."""
+    with os.scandir(path) as entries:
+        if not any(entry.is_dir(follow_symlinks=False) for entry in entries):
+            return
     with contextlib.suppress(OSError):
         done = subprocess.run(["find", str(path), "-type", "d", "-exec", "chmod", "u+w", "--", "{}", "+"])
         if done.returncode == 0:

@@ -365,3 +365,5 @@ def test_the_redactor_covers_the_planted_shapes(monkeypatch):
     )
     out = redact(text)
     assert not _leaks(out) and "pw-CANARY" not in out, out
+    monkeypatch.setenv("ci_secret", "lower-case-name-CANARY")  # a name is matched whatever its case
+    assert "CANARY" not in redact("echo lower-case-name-CANARY")
