@@ -265,6 +265,13 @@ FUSION_MCP_SESSION_IDLE_SECONDS = env_float("FUSION_MCP_SESSION_IDLE_SECONDS", 1
 FUSION_RETRY_BACKOFF_MS = env_int("FUSION_RETRY_BACKOFF_MS", 2000)
 FUSION_REDRIVE_GRACE = env_int("FUSION_REDRIVE_GRACE", 30)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
+# The longest a Dramatiq worker waits between two looks at an empty queue. Dramatiq's Redis
+# consumer polls with a backoff up to its worker timeout (1 s by default): on an idle
+# system each hop of the loop (completion -> admission -> run) waited up to that long.
+# `rundramatiq` execs the dramatiq CLI, which reads the timeout from this environment
+# variable only; the embedded workers take the setting directly.
+FUSION_WORKER_POLL_MS = env_int("FUSION_WORKER_POLL_MS", 100)
+os.environ.setdefault("dramatiq_worker_timeout", str(FUSION_WORKER_POLL_MS))
 FUSION_TASK_LOG_BYTES = env_int("FUSION_TASK_LOG_BYTES", 64 * 1024)
 FUSION_EXECUTOR_TIMEOUT = env_int("FUSION_EXECUTOR_TIMEOUT", 900)
 FUSION_SNAPSHOT_DIR = Path(os.environ.get("FUSION_SNAPSHOT_DIR", DATA_DIR / "snapshots")).resolve()

@@ -34,6 +34,8 @@ SETTINGS_VARS = (
     "FUSION_CHECK_PARALLELISM",
     "FUSION_SWEEP_INTERVAL",
     "FUSION_WORKER_THREADS",
+    "FUSION_WORKER_POLL_MS",
+    "dramatiq_worker_timeout",
     "FUSION_TASK_LOG_BYTES",
     "FUSION_EXECUTOR_TIMEOUT",
     "FUSION_SNAPSHOT_DIR",
@@ -205,3 +207,24 @@ def test_sqlite_database_really_is_in_wal_mode(tmp_path):
         assert con.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
     finally:
         con.close()
+
+
+WORKER_POLL = """
+import django, os, subprocess, sys
+os.environ['DJANGO_SETTINGS_MODULE'] = 'fusion_site.settings'
+django.setup()
+# As `rundramatiq` does: exec the dramatiq CLI, which reads its worker timeout at import.
+child = 'import dramatiq.worker as w; print(w.WORKER_TIMEOUT)'
+print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True, check=True).stdout.strip())
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [({}, "100"), ({"FUSION_WORKER_POLL_MS": "40"}, "40"), ({"dramatiq_worker_timeout": "700"}, "700")],
+)
+def test_the_dramatiq_processes_rundramatiq_starts_poll_an_idle_queue_within_the_setting(tmp_path, extra, expected):
+    """Dramatiq's default (1 s) was the most an idle system waited per hop of the loop."""
+    proc = _python(WORKER_POLL, _env(tmp_path, **extra))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == expected
