@@ -210,11 +210,10 @@ class _Outbox:
     commits: their stream rows in one transaction, their group sends in one hop. A loop
     step publishes two to six events; each sent alone was a write transaction of its own."""
 
-    __slots__ = ("events", "savepoints")
+    __slots__ = ("events",)
 
-    def __init__(self, savepoints: set[str]) -> None:
+    def __init__(self) -> None:
         self.events: list[tuple[int, str, dict[str, Any]]] = []
-        self.savepoints = savepoints  # those open when it was made: Django files it under them
 
     def __call__(self) -> None:
         _send_all(self.events)
@@ -228,11 +227,14 @@ def _send_on_commit(mission_id: int, type: str, data: dict[str, Any]) -> None:
     before its own commit, and never after something it caused."""
     connection = transaction.get_connection(Mission.objects.db)
     if connection.in_atomic_block:
-        outbox = next((hook for _s, hook, _r in reversed(connection.run_on_commit) if isinstance(hook, _Outbox)), None)
-        if outbox is not None and outbox.savepoints == set(connection.savepoint_ids):
-            outbox.events.append((mission_id, type, data))
+        # Django files each callback under the savepoints open when it was registered.
+        newest = next(
+            ((s, hook) for s, hook, _r in reversed(connection.run_on_commit) if isinstance(hook, _Outbox)), None
+        )
+        if newest is not None and newest[0] == set(connection.savepoint_ids):
+            newest[1].events.append((mission_id, type, data))
             return
-    outbox = _Outbox(set(connection.savepoint_ids) if connection.in_atomic_block else set())
+    outbox = _Outbox()
     outbox.events.append((mission_id, type, data))
     transaction.on_commit(outbox, using=connection.alias)
 
