@@ -24,7 +24,7 @@ from django.utils import timezone
 from django_eventstream.models import Event
 
 from missions import delivery
-from missions.models import Mission, MissionEvent
+from missions.models import Mission, MissionEvent, column
 
 logger = logging.getLogger(__name__)
 
@@ -159,13 +159,39 @@ def _lock_held(connection: Any, mission_id: int) -> bool:
 def _append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
     """The audit row, with the mission's next `seq`."""
     seq = _next_seq(mission_id)
-    return MissionEvent.objects.create(mission_id=mission_id, seq=seq, type=type, payload=payload, actor_id=actor_id)
+    now = timezone.now()
+    event = MissionEvent(
+        mission_id=mission_id, seq=seq, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
+    )
+    connection = connections[MissionEvent.objects.db]
+    if not connection.features.can_return_columns_from_insert:
+        event.save(force_insert=True)
+        return event
+    # The ORM's own insert, without compiling it anew every time: every step of the loop
+    # writes a few of these, and building the statement cost more than running it.
+    sql, fields = _insert_sql(connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields])
+        event.pk = cursor.fetchone()[0]
+    event._state.adding, event._state.db = False, connection.alias
+    return event
 
 
-def _column(model: type[models.Model], name: str) -> str:
-    field = model._meta.get_field(name)
-    assert isinstance(field, models.Field) and field.column  # a concrete field
-    return field.column
+_INSERTS: dict[str, tuple[str, list[models.Field]]] = {}
+
+
+def _insert_sql(connection: Any) -> tuple[str, list[models.Field]]:
+    """`INSERT … RETURNING id` of an audit row, and its fields in order (per database vendor)."""
+    if connection.vendor not in _INSERTS:
+        meta, quote = MissionEvent._meta, connection.ops.quote_name
+        fields = [f for f in meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(quote(f.column) for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        _INSERTS[connection.vendor] = (
+            f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks}) RETURNING {quote(meta.pk.column)}",
+            fields,
+        )
+    return _INSERTS[connection.vendor]
 
 
 def _next_seq(mission_id: int) -> int:
@@ -177,7 +203,7 @@ def _next_seq(mission_id: int) -> int:
         Mission.objects.filter(pk=mission_id).update(event_seq=F("event_seq") + 1)
         return Mission.objects.filter(pk=mission_id).values_list("event_seq", flat=True).get()
     quote = connection.ops.quote_name
-    counter, pk = (quote(_column(Mission, name)) for name in ("event_seq", "id"))
+    counter, pk = (quote(column(Mission, name)) for name in ("event_seq", "id"))
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {quote(Mission._meta.db_table)} SET {counter} = {counter} + 1 WHERE {pk} = %s RETURNING {counter}",
@@ -227,11 +253,13 @@ def _send_on_commit(mission_id: int, type: str, data: dict[str, Any]) -> None:
     before its own commit, and never after something it caused."""
     connection = transaction.get_connection(Mission.objects.db)
     if connection.in_atomic_block:
-        # Django files each callback under the savepoints open when it was registered.
+        # Django files each callback under the savepoints open when it was registered, an
+        # `atomic(savepoint=False)` block as None: no rollback drops by None (such a block
+        # that fails dooms its nearest real savepoint or the transaction), so None is no level.
         newest = next(
             ((s, hook) for s, hook, _r in reversed(connection.run_on_commit) if isinstance(hook, _Outbox)), None
         )
-        if newest is not None and newest[0] == set(connection.savepoint_ids):
+        if newest is not None and newest[0] - {None} == set(connection.savepoint_ids) - {None}:
             newest[1].events.append((mission_id, type, data))
             return
     outbox = _Outbox()

@@ -16,6 +16,13 @@ from fusion_site.base.sources import SnapshotError, Source
 from missions.checks_spec import check_spec_problems, pattern_problems
 
 
+def column(model: type[models.Model], name: str) -> str:
+    """The database column of a concrete field (for the few statements written out)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column  # a concrete field
+    return field.column
+
+
 class TimeStamped(models.Model):
     """`updated_at` is bumped by save(); services that use queryset.update() set it too."""
 

@@ -6,17 +6,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractUser, AnonymousUser
-from django.db.models import Count, Q, QuerySet
+from django.db import connections
+from django.db.models import Q, QuerySet
 
 from missions.models import (
     AssertionScope,
     AssertionStatus,
     ContractAssertion,
+    FeatureAssertion,
     Mission,
     MissionFeature,
     RollupState,
     Task,
     TaskStatus,
+    column,
 )
 
 
@@ -42,16 +45,30 @@ def can_see_mission(*, user, mission_id: int) -> bool:
 # needs_coverage > passed > ready.
 
 
+ROLLUP_COUNTS = ("total", "passed", "failed", "blocked", "pending", "unlinked")
+
+
 def rollup_counts(*, milestone_id: int) -> dict[str, int]:
-    qs = ContractAssertion.objects.filter(milestone_id=milestone_id)
-    return qs.aggregate(
-        total=Count("id", distinct=True),
-        passed=Count("id", filter=Q(status=AssertionStatus.PASSED), distinct=True),
-        failed=Count("id", filter=Q(status=AssertionStatus.FAILED), distinct=True),
-        blocked=Count("id", filter=Q(status=AssertionStatus.BLOCKED), distinct=True),
-        pending=Count("id", filter=Q(status=AssertionStatus.PENDING), distinct=True),
-        unlinked=Count("id", filter=Q(scope=AssertionScope.FEATURE, feature_links__isnull=True), distinct=True),
+    """The counts of a milestone's assertions (`ROLLUP_COUNTS`; `unlinked`: feature-scoped
+    and linked to no feature), in one statement written out: every verdict recomputes
+    them, and the ORM took five times as long to build this aggregate as to run it."""
+    connection = connections[ContractAssertion.objects.db]
+    quote = connection.ops.quote_name
+    table, links = (quote(m._meta.db_table) for m in (ContractAssertion, FeatureAssertion))
+    status, scope, pk, milestone = (quote(column(ContractAssertion, f)) for f in ("status", "scope", "id", "milestone"))
+    link_to = quote(column(FeatureAssertion, "assertion"))
+    linked = f"EXISTS (SELECT 1 FROM {links} l WHERE l.{link_to} = a.{pk})"
+    sql = (
+        "SELECT COUNT(*), "
+        + ", ".join(f"SUM(CASE WHEN a.{status} = %s THEN 1 ELSE 0 END)" for _ in range(4))
+        + f", SUM(CASE WHEN a.{scope} = %s AND NOT {linked} THEN 1 ELSE 0 END)"
+        f" FROM {table} a WHERE a.{milestone} = %s"
     )
+    S = AssertionStatus
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [S.PASSED, S.FAILED, S.BLOCKED, S.PENDING, AssertionScope.FEATURE, milestone_id])
+        row = cursor.fetchone()
+    return {name: int(value or 0) for name, value in zip(ROLLUP_COUNTS, row, strict=True)}
 
 
 def rollup_state(counts: dict[str, int]) -> str:

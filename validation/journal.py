@@ -38,7 +38,15 @@ def _jsonable(payload: Any) -> Any:
 
 
 def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEntry:
-    payload = _jsonable(payload)
+    return append_many(run_id=run_id, entries=[(kind, key, payload)])[-1]
+
+
+def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[JournalEntry]:
+    """Entries `(kind, key, payload)` chained onto the run's journal in their order, in one
+    transaction (a savepoint when nested): one read of the chain's head, one insert."""
+    if not entries:
+        return []
+    payloads = [_jsonable(payload) for _kind, _key, payload in entries]
     for _attempt in range(5):
         try:
             with transaction.atomic():
@@ -48,12 +56,26 @@ def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEnt
                 if connections[ValidatorRun.objects.db].features.has_select_for_update:
                     list(ValidatorRun.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
                 last = JournalEntry.objects.filter(run_id=run_id).order_by("-seq").values("seq", "sha256").first()
-                seq = (last["seq"] + 1) if last else 1
+                seq = last["seq"] if last else 0
                 prev = last["sha256"] if last else ""
-                digest = entry_hash(seq=seq, kind=kind, key=key, payload=payload, prev=prev)
-                return JournalEntry.objects.create(
-                    run_id=run_id, seq=seq, kind=kind, key=key[:200], payload=payload, sha256=digest, prev_sha256=prev
-                )
+                rows = []
+                for (kind, full_key, _raw), payload in zip(entries, payloads, strict=True):
+                    seq += 1
+                    key = full_key[:200]  # hashed as stored: `verify_chain` reads the stored key
+                    digest = entry_hash(seq=seq, kind=kind, key=key, payload=payload, prev=prev)
+                    rows.append(
+                        JournalEntry(
+                            run_id=run_id,
+                            seq=seq,
+                            kind=kind,
+                            key=key,
+                            payload=payload,
+                            sha256=digest,
+                            prev_sha256=prev,
+                        )
+                    )
+                    prev = digest
+                return JournalEntry.objects.bulk_create(rows)
         except IntegrityError:
             continue  # another writer took this seq (no row lock on SQLite); chain onto its entry
     raise JournalIntegrityError(f"could not append to the journal of run {run_id}")

@@ -114,8 +114,7 @@ def _block(feature: MissionFeature, *, cause: str, reason: str, detail: str, act
 UNBLOCKING_CAUSES = frozenset({"re_run", "resume", "source_available"})
 
 
-@transaction.atomic
-def feature_admit(
+def admit(
     *,
     feature_id: int,
     trigger: str,
@@ -128,9 +127,12 @@ def feature_admit(
     reason: str = "",
     mission_id: int | None = None,
 ) -> Admission:
-    """Start (or reuse, or refuse) a validation of one feature. `force` (operator re-run)
-    skips fingerprint reuse and the identical-failure block. `mission_id`: the feature's
-    mission, when the caller has it (one query fewer)."""
+    """Start (or reuse, or refuse) a validation of one feature, in the caller's transaction
+    (which an exception dooms: a caller that goes on after one calls `feature_admit`).
+    `force` (operator re-run) skips fingerprint reuse and the identical-failure block.
+    `mission_id`: the feature's mission, when the caller has it (one query fewer)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("admit runs inside a transaction: call feature_admit")
     if mission_id is None:
         mission_id = MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id)
     lock_mission(mission_id)
@@ -149,7 +151,11 @@ def feature_admit(
             raise_conflict=raise_conflict,
             reason=reason,
         )
-    running = ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).first()
+    # Its id first (a run row carries its frozen input and verdict: large, and rarely wanted).
+    running_ids = list(
+        ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).values_list("pk", flat=True)[:1]
+    )
+    running = ValidatorRun.objects.get(pk=running_ids[0]) if running_ids else None
     if running is not None:
         if raise_conflict:
             raise Conflict(
@@ -228,6 +234,10 @@ def feature_admit(
         protection=protection,
     )
     return Admission("started", run)
+
+
+# The entry point: `admit` in a transaction of its own (a savepoint when nested).
+feature_admit = transaction.atomic(admit)
 
 
 def _locks_of() -> bool:

@@ -8,11 +8,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from fusion_site.base.redact import bounded
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
 from missions.transitions.loop import feature_transition
+from validation import journal
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
 from validation.services.admission import (
@@ -35,8 +36,15 @@ ERROR_LIMIT = 3
 
 
 @transaction.atomic
-def run_complete(*, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_out: int = 0) -> bool:
+def run_complete(
+    *, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_out: int = 0, decision: dict | None = None
+) -> bool:
+    """`decision`: the host's accepted decision, journaled in this transaction (whatever
+    the compare-and-swap finds: the journal says what the host accepted)."""
     run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
+    if decision is not None:
+        lock_mission(run.mission_id)  # before the run's row (the journal's lock): one lock order
+        journal.append(run_id=run_id, kind="decision", key="final", payload=decision)
     status = RUN_STATUS[verdict.status]
     if not run_finish(
         run=run,

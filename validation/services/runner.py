@@ -8,7 +8,6 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -153,7 +152,6 @@ def _judge_and_record(run: ValidatorRun) -> str:
                 run.pk,
                 judgement.candidate,
                 FrozenContext(keys=ctx.keys, checkout=checkout, file_refs=judgement.file_refs),
-                tokens={"in": judgement.tokens_in, "out": judgement.tokens_out},
             )
     except SnapshotError as exc:
         # Unreachable, or the commit not pushed yet: retried with backoff, then blocked.
@@ -172,7 +170,8 @@ def _judge_and_record(run: ValidatorRun) -> str:
         logger.exception("validator run %s crashed with an unexpected error", run.pk)
         run_error(run_id=run.pk, message=f"unexpected {type(exc).__name__}: {exc}", code="host_defect")
         return RunStatus.ERROR
-    if run_complete(run_id=run.pk, verdict=verdict, tokens_in=judgement.tokens_in, tokens_out=judgement.tokens_out):
+    tokens = {"tokens_in": judgement.tokens_in, "tokens_out": judgement.tokens_out}
+    if run_complete(run_id=run.pk, verdict=verdict, decision=accepted_decision(verdict, **tokens), **tokens):
         return str(RUN_STATUS[verdict.status])  # what it just wrote
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
 
@@ -184,41 +183,38 @@ def _accepted_earlier(run_id: int) -> dict | None:
     return entry.payload
 
 
-def host_accept(run_id: int, candidate: dict, frozen: FrozenContext, *, tokens: dict[str, int] | None = None):
-    """Schema and host validators on the final candidate; a rejection here is an error
-    (the agent and command validators repair before they hand a candidate over)."""
+def host_accept(run_id: int, candidate: dict, frozen: FrozenContext) -> Verdict:
+    """Schema and host validators on the final candidate; a rejection here is journaled and
+    is an error (the agent and command validators repair before they hand a candidate
+    over). The accepted verdict's decision is journaled with the run's completion
+    (`accepted_decision`, `run_complete`): one transaction, never one without the other."""
     verdict, problems = parse_candidate(candidate)
     if verdict is None:
-        _decision(run_id, candidate, "rejected", {"schema": problems})
+        journal.append(
+            run_id=run_id, kind="decision", key="final", payload=_decision(candidate, "rejected", {"schema": problems})
+        )
         raise ValidatorCrashed(
             "the verdict does not follow the contract: " + "; ".join(problems), code="invalid_verdict"
         )
     report = run_host_validators(verdict, frozen)
     if not report.ok:
-        _decision(run_id, candidate, "rejected", report.problems)
+        payload = _decision(candidate, "rejected", report.problems)
+        journal.append(run_id=run_id, kind="decision", key="final", payload=payload)
         raise ValidatorCrashed("the verdict was rejected: " + "; ".join(report.reasons()), code="invalid_verdict")
-    verdict = normalize(verdict)
-    _decision(
-        run_id,
-        verdict.model_dump(),
-        "accepted",
-        {},
-        extra={"accepted_verdict": verdict.model_dump(), "tokens": tokens or {"in": 0, "out": 0}},
-    )
-    return verdict
+    return normalize(verdict)
 
 
-def _decision(run_id: int, candidate: dict, verdict: str, failed: dict, *, extra: dict | None = None) -> None:
-    with transaction.atomic():
-        journal.append(
-            run_id=run_id,
-            kind="decision",
-            key="final",
-            payload={
-                "verdict": verdict,
-                "failed_validators": failed,
-                "candidate_sha256": journal.sha256_of(candidate),
-                "candidate_size": len(journal.canonical(candidate)),
-                **(extra or {}),
-            },
-        )
+def accepted_decision(verdict: Verdict, *, tokens_in: int, tokens_out: int) -> dict:
+    """The journal's `decision final` of an accepted verdict (`_complete_from_journal` reads it)."""
+    accepted = verdict.model_dump()
+    return _decision(accepted, "accepted", {}, accepted_verdict=accepted, tokens={"in": tokens_in, "out": tokens_out})
+
+
+def _decision(candidate: dict, verdict: str, failed: dict, **extra: object) -> dict:
+    return {
+        "verdict": verdict,
+        "failed_validators": failed,
+        "candidate_sha256": journal.sha256_of(candidate),
+        "candidate_size": len(journal.canonical(candidate)),
+        **extra,
+    }

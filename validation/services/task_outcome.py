@@ -8,7 +8,7 @@ from missions.events import publish_on_commit
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
 from validation.models import RunStatus, ValidatorRun
 from validation.selectors import feature_revision
-from validation.services.admission import feature_admit
+from validation.services.admission import admit
 
 
 def _warn(task: Task, reason: str) -> None:
@@ -48,6 +48,7 @@ def task_outcome_process(*, task_id: int) -> str:
         _warn(task, f"feature is {feature.loop_state}, not implementing; no validation started")
         return "not_implementing"
     trigger = "fix" if feature.generated_from_id else "task"
-    return feature_admit(
+    # In this transaction, no savepoint of its own: an exception fails the whole step anyway.
+    return admit(
         feature_id=feature.pk, trigger=trigger, cause="task_done", revision=task.revision, mission_id=feature.mission_id
     ).outcome

@@ -174,15 +174,14 @@ def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
     return _assertion_verdict(assertion.key, verdict, message, kind, evidence, expected, actual)
 
 
-def _journaled(ctx: ValidationContext, assertion: AssertionSpec, verdict: AssertionVerdict) -> AssertionVerdict:
-    # The final verdict, protection rule applied: a replay serves exactly this.
-    journal.append(
+def _journal(ctx: ValidationContext, judged: list[tuple[AssertionSpec, AssertionVerdict]]) -> None:
+    """Each check's final verdict, protection rule applied (a replay serves exactly this),
+    all of a run's in one transaction once they are in: a check is never served from the
+    journal to a live run, so one that ends before a crash is only run again."""
+    journal.append_many(
         run_id=ctx.run_id,
-        kind="check",
-        key=assertion.key,
-        payload={"check": assertion.check, "result": verdict.model_dump()},
+        entries=[("check", a.key, {"check": a.check, "result": v.model_dump()}) for a, v in judged],
     )
-    return verdict
 
 
 def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place: bool = False) -> AssertionVerdict:
@@ -258,31 +257,38 @@ def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: 
     )
 
 
-def run_checks(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[AssertionVerdict]:
-    """Every check judged, in parallel threads; each result is journaled as soon as it is in,
-    by this thread (the check threads never touch the database: no connection each)."""
-    if not assertions:
-        return []
+def run_checks(
+    ctx: ValidationContext, assertions: list[AssertionSpec], *, record: bool = True
+) -> list[AssertionVerdict]:
+    """Every check judged, in parallel threads, and journaled by this thread (the check
+    threads never touch the database: no connection each). `record=False`: the caller
+    journals them with others (`run_checks_last`)."""
+    judged = _judge_all(ctx, assertions) if assertions and ctx.replay is None else []
+    if record:
+        _journal(ctx, judged)
     if ctx.replay is not None:
         return [AssertionVerdict.model_validate(ctx.replay.answer("check", a.key)) for a in assertions]
+    return [verdict for _a, verdict in judged]
+
+
+def _judge_all(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[tuple[AssertionSpec, AssertionVerdict]]:
     workers = max(1, min(settings.FUSION_CHECK_PARALLELISM, len(assertions)))
     if workers == 1:
-        return [_journaled(ctx, a, judge_isolated(ctx, a)) for a in assertions]
+        return [(a, judge_isolated(ctx, a)) for a in assertions]
     results: list[AssertionVerdict | None] = [None] * len(assertions)
     failed: BaseException | None = None
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(judge_isolated, ctx, a): i for i, a in enumerate(assertions)}
         for future in as_completed(futures):
-            i = futures[future]
             try:
-                verdict = future.result()
+                results[futures[future]] = future.result()
             except BaseException as exc:  # noqa: BLE001 — raised below, once the others are journaled
                 failed = failed or exc
-                continue
-            results[i] = _journaled(ctx, assertions[i], verdict)
+    judged = [(a, v) for a, v in zip(assertions, results, strict=True) if v is not None]
     if failed is not None:
+        _journal(ctx, judged)
         raise failed
-    return [r for r in results if r is not None]
+    return judged
 
 
 def run_checks_last(
@@ -306,10 +312,14 @@ def run_checks_last(
     if len(runs) != 1 or ctx.replay is not None or ctx.checkout is None or not is_whole_snapshot(ctx.checkout):
         return run_checks(ctx, assertions), None
     last = runs[0]
-    before = run_checks(ctx, [a for a in assertions if a is not last])
+    others = [a for a in assertions if a is not last]
+    before = run_checks(ctx, others, record=False)
     file_refs = file_refs_of(before, ctx.checkout)
     judged = {v.key: v for v in before}
-    judged[last.key] = _journaled(ctx, last, judge_isolated(ctx, last, in_place=True))
+    try:
+        judged[last.key] = judge_isolated(ctx, last, in_place=True)
+    finally:  # the file checks' verdicts are journaled even when the run check fails to run
+        _journal(ctx, [(a, judged[a.key]) for a in (*others, last) if a.key in judged])
     return [judged[a.key] for a in assertions], file_refs
 
 
