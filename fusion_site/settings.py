@@ -214,7 +214,8 @@ _dramatiq_middleware = [
 ]
 if REDIS_URL:
     DRAMATIQ_BROKER = {
-        "BROKER": "dramatiq.brokers.redis.RedisBroker",
+        # Dramatiq's RedisBroker whose enqueue wakes the idle consumers of its queue.
+        "BROKER": "fusion_site.base.broker.WakingRedisBroker",
         "OPTIONS": {"url": REDIS_URL, "namespace": f"{EVENTS_PREFIX}-dramatiq"},
         "MIDDLEWARE": _dramatiq_middleware,
     }
@@ -265,9 +266,14 @@ FUSION_MCP_SESSION_IDLE_SECONDS = env_float("FUSION_MCP_SESSION_IDLE_SECONDS", 1
 FUSION_RETRY_BACKOFF_MS = env_int("FUSION_RETRY_BACKOFF_MS", 2000)
 FUSION_REDRIVE_GRACE = env_int("FUSION_REDRIVE_GRACE", 30)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
-# The longest a Dramatiq worker waits between two looks at an empty queue. Dramatiq's Redis
-# consumer polls with a backoff up to its worker timeout (1 s by default): on an idle
-# system each hop of the loop (completion -> admission -> run) waited up to that long.
+# The longest a Dramatiq worker waits between two looks at an empty queue (its worker
+# timeout; Dramatiq's default is 1 s). On Redis an enqueue wakes the idle consumers of its
+# queue (fusion_site/base/broker.py), so this is the fallback: for a message no wake-up
+# announces (a lost one, Dramatiq's requeue of a dead worker's messages, a client without
+# the wake-ups) and for a delayed message (a retry's backoff), which its consumer moves to
+# the queue only between two waits. 100 ms stays: it bounds that lateness and how long a
+# worker takes to stop, for 10 to 20 Redis script calls a second per idle consumer (two per
+# worker process: the queue and its delay queue).
 # `rundramatiq` execs the dramatiq CLI, which reads the timeout from this environment
 # variable only; the embedded workers take the setting directly.
 FUSION_WORKER_POLL_MS = env_int("FUSION_WORKER_POLL_MS", 100)

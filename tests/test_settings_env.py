@@ -135,7 +135,7 @@ def test_database_url_selects_postgresql(tmp_path):
 def test_redis_url_selects_redis_broker_and_channel_layer(tmp_path):
     url = "redis://127.0.0.1:6379/5"
     s = _settings(tmp_path, REDIS_URL=url, FUSION_EVENTS_PREFIX="deploy-a")
-    assert s["broker"]["BROKER"] == "dramatiq.brokers.redis.RedisBroker"
+    assert s["broker"]["BROKER"] == "fusion_site.base.broker.WakingRedisBroker"
     assert s["broker"]["OPTIONS"]["url"] == url
     layer = s["layers"]["default"]
     assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
