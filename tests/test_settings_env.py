@@ -209,11 +209,10 @@ def test_sqlite_database_really_is_in_wal_mode(tmp_path):
         con.close()
 
 
+# Run by `manage.py shell -c` (as `manage.py rundramatiq` starts, settings loaded), then as
+# `rundramatiq` does: exec the dramatiq CLI, which reads its worker timeout at import.
 WORKER_POLL = """
-import django, os, subprocess, sys
-os.environ['DJANGO_SETTINGS_MODULE'] = 'fusion_site.settings'
-django.setup()
-# As `rundramatiq` does: exec the dramatiq CLI, which reads its worker timeout at import.
+import subprocess, sys
 child = 'import dramatiq.worker as w; print(w.WORKER_TIMEOUT)'
 print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True, check=True).stdout.strip())
 """
@@ -225,6 +224,13 @@ print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=Tr
 )
 def test_the_dramatiq_processes_rundramatiq_starts_poll_an_idle_queue_within_the_setting(tmp_path, extra, expected):
     """Dramatiq's default (1 s) was the most an idle system waited per hop of the loop."""
-    proc = _python(WORKER_POLL, _env(tmp_path, **extra))
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", WORKER_POLL],
+        cwd=BASE_DIR,
+        env=_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == expected
