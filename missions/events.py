@@ -157,41 +157,67 @@ def _lock_held(connection: Any, mission_id: int) -> bool:
 
 
 def _append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
-    """The audit row, with the mission's next `seq`."""
-    seq = _next_seq(mission_id)
+    """The audit row, with the mission's next `seq` (`_next_seq`)."""
+    connection = connections[MissionEvent.objects.db]
     now = timezone.now()
     event = MissionEvent(
-        mission_id=mission_id, seq=seq, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
+        mission_id=mission_id, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
     )
-    connection = connections[MissionEvent.objects.db]
     if not connection.features.can_return_columns_from_insert:
+        event.seq = _next_seq(mission_id)
         event.save(force_insert=True)
         return event
     # The ORM's own insert, without compiling it anew every time: every step of the loop
     # writes a few of these, and building the statement cost more than running it.
-    sql, fields = _insert_sql(connection)
+    sql, fields, counted = _insert_sql(connection)
+    if not counted:
+        event.seq = _next_seq(mission_id)
+    values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields])
-        event.pk = cursor.fetchone()[0]
+        cursor.execute(sql, [mission_id, *values] if counted else values)
+        row = cursor.fetchone()
+    if row is None:  # counted in the statement: no mission row, nothing inserted
+        raise Mission.DoesNotExist(f"mission {mission_id} does not exist")
+    event.pk, event.seq = row
     event._state.adding, event._state.db = False, connection.alias
     return event
 
 
-_INSERTS: dict[str, tuple[str, list[models.Field]]] = {}
+_INSERTS: dict[str, tuple[str, list[models.Field], bool]] = {}
 
 
-def _insert_sql(connection: Any) -> tuple[str, list[models.Field]]:
-    """`INSERT … RETURNING id` of an audit row, and its fields in order (per database vendor)."""
+def _insert_sql(connection: Any) -> tuple[str, list[models.Field], bool]:
+    """`INSERT … RETURNING id, seq` of an audit row, the fields it takes in order, and
+    whether it counts the `seq` itself: on PostgreSQL one statement bumps the mission's
+    counter and inserts (a round trip fewer per event, under the mission's lock); elsewhere
+    the caller counts first (`_next_seq`) and the `seq` is one of the fields."""
     if connection.vendor not in _INSERTS:
         meta, quote = MissionEvent._meta, connection.ops.quote_name
-        fields = [f for f in meta.concrete_fields if not f.primary_key]
+        counted = connection.vendor == "postgresql"  # data-modifying WITH: PostgreSQL's
+        fields = [f for f in meta.concrete_fields if not f.primary_key and not (counted and f.attname == "seq")]
         columns = ", ".join(quote(f.column) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
-        _INSERTS[connection.vendor] = (
-            f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks}) RETURNING {quote(meta.pk.column)}",
-            fields,
-        )
+        returning = f"RETURNING {quote(meta.pk.column)}, {quote(column(MissionEvent, 'seq'))}"
+        table = quote(meta.db_table)
+        if counted:
+            sql = (
+                f"WITH counted AS ({_bump_sql(connection)}) "
+                f"INSERT INTO {table} ({columns}, {quote(column(MissionEvent, 'seq'))}) "
+                f"SELECT {marks}, counted.n FROM counted {returning}"
+            )
+        else:
+            sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) {returning}"
+        _INSERTS[connection.vendor] = (sql, fields, counted)
     return _INSERTS[connection.vendor]
+
+
+def _bump_sql(connection: Any) -> str:
+    """Add one to the mission's event counter (parameter: its id), returning it as `n`."""
+    quote = connection.ops.quote_name
+    counter, pk = (quote(column(Mission, name)) for name in ("event_seq", "id"))
+    return (
+        f"UPDATE {quote(Mission._meta.db_table)} SET {counter} = {counter} + 1 WHERE {pk} = %s RETURNING {counter} AS n"
+    )
 
 
 def _next_seq(mission_id: int) -> int:
@@ -202,13 +228,8 @@ def _next_seq(mission_id: int) -> int:
     if not connection.features.can_return_columns_from_insert:  # the same SQL support (RETURNING)
         Mission.objects.filter(pk=mission_id).update(event_seq=F("event_seq") + 1)
         return Mission.objects.filter(pk=mission_id).values_list("event_seq", flat=True).get()
-    quote = connection.ops.quote_name
-    counter, pk = (quote(column(Mission, name)) for name in ("event_seq", "id"))
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(Mission._meta.db_table)} SET {counter} = {counter} + 1 WHERE {pk} = %s RETURNING {counter}",
-            [mission_id],
-        )
+        cursor.execute(_bump_sql(connection), [mission_id])
         row = cursor.fetchone()
     if row is None:
         raise Mission.DoesNotExist(f"mission {mission_id} does not exist")
