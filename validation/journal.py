@@ -47,9 +47,12 @@ def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[Jou
     if not entries:
         return []
     payloads = [_jsonable(payload) for _kind, _key, payload in entries]
+    # Nested in the caller's transaction, no savepoint: its write lock (SQLite) or the run's
+    # row lock taken below orders the appenders, so no other writer takes a seq meanwhile.
+    nested = transaction.get_connection(JournalEntry.objects.db).in_atomic_block
     for _attempt in range(5):
         try:
-            with transaction.atomic():
+            with transaction.atomic(savepoint=False):
                 # The run's row lock orders the appenders of one run (a run's checks finish
                 # in parallel threads); a lost race without it could repeat indefinitely.
                 # (SQLite has no row locks: its write lock orders them, and no query is made.)
@@ -77,6 +80,8 @@ def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[Jou
                     prev = digest
                 return JournalEntry.objects.bulk_create(rows)
         except IntegrityError:
+            if nested:
+                raise
             continue  # another writer took this seq (no row lock on SQLite); chain onto its entry
     raise JournalIntegrityError(f"could not append to the journal of run {run_id}")
 
