@@ -61,7 +61,11 @@ def build_context(
     run: ValidatorRun, checkout, *, replay=None, protection: protect.Protection | None = None
 ) -> ValidationContext:
     mission, feature = run.mission, run.feature
-    summary, log_tail = _task_context(feature)
+    profile = {"name": run.validator, **run.validator_config}
+    # The task's words and the diff are for a model or a command to read (validators/prompt.py):
+    # checks alone never read them, and the diff is a git call of its own.
+    reads = profile.get("kind") in ("agent", "command") or bool(profile.get("agent"))
+    summary, log_tail = _task_context(feature) if reads else ("", "")
     return ValidationContext(
         run_id=run.pk,
         mission_key=mission.key,
@@ -71,10 +75,10 @@ def build_context(
         assertions=run_assertions(run),
         revision=run.revision,
         checkout=checkout,
-        profile={"name": run.validator, **run.validator_config},
+        profile=profile,
         task_summary=summary,
         log_tail=log_tail,
-        diff=bounded_diff(mission.source(), mission.base_revision, run.revision),
+        diff=bounded_diff(mission.source(), mission.base_revision, run.revision) if reads else "",
         replay=replay,
         protection=protection or protect.Protection(),
     )
