@@ -55,6 +55,9 @@ def group_send(messages: list[tuple[str, dict[str, Any]]]) -> None:
     """`(group, message)` pairs to the Channels layer, in order, on the event loop of this
     process's sender thread (one hop for all); returns once they are sent."""
     layer = get_channel_layer()
+    listened = getattr(layer, "has_members", None)  # an in-process layer knows its groups
+    if listened is not None:
+        messages = [(group, message) for group, message in messages if listened(group)]
     if layer is None or not messages:
         return
     try:

@@ -64,6 +64,13 @@ class InMemoryChannelLayer(_InMemoryChannelLayer):
             raise
         return message
 
+    def has_members(self, group: str) -> bool:
+        """Whether anyone is in `group` now (`missions.delivery.group_send` skips the hop to
+        the server's loop for a group nobody listens to: most events, on a quiet server).
+        Read from any thread: a dict lookup; a member who joins a moment later reloads
+        the state it missed, as after any reconnect."""
+        return bool(self.groups.get(group))
+
     async def send(self, channel, message):
         return await self._at_home(super().send(channel, message))
 

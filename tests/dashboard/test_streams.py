@@ -232,3 +232,45 @@ def test_a_transaction_s_events_are_stored_in_one_write(small_mission):
             *[(eid, json.loads(json.loads(data))["change"]) for eid, data in reversed(last)], strict=True
         )
         assert changes == ("a", "b", "c") and eids == tuple(range(eids[0], eids[0] + 3))
+
+
+def test_events_published_inside_a_block_without_savepoint_are_stored_with_the_rest(small_mission):
+    """`atomic(savepoint=False)` (every state machine's move) is no savepoint level of its
+    own: its events join the transaction's one write."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    m = small_mission.mission
+    with CaptureQueriesContext(connection) as queries:
+        with transaction.atomic():
+            publish_on_commit(m, "task:updated", {"change": "a"})
+            with transaction.atomic(savepoint=False):
+                publish_on_commit(m, "task:updated", {"change": "b"})
+            publish_on_commit(m, "task:updated", {"change": "c"})
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('INSERT INTO "django_eventstream')]
+    assert len(inserts) == 1
+    stored = StoredEvent.objects.filter(channel=f"mission-{m.pk}").exclude(type="").order_by("-eid")[:3]
+    assert [json.loads(json.loads(e.data))["change"] for e in reversed(stored)] == ["a", "b", "c"]
+
+
+def test_a_group_nobody_is_in_costs_no_hop_to_the_server_loop(monkeypatch):
+    """The in-process layer knows its groups: an event for a mission no WebSocket client
+    watches is not carried to the server's loop; one that is watched is."""
+    from asgiref.sync import async_to_sync
+
+    from missions import delivery
+    from missions.streams import InMemoryChannelLayer
+
+    layer = InMemoryChannelLayer()
+    sent: list[list[str]] = []
+
+    async def record(layer, messages):
+        sent.append([group for group, _message in messages])
+
+    monkeypatch.setattr(delivery, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(delivery, "_send_each", record)
+    delivery.group_send([("mission-1", {"type": "mission.event"}), ("mission-2", {"type": "mission.event"})])
+    assert sent == []
+    async_to_sync(layer.group_add)("mission-2", "specific.client")
+    delivery.group_send([("mission-1", {"type": "mission.event"}), ("mission-2", {"type": "mission.event"})])
+    assert sent == [["mission-2"]]
