@@ -19,6 +19,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
+from rest_framework.utils.serializer_helpers import ReturnDict
 
 from missions import selectors
 from missions.api import serializers as s
@@ -52,6 +53,13 @@ class MissionScoped(_GenericViewBase):
         lookup = f"{self.mission_path}__in" if self.mission_path else "pk__in"
         # GenericAPIView.get_queryset(): the view's `queryset`, re-evaluated per request.
         return super().get_queryset().filter(**{lookup: visible})
+
+    def filter_queryset(self, queryset):
+        # One object by its id and no query string: the list's filters (django-filter,
+        # ordering) would leave the lookup as it is, after building and validating a form.
+        if (self.lookup_url_kwarg or self.lookup_field) in self.kwargs and not self.request.query_params:
+            return queryset
+        return super().filter_queryset(queryset)
 
 
 class MissionScopedViewSet(MissionScoped, viewsets.ModelViewSet):
@@ -284,6 +292,14 @@ class TaskViewSet(MissionScopedViewSet):
     serializer_class = s.TaskSerializer
     filterset_fields = ["mission", "feature", "status"]
 
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action == "complete":
+            # What the service reads before the git work (the task's state, its mission's
+            # repository), read here with the visibility check and not a second time there.
+            return qs.select_related(None).select_related("mission")
+        return qs
+
     def perform_create(self, serializer):
         serializer.instance = task_services.task_create(user=self.request.user, **serializer.validated_data)
 
@@ -295,19 +311,24 @@ class TaskViewSet(MissionScopedViewSet):
         with transaction.atomic():
             hierarchy.apply_fields(serializer.instance, data)
 
+    def _answer(self, task: Task) -> Response:
+        """`Response(get_serializer(task).data)`, the fields built once (`s.represent`); the
+        serializer stays attached to the data for the browsable API's form."""
+        return Response(ReturnDict(s.represent(s.TaskSerializer, task), serializer=self.get_serializer(task)))
+
     @extend_schema(request=None, responses={200: s.TaskSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
         task = task_services.task_start(user=request.user, task=self.get_object())
-        return Response(self.get_serializer(task).data)
+        return self._answer(task)
 
     @extend_schema(request=s.TaskCompleteSerializer, responses={200: s.TaskSerializer})
     @action(detail=True, methods=["post"])
     def complete(self, request, pk=None):
         body = s.TaskCompleteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        task = task_services.task_complete(user=request.user, task=self.get_object(), **body.validated_data)
-        return Response(self.get_serializer(task).data)
+        task = task_services.task_complete(user=request.user, task=self.get_object(), fresh=True, **body.validated_data)
+        return self._answer(task)
 
     @extend_schema(request=s.TaskFailSerializer, responses={200: s.TaskSerializer})
     @action(detail=True, methods=["post"])
@@ -315,7 +336,7 @@ class TaskViewSet(MissionScopedViewSet):
         body = s.TaskFailSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         task = task_services.task_fail(user=request.user, task=self.get_object(), **body.validated_data)
-        return Response(self.get_serializer(task).data)
+        return self._answer(task)
 
 
 class MissionEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -155,15 +155,21 @@ def pin_task_revision(*, mission: Mission, name: str) -> str:
         ) from exc
 
 
-def task_complete(*, user, task: Task, revision: str, summary: str = "", log: str | None = None) -> Task:
+def task_complete(
+    *, user, task: Task, revision: str, summary: str = "", log: str | None = None, fresh: bool = False
+) -> Task:
     """Record the landed revision, pinned to its commit id; the outcome is processed after
     commit (idempotently). The revision is resolved before the transaction: a `git
     ls-remote` or a fetch into the mirror (bounded by FUSION_GIT_REMOTE_TIMEOUT) never
-    holds the mission's lock, nor SQLite's write lock."""
+    holds the mission's lock, nor SQLite's write lock.
+
+    `fresh`: the caller read `task` with its mission (`select_related("mission")`) just
+    now, as the API's visibility check does, so it is not read again before the git work
+    (the transaction reads it again, locked, whatever the caller passed)."""
     name = revision.strip()
     if not name:
         raise Invalid("a completed task needs the revision it landed", fields={"revision": ["required"]})
-    current = Task.objects.select_related("mission").get(pk=task.pk)
+    current = task if fresh and Task.mission.is_cached(task) else Task.objects.select_related("mission").get(pk=task.pk)
     _refuse_ended(current)  # before any git work, as after it
     return _record_completion(
         user=user,
