@@ -109,9 +109,10 @@ def heartbeat(run_id: int, token: str) -> contextlib.AbstractContextManager[None
 
 
 def _complete_from_journal(run_id: int) -> str | None:
-    """Redelivered after the verdict was accepted but before the run was completed (the
-    worker lost its database or died): complete from the journal, judge nothing again.
-    Safe while another delivery holds the run: completion is a compare-and-swap."""
+    """A run whose journal holds an accepted verdict but which is still running: complete
+    from the journal, judge nothing again. The accepted decision is journaled in the run's
+    completion (`run_complete`), so only a journal written before that was so leaves this
+    gap. Safe while another delivery holds the run: completion is a compare-and-swap."""
     accepted = _accepted_earlier(run_id)
     if accepted is None:
         return None
@@ -157,6 +158,8 @@ def _judge_and_record(run: ValidatorRun) -> str:
                 judgement.candidate,
                 FrozenContext(keys=ctx.keys, checkout=checkout, file_refs=judgement.file_refs),
             )
+            tokens = {"tokens_in": judgement.tokens_in, "tokens_out": judgement.tokens_out}
+            decision = accepted_decision(verdict, **tokens)
     except SnapshotError as exc:
         # Unreachable, or the commit not pushed yet: retried with backoff, then blocked.
         run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=exc.retry)
@@ -174,8 +177,7 @@ def _judge_and_record(run: ValidatorRun) -> str:
         logger.exception("validator run %s crashed with an unexpected error", run.pk)
         run_error(run_id=run.pk, message=f"unexpected {type(exc).__name__}: {exc}", code="host_defect")
         return RunStatus.ERROR
-    tokens = {"tokens_in": judgement.tokens_in, "tokens_out": judgement.tokens_out}
-    if run_complete(run_id=run.pk, verdict=verdict, decision=accepted_decision(verdict, **tokens), **tokens):
+    if run_complete(run_id=run.pk, verdict=verdict, decision=decision, **tokens):
         return str(RUN_STATUS[verdict.status])  # what it just wrote
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
 

@@ -272,18 +272,26 @@ def run_checks(
 
 
 def _judge_all(ctx: ValidationContext, assertions: list[AssertionSpec]) -> list[tuple[AssertionSpec, AssertionVerdict]]:
+    """Each check judged (in parallel threads when there are several); when one fails to
+    run, the verdicts of the others are journaled before its exception is raised."""
     workers = max(1, min(settings.FUSION_CHECK_PARALLELISM, len(assertions)))
-    if workers == 1:
-        return [(a, judge_isolated(ctx, a)) for a in assertions]
     results: list[AssertionVerdict | None] = [None] * len(assertions)
     failed: BaseException | None = None
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(judge_isolated, ctx, a): i for i, a in enumerate(assertions)}
-        for future in as_completed(futures):
+    if workers == 1:
+        for i, a in enumerate(assertions):
             try:
-                results[futures[future]] = future.result()
+                results[i] = judge_isolated(ctx, a)
             except BaseException as exc:  # noqa: BLE001 — raised below, once the others are journaled
-                failed = failed or exc
+                failed = exc
+                break
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(judge_isolated, ctx, a): i for i, a in enumerate(assertions)}
+            for future in as_completed(futures):
+                try:
+                    results[futures[future]] = future.result()
+                except BaseException as exc:  # noqa: BLE001 — raised below, once the others are journaled
+                    failed = failed or exc
     judged = [(a, v) for a, v in zip(assertions, results, strict=True) if v is not None]
     if failed is not None:
         _journal(ctx, judged)
@@ -314,9 +322,9 @@ def run_checks_last(
     last = runs[0]
     others = [a for a in assertions if a is not last]
     before = run_checks(ctx, others, record=False)
-    file_refs = file_refs_of(before, ctx.checkout)
     judged = {v.key: v for v in before}
     try:
+        file_refs = file_refs_of(before, ctx.checkout)
         judged[last.key] = judge_isolated(ctx, last, in_place=True)
     finally:  # the file checks' verdicts are journaled even when the run check fails to run
         _journal(ctx, [(a, judged[a.key]) for a in (*others, last) if a.key in judged])
