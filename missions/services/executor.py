@@ -21,7 +21,8 @@ user's checkout — and pushes the result to the source (docs/REPOSITORIES.md).
   command, a refused push — fails the task with the (scrubbed) reason.
 - **A lease, like validator runs'**: `missions/services/executor_lease.py`.
 - Tasks of one mission run one at a time on a host (a lock file in the repository cache),
-  in the order they were made (an older task whose executor holds its claim goes first),
+  in the order they were made (an older started task goes first: its executor holds its
+  claim, or its message is on its way),
   so that each starts from what the one before it landed.
 """
 
@@ -34,9 +35,11 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from fusion_site.base import mirrors
@@ -45,7 +48,7 @@ from fusion_site.base.proc import CommandError, CommandResult, run_command, scru
 from fusion_site.base.redact import redact
 from fusion_site.base.snapshots import remove_tree, snapshot_root
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
-from missions.models import Mission, Task, TaskStatus
+from missions.models import Executor, Mission, Task, TaskStatus
 from missions.services.executor_lease import claim, clone_name, fail, finish, heartbeat, holds
 from missions.services.tasks import task_complete
 
@@ -136,13 +139,21 @@ ORDER_POLL_SECONDS = 0.2
 
 
 def _older_claimed(task: Task) -> bool:
-    return (
-        Task.objects.filter(
-            mission_id=task.mission_id, pk__lt=task.pk, status=TaskStatus.IN_PROGRESS, lease_until__gt=timezone.now()
-        )
-        .exclude(claim_token="")
-        .exists()
-    )
+    """Whether an older started `command` task of the mission goes first: one whose
+    executor holds its claim, or one not claimed yet that started less than a lease ago
+    (its message is on its way to a worker: without this, the later task that a worker
+    happened to take first landed first). A message that never comes is waited for one
+    lease at most; the recovery sweep re-drives it."""
+    now = timezone.now()
+    held = Q(lease_until__gt=now) & ~Q(claim_token="")
+    coming = Q(claim_token="") & Q(started_at__gt=now - timedelta(seconds=settings.FUSION_EXECUTOR_LEASE_SECONDS))
+    return Task.objects.filter(
+        held | coming,
+        mission_id=task.mission_id,
+        pk__lt=task.pk,
+        status=TaskStatus.IN_PROGRESS,
+        executor=Executor.COMMAND,
+    ).exists()
 
 
 def start_revision(task: Task, source: Source) -> str:

@@ -203,3 +203,34 @@ def test_a_mission_without_a_command_fails_the_task_plainly(worker, owner, git_r
     mission_activate(mission=mission, user=owner)
     task = run_task(worker, owner, mission)
     assert task.status == "failed" and "no executor_command" in task.summary
+
+
+def test_a_later_task_waits_for_an_older_started_one_whose_executor_has_not_claimed_it(owner, git_repo, settings):
+    """Tasks land in the order they were made: an older started task goes first whether its
+    executor holds its claim or its message has not reached a worker yet (for one lease at
+    most: a message that never comes is the recovery sweep's)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from missions.services.executor import _older_claimed
+    from missions.services.executor_lease import claim
+
+    mission = make_mission(owner, git_repo.path, executor="command", executor_command="true")
+    add_slice(mission, "m1", "s1", ["a", "b"])
+    started = {"status": "in_progress", "executor": "command", "started_at": timezone.now()}
+    older = Task.objects.create(mission=mission, feature=feature(mission, "a"), title="a", **started)
+    later = Task.objects.create(mission=mission, feature=feature(mission, "b"), title="b", **started)
+    assert _older_claimed(later)  # started, its message on its way
+    assert not _older_claimed(older)
+    assert claim(older.pk)[0] is not None
+    assert _older_claimed(later)  # claimed, its lease alive
+    Task.objects.filter(pk=older.pk).update(
+        claim_token="",
+        lease_until=None,
+        started_at=timezone.now() - timedelta(seconds=settings.FUSION_EXECUTOR_LEASE_SECONDS + 1),
+    )
+    assert not _older_claimed(later)  # unclaimed for longer than a lease: not waited for
+    Task.objects.filter(pk=older.pk).update(status="done")
+    Task.objects.filter(pk=later.pk).update(started_at=timezone.now())
+    assert not _older_claimed(later)
