@@ -43,7 +43,8 @@ def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEnt
 
 def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[JournalEntry]:
     """Entries `(kind, key, payload)` chained onto the run's journal in their order, in one
-    transaction (a savepoint when nested): one read of the chain's head, one insert."""
+    transaction (the caller's, without a savepoint, when nested): one read of the chain's
+    head, one insert."""
     if not entries:
         return []
     payloads = [_jsonable(payload) for _kind, _key, payload in entries]
