@@ -225,7 +225,9 @@ INVISIBLE = {"Cf", "Co", "Cs"}
 
 
 def _invisible_in(text: str) -> bool:
-    return any(unicodedata.category(ch) in INVISIBLE for ch in text)
+    # No ASCII character is in these categories (ASCII's controls are Cc): most texts are
+    # answered without looking at each character.
+    return not text.isascii() and any(unicodedata.category(ch) in INVISIBLE for ch in text)
 
 
 def no_invisible_characters(v: Verdict, ctx: FrozenContext) -> list[str]:

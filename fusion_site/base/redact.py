@@ -25,13 +25,24 @@ PATTERNS = [
     re.compile(r"(?i)\b(postgres(?:ql)?|mysql|redis|amqp)://[^\s:/@]+:[^\s@/]+@"),
 ]
 SECRET_ENV_HINTS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "DATABASE_URL", "REDIS_URL")
-# One search per variable name (the environment is read on every call, never cached: a
-# secret set later is redacted too); a loop over the hints per name was most of the cost.
+# One search per variable name; a loop over the hints per name was most of the cost.
 _SECRET_NAME = re.compile("|".join(map(re.escape, SECRET_ENV_HINTS)), re.IGNORECASE)
+# The secrets of the environment as it was last read, by a copy of its raw items. The
+# environment is compared on every call (a secret set later is redacted too), but a
+# comparison of raw items is C work, where reading `os.environ` decodes every variable in
+# Python: that was ten thousand calls per judged feature.
+_seen: tuple[tuple[object, ...] | None, list[str]] = (None, [])
 
 
 def _env_secrets() -> list[str]:
-    return [value for name, value in os.environ.items() if len(value) >= 8 and _SECRET_NAME.search(name)]
+    global _seen
+    raw = getattr(os.environ, "_data", None)  # CPython's mapping of the encoded variables
+    snapshot = tuple(raw.items()) if isinstance(raw, dict) else None
+    seen_snapshot, secrets = _seen
+    if snapshot is None or snapshot != seen_snapshot:
+        secrets = [value for name, value in os.environ.items() if len(value) >= 8 and _SECRET_NAME.search(name)]
+        _seen = (snapshot, secrets)
+    return secrets
 
 
 def redact(text: str) -> str:

@@ -37,11 +37,23 @@ ERROR_LIMIT = 3
 
 @transaction.atomic
 def run_complete(
-    *, run_id: int, verdict: Verdict, tokens_in: int = 0, tokens_out: int = 0, decision: dict | None = None
+    *,
+    run_id: int,
+    verdict: Verdict,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    decision: dict | None = None,
+    run: ValidatorRun | None = None,
 ) -> bool:
     """`decision`: the host's accepted decision, journaled in this transaction (whatever
-    the compare-and-swap finds: the journal says what the host accepted)."""
-    run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
+    the compare-and-swap finds: the journal says what the host accepted). `run`: the run
+    as the worker that judged it loaded it, not read again: the fields read here never
+    change once a run is created, and its status is the compare-and-swap's. Its mission is
+    read again when needed (its settings may have changed while the run was judged)."""
+    if run is None or run.pk != run_id:
+        run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
+    else:
+        ValidatorRun.mission.field.delete_cached_value(run)
     if decision is not None:
         lock_mission(run.mission_id)  # before the run's row (the journal's lock): one lock order
         journal.append(run_id=run_id, kind="decision", key="final", payload=decision)
@@ -98,9 +110,10 @@ def _counts(verdict: Verdict) -> dict[str, int]:
 def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFailure]:
     by_key = {
         a.key: a
+        # No ordering: a mapping by key (the model's default ordering costs its compile).
         for a in ContractAssertion.objects.filter(
             mission_id=run.mission_id, key__in=[v.key for v in verdict.assertions]
-        )
+        ).order_by()
     }
     failures = []
     for item in verdict.assertions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import uuid
 from datetime import timedelta
@@ -98,7 +99,8 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     )
     if not claimed:
         return None, ""
-    return ValidatorRun.objects.select_related("mission", "feature", "milestone").get(pk=run_id), token
+    # A milestone run (rare) reads its milestone when it builds its context.
+    return ValidatorRun.objects.select_related("mission", "feature").get(pk=run_id), token
 
 
 def heartbeat(run_id: int, token: str) -> contextlib.AbstractContextManager[None]:
@@ -177,7 +179,7 @@ def _judge_and_record(run: ValidatorRun) -> str:
         logger.exception("validator run %s crashed with an unexpected error", run.pk)
         run_error(run_id=run.pk, message=f"unexpected {type(exc).__name__}: {exc}", code="host_defect")
         return RunStatus.ERROR
-    if run_complete(run_id=run.pk, verdict=verdict, decision=decision, **tokens):
+    if run_complete(run_id=run.pk, verdict=verdict, decision=decision, run=run, **tokens):
         return str(RUN_STATUS[verdict.status])  # what it just wrote
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
 
@@ -217,10 +219,11 @@ def accepted_decision(verdict: Verdict, *, tokens_in: int, tokens_out: int) -> d
 
 
 def _decision(candidate: dict, verdict: str, failed: dict, **extra: object) -> dict:
+    blob = journal.canonical(candidate)  # once: its hash and its size
     return {
         "verdict": verdict,
         "failed_validators": failed,
-        "candidate_sha256": journal.sha256_of(candidate),
-        "candidate_size": len(journal.canonical(candidate)),
+        "candidate_sha256": hashlib.sha256(blob).hexdigest(),
+        "candidate_size": len(blob),
         **extra,
     }

@@ -21,8 +21,11 @@ def _warn(task: Task, reason: str) -> None:
 
 @transaction.atomic
 def task_outcome_process(*, task_id: int) -> str:
-    task = Task.objects.select_related("mission", "feature").filter(pk=task_id).first()
-    if task is None or task.feature is None:  # loaded with the task (select_related)
+    try:
+        task = Task.objects.select_related("mission", "feature").get(pk=task_id)
+    except Task.DoesNotExist:
+        return "skipped"
+    if task.feature is None:  # loaded with the task (select_related)
         return "skipped"
     if task.status != TaskStatus.DONE:
         return "not_done"
