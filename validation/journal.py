@@ -11,6 +11,7 @@ from typing import Any
 import rfc8785
 from django.db import IntegrityError, connections, transaction
 
+from fusion_site.base.prepared import Prepared
 from validation.models import JournalEntry, ValidatorRun
 
 
@@ -41,6 +42,12 @@ def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEnt
     return append_many(run_id=run_id, entries=[(kind, key, payload)])[-1]
 
 
+# The chain's head: its last entry's seq and hash.
+_HEAD: Prepared[tuple[int, str]] = Prepared(
+    lambda run: JournalEntry.objects.filter(run_id=run).order_by("-seq").values_list("seq", "sha256")[:1]
+)
+
+
 def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[JournalEntry]:
     """Entries `(kind, key, payload)` chained onto the run's journal in their order, in one
     transaction (the caller's, without a savepoint, when nested): one read of the chain's
@@ -59,9 +66,7 @@ def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[Jou
                 # (SQLite has no row locks: its write lock orders them, and no query is made.)
                 if connections[ValidatorRun.objects.db].features.has_select_for_update:
                     list(ValidatorRun.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
-                last = JournalEntry.objects.filter(run_id=run_id).order_by("-seq").values("seq", "sha256").first()
-                seq = last["seq"] if last else 0
-                prev = last["sha256"] if last else ""
+                seq, prev = _HEAD.first(run=run_id) or (0, "")
                 rows = []
                 for (kind, full_key, _raw), payload in zip(entries, payloads, strict=True):
                     seq += 1

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
+from fusion_site.base.prepared import Prepared
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -55,9 +56,17 @@ def newest_judged_run(*, feature_id: int, fingerprint: str) -> ValidatorRun | No
     )
 
 
+_LINEAGE: Prepared[int] = Prepared(
+    lambda root: FixLineage.objects.filter(root_id=root).values_list("fix_id", flat=True)
+)
+_LANDED: Prepared[tuple[datetime | None, str]] = Prepared(
+    lambda feature: done_tasks(features=MissionFeature(pk=feature)).values_list("finished_at", "revision")[:1]
+)
+
+
 def lineage_fix_ids(feature) -> list[int]:
     """The fixes of the lineage whose root is `feature` (none for most features)."""
-    return list(FixLineage.objects.filter(root=feature).values_list("fix_id", flat=True))
+    return _LINEAGE.all(root=feature.pk)
 
 
 def feature_revision(feature, *, fixes: list[int] | None = None) -> str:
@@ -67,7 +76,7 @@ def feature_revision(feature, *, fixes: list[int] | None = None) -> str:
     `fixes`: `lineage_fix_ids(feature)`, when the caller has it."""
     candidates: list[tuple[datetime | None, str]] = []
     # Two fields of each row, not the rows (a task's log, a run's verdict: large, unused here).
-    task = done_tasks(features=feature).values_list("finished_at", "revision").first()
+    task = _LANDED.first(feature=feature.pk)
     if task is not None:
         candidates.append(task)
     fixes = lineage_fix_ids(feature) if fixes is None else fixes

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fusion_site.base.prepared import Prepared
 from missions.events import publish_on_commit
 from missions.models import Milestone
 from missions.selectors import milestone_rollup
 from missions.transitions.milestone import ROLLUP_EVENT, milestone_validation_transition
+
+_STATE: Prepared[tuple[int, str]] = Prepared(
+    lambda pk: Milestone.objects.filter(pk=pk).values_list("mission_id", "validation_state")
+)
 
 
 def milestone_rollup_refresh(*, milestone_ids: Iterable[int]) -> None:
@@ -21,13 +26,12 @@ def milestone_rollup_refresh(*, milestone_ids: Iterable[int]) -> None:
     for milestone_id in sorted(set(milestone_ids)):
         rollup = milestone_rollup(milestone_id=milestone_id)
         while True:  # a lost compare-and-swap reads the winner's state and moves on from it
-            row = Milestone.objects.filter(pk=milestone_id).values("mission_id", "validation_state").first()
+            row = _STATE.first(pk=milestone_id)
             if row is None:
                 break
-            if row["validation_state"] == rollup["state"]:
-                publish_on_commit(row["mission_id"], ROLLUP_EVENT, rollup)
+            mission_id, state = row
+            if state == rollup["state"]:
+                publish_on_commit(mission_id, ROLLUP_EVENT, rollup)
                 break
-            if milestone_validation_transition(
-                milestone=milestone_id, old=row["validation_state"], new=rollup["state"], rollup=rollup
-            ):
+            if milestone_validation_transition(milestone=milestone_id, old=state, new=rollup["state"], rollup=rollup):
                 break  # the move published the rollup

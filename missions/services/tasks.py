@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import connections, transaction
 from django.utils import timezone
 
+from fusion_site.base.prepared import Prepared
 from fusion_site.base.queue import send_on_commit
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions import hooks
@@ -190,7 +191,7 @@ def _refuse_ended(task: Task) -> None:
 def _record_completion(*, user, task: Task, name: str, revision: str, summary: str, log: str | None) -> Task:
     lock_mission(task.mission_id)
     # The task locked (and its mission, locked above); its feature read with it, for `_landed_on`.
-    task = _locked_with_feature().get(pk=task.pk)
+    task = _LOCKED_TASK.get(pk=task.pk)
     _refuse_ended(task)  # it may have ended while the revision was resolved
     if task.status == TaskStatus.DONE:
         if task.revision == revision:
@@ -227,12 +228,17 @@ def _record_completion(*, user, task: Task, name: str, revision: str, summary: s
     return task
 
 
-def _locked_with_feature():
-    """Tasks locked `FOR UPDATE` with their mission (as `select_related("mission")` locked
-    it), their feature read in the same query but not locked (a nullable join)."""
+def _locked_with_feature(pk: int):
+    """The task locked `FOR UPDATE` with its mission (as `select_related("mission")` locked
+    it), its feature read in the same query but not locked (a nullable join)."""
     if connections[Task.objects.db].features.has_select_for_update_of:
-        return Task.objects.select_for_update(of=("self", "mission")).select_related("mission", "feature")
-    return Task.objects.select_for_update().select_related("mission", "feature")
+        tasks = Task.objects.select_for_update(of=("self", "mission")).select_related("mission", "feature")
+    else:
+        tasks = Task.objects.select_for_update().select_related("mission", "feature")
+    return tasks.filter(pk=pk)
+
+
+_LOCKED_TASK: Prepared[Task] = Prepared(_locked_with_feature)
 
 
 def _landed_on(task: Task, actor_id: int | None) -> None:

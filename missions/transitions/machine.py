@@ -30,6 +30,7 @@ from typing import Any
 from django.db import models, transaction
 from django.utils import timezone
 
+from fusion_site.base.prepared import compare_and_set
 from missions.errors import IllegalTransition
 from missions.events import lock_mission, publish_on_commit
 
@@ -106,7 +107,7 @@ def move(
         if mission_id is None:
             mission_id = machine.mission_of(pk)
         lock_mission(mission_id)
-        if not machine.model._default_manager.filter(pk=pk, **{machine.field: old}).update(**updates):
+        if not compare_and_set(machine.model, pk=pk, field=machine.field, old=old, updates=updates):
             return False
         if instance is not None:
             for name, value in updates.items():

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from fusion_site.base.prepared import Prepared
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
@@ -34,8 +35,7 @@ class Admission:
 def feature_assertion_specs(feature: MissionFeature) -> list[dict[str, Any]]:
     """The feature's assertion set as a run freezes it: what it is judged by, nothing else
     (the frozen fields only, not the rows)."""
-    rows = feature.assertions.filter(scope=AssertionScope.FEATURE).order_by("order", "id")
-    return [{name: row[field] for name, field in FROZEN_FIELDS} for row in rows.values(*(f for _n, f in FROZEN_FIELDS))]
+    return [dict(zip(_FROZEN_NAMES, row, strict=True)) for row in _SPECS.all(feature=feature.pk)]
 
 
 # A frozen assertion's fields, by the model field each comes from: one list for both forms.
@@ -45,6 +45,17 @@ FROZEN_FIELDS = (
     ("statement", "statement"),
     ("check", "check_spec"),
     ("scope", "scope"),
+)
+
+
+_FROZEN_NAMES = [name for name, _field in FROZEN_FIELDS]
+_SPECS: Prepared[tuple] = Prepared(
+    lambda feature: (
+        MissionFeature(pk=feature)
+        .assertions.filter(scope=AssertionScope.FEATURE)
+        .order_by("order", "id")
+        .values_list(*(field for _name, field in FROZEN_FIELDS))
+    )
 )
 
 
@@ -136,9 +147,7 @@ def admit(
     if mission_id is None:
         mission_id = MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id)
     lock_mission(mission_id)
-    # `of`: the feature row is the one locked (the mission's is, above; the slice's need not be).
-    locked = MissionFeature.objects.select_for_update(of=("self",)) if _locks_of() else MissionFeature.objects
-    feature = locked.select_related("mission", "slice").get(pk=feature_id)
+    feature = _LOCKED_FEATURE.get(pk=feature_id)
     if feature.mission_id != mission_id:  # a stale caller's id: lock the right mission, in order
         return feature_admit(
             feature_id=feature_id,
@@ -152,9 +161,7 @@ def admit(
             reason=reason,
         )
     # Its id first (a run row carries its frozen input and verdict: large, and rarely wanted).
-    running_ids = list(
-        ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING).values_list("pk", flat=True)[:1]
-    )
+    running_ids = _RUNNING.all(feature=feature.pk)
     running = ValidatorRun.objects.get(pk=running_ids[0]) if running_ids else None
     if running is not None:
         if raise_conflict:
@@ -206,11 +213,7 @@ def admit(
     if not force:
         # Every judged run on this input, newest first (a handful), in one query: the
         # newest decides a reuse, the failed ones count towards the block.
-        judged = list(
-            ValidatorRun.objects.filter(feature=feature, input_fingerprint=fingerprint, status__in=JUDGED)
-            .order_by("-id")
-            .values_list("pk", "status")
-        )
+        judged = _JUDGED.all(feature=feature.pk, fingerprint=fingerprint)
         if judged and judged[0][1] == RunStatus.PASSED:
             return _reuse(feature, ValidatorRun.objects.get(pk=judged[0][0]), trigger=trigger, actor_id=actor_id)
         if sum(1 for _pk, status in judged if status == RunStatus.FAILED) >= IDENTICAL_FAILURE_LIMIT:
@@ -242,6 +245,30 @@ feature_admit = transaction.atomic(admit)
 
 def _locks_of() -> bool:
     return bool(connections[MissionFeature.objects.db].features.has_select_for_update_of)
+
+
+def _locked_feature(pk: int):
+    """The feature locked, with its mission and slice. `of`: the feature row is the one
+    locked (the mission's is, by `lock_mission`; the slice's need not be)."""
+    locked = MissionFeature.objects.select_for_update(of=("self",)) if _locks_of() else MissionFeature.objects
+    return locked.select_related("mission", "slice").filter(pk=pk)
+
+
+_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(_locked_feature)
+_RUNNING: Prepared[int] = Prepared(
+    lambda feature: ValidatorRun.objects.filter(feature_id=feature, status=RunStatus.RUNNING).values_list(
+        "pk", flat=True
+    )[:1]
+)
+# Every judged run on one input, newest first (a handful).
+_JUDGED: Prepared[tuple[int, str]] = Prepared(
+    lambda feature, fingerprint: (
+        ValidatorRun.objects.filter(feature_id=feature, input_fingerprint=fingerprint, status__in=JUDGED)
+        .order_by("-id")
+        .values_list("pk", "status")
+    ),
+    fingerprint=str,
+)
 
 
 def _refusal(feature: MissionFeature, cause: str) -> Conflict | None:
@@ -344,7 +371,7 @@ def start_run(
         )
     except IntegrityError as exc:  # the database's own "one running run per feature"
         raise Conflict("a validation of this feature is already running", code="validation_already_running") from exc
-    fields = {"last_run": run, "validator_attempts": feature.validator_attempts + 1}
+    fields: dict[str, Any] = {"last_run_id": run.pk, "validator_attempts": feature.validator_attempts + 1}
     if feature.loop_state == LoopState.VALIDATING:
         MissionFeature.objects.filter(pk=feature.pk).update(
             updated_at=timezone.now(), last_run=run, validator_attempts=feature.validator_attempts + 1

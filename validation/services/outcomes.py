@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fusion_site.base.prepared import Prepared
 from fusion_site.base.redact import bounded
 from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
@@ -151,10 +152,15 @@ def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None
             assertion.refresh_from_db(fields=["status"])  # another writer won: judge from its state
 
 
+_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
+    lambda pk: MissionFeature.objects.select_for_update().filter(pk=pk)
+)
+
+
 def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
     if run.feature_id is None:
         return None  # a milestone run moves no feature
-    feature = MissionFeature.objects.select_for_update().get(pk=run.feature_id)
+    feature = _LOCKED_FEATURE.get(pk=run.feature_id)
     return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
 
 

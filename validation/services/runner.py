@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fusion_site.base.lease import renewing
+from fusion_site.base.prepared import Prepared
 from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
@@ -100,7 +101,12 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     if not claimed:
         return None, ""
     # A milestone run (rare) reads its milestone when it builds its context.
-    return ValidatorRun.objects.select_related("mission", "feature").get(pk=run_id), token
+    return _CLAIMED.get(pk=run_id), token
+
+
+_CLAIMED: Prepared[ValidatorRun] = Prepared(
+    lambda pk: ValidatorRun.objects.select_related("mission", "feature").filter(pk=pk)
+)
 
 
 def heartbeat(run_id: int, token: str) -> contextlib.AbstractContextManager[None]:
@@ -185,10 +191,17 @@ def _judge_and_record(run: ValidatorRun) -> str:
 
 
 def _accepted_earlier(run_id: int) -> dict | None:
-    entry = journal.entries(run_id, kind="decision", key="final").order_by("-seq").first()
-    if entry is None or entry.payload.get("verdict") != "accepted" or "accepted_verdict" not in entry.payload:
+    payload = _FINAL_DECISION.first(run=run_id)
+    if payload is None or payload.get("verdict") != "accepted" or "accepted_verdict" not in payload:
         return None
-    return entry.payload
+    return payload
+
+
+_FINAL_DECISION: Prepared[dict] = Prepared(
+    lambda run: (
+        journal.entries(run, kind="decision", key="final").order_by("-seq").values_list("payload", flat=True)[:1]
+    )
+)
 
 
 def host_accept(run_id: int, candidate: dict, frozen: FrozenContext) -> Verdict:

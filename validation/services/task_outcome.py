@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from fusion_site.base.prepared import Prepared
 from missions.events import publish_on_commit
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
 from validation.models import RunStatus, ValidatorRun
@@ -19,10 +20,22 @@ def _warn(task: Task, reason: str) -> None:
     )
 
 
+_TASK: Prepared[Task] = Prepared(lambda pk: Task.objects.select_related("mission", "feature").filter(pk=pk))
+# A run of this revision and attempt that did not end in error: judged, or being judged.
+_JUDGING: Prepared[int] = Prepared(
+    lambda feature, revision, attempt: (
+        ValidatorRun.objects.filter(feature_id=feature, revision=revision, implementation_attempt=attempt)
+        .exclude(status=RunStatus.ERROR)
+        .values_list("pk", flat=True)[:1]
+    ),
+    revision=str,
+)
+
+
 @transaction.atomic
 def task_outcome_process(*, task_id: int) -> str:
     try:
-        task = Task.objects.select_related("mission", "feature").get(pk=task_id)
+        task = _TASK.get(pk=task_id)
     except Task.DoesNotExist:
         return "skipped"
     if task.feature is None:  # loaded with the task (select_related)
@@ -34,14 +47,7 @@ def task_outcome_process(*, task_id: int) -> str:
         # A later revision landed on this feature (a newer task, a fix's pass): this late
         # message would judge older code; the newer one drives the feature.
         return "superseded"
-    already = (
-        ValidatorRun.objects.filter(
-            feature=feature, revision=task.revision, implementation_attempt=feature.implementation_attempts
-        )
-        .exclude(status=RunStatus.ERROR)
-        .exists()
-    )
-    if already:
+    if _JUDGING.first(feature=feature.pk, revision=task.revision, attempt=feature.implementation_attempts):
         return "duplicate"  # the same completion delivered twice: no second run
     if task.mission.status != MissionStatus.ACTIVE:
         _warn(task, f"mission is {task.mission.status}; the task outcome was recorded and nothing runs")

@@ -1,0 +1,251 @@
+"""Querysets compiled once per process and run again with new parameter values.
+
+The loop's hot reads (a run with its mission and feature, a task with its feature, ...)
+are the same statement for every feature; only the ids change. Building and compiling a
+queryset costs about ten times as much interpreter time as running its SQL (README, "Loop
+throughput"), and Django keeps no compiled statement. A `Prepared` builds its queryset
+once per database alias with marker values in place of its parameters, keeps Django's own
+compiled SQL, row converters and model populators, and from then on only substitutes the
+parameters, runs the SQL through the connection's cursor (its execute wrappers and debug
+log included) and turns the rows into what the queryset would have returned: model
+instances (with `select_related` objects), `values_list` tuples or flat values.
+
+Compiling is checked, not trusted: every marker must come out of the compiler exactly once
+and unchanged, and the queryset's kind of result must be one this module rebuilds; anything
+else fails at the first use, loudly (`PreparedError`), never with a different query. Only
+plain integer and string parameters are supported (ids, states, revisions). No library
+does this for current Django (django-prepared-queries predates Django 5 and is
+unmaintained), hence this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar, cast
+
+from django.db import connections, router, transaction
+from django.db.models import Field, Model, QuerySet
+from django.db.models.query import (
+    FlatValuesListIterable,
+    ModelIterable,
+    ValuesListIterable,
+    get_related_populators,
+)
+from django.db.models.sql import UpdateQuery
+from django.db.transaction import TransactionManagementError
+
+T = TypeVar("T")
+
+# Markers: values no real parameter takes, and within every backend's integer range (an
+# out-of-range integer lookup compiles to "matches nothing", not to a parameter).
+_INT_MARKER = 2_000_000_011
+_STR_MARKER = "\x1fprepared-{}\x1f"
+
+
+class PreparedError(RuntimeError):
+    """A queryset this module cannot prepare faithfully (a programming error)."""
+
+
+class _Compiled:
+    """One alias's statement: SQL, where each parameter goes, and how rows become results."""
+
+    __slots__ = ("sql", "params", "slots", "kind", "converters", "shape", "for_update", "model")
+
+    def __init__(self, queryset: QuerySet, markers: dict[str, Any], db: str):
+        connection = connections[db]
+        compiler = queryset.query.get_compiler(using=db)
+        sql, params = compiler.as_sql()
+        self.sql, self.params = sql, list(params)
+        self.slots = _slots(self.params, markers)
+        self.kind = queryset._iterable_class
+        if self.kind not in (ModelIterable, ValuesListIterable, FlatValuesListIterable):
+            raise PreparedError(f"cannot prepare a {self.kind.__name__} queryset")
+        if compiler.has_composite_fields([s[0] for s in compiler.select[: compiler.col_count]]):
+            raise PreparedError("cannot prepare a queryset with composite fields")
+        fields = [s[0] for s in compiler.select[: compiler.col_count]]
+        self.converters = list(compiler.get_converters(fields).items())
+        self.for_update = queryset.query.select_for_update and connection.features.has_select_for_update
+        self.model = queryset.model
+        self.shape: Any = None
+        if self.kind is ModelIterable:
+            klass_info, select = compiler.klass_info, compiler.select
+            start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+            init_list = [f[0].target.attname for f in select[start:end]]
+            self.shape = (
+                klass_info["model"],
+                start,
+                end,
+                init_list,
+                # Django 5.2's signature (the stubs describe a later Django's).
+                get_related_populators(klass_info, select, db),  # type: ignore[call-arg]
+                dict(compiler.annotation_col_map or {}),
+            )
+
+    def rows(self, db: str, values: dict[str, Any]) -> Iterator[list[Any]]:
+        connection = connections[db]
+        if self.for_update and connection.get_autocommit():  # Django's own check, as it compiles
+            raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
+        params = list(self.params)
+        for name, index in self.slots:
+            params[index] = values[name]
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, params)
+            fetched = cursor.fetchall()
+        converters = self.converters
+        for row in map(list, fetched):
+            for pos, (convs, expression) in converters:
+                value = row[pos]
+                for converter in convs:
+                    value = converter(value, expression, connection)
+                row[pos] = value
+            yield row
+
+    def results(self, db: str, values: dict[str, Any]) -> list[Any]:
+        rows = self.rows(db, values)
+        if self.kind is FlatValuesListIterable:
+            return [row[0] for row in rows]
+        if self.kind is ValuesListIterable:
+            return [tuple(row) for row in rows]
+        model_cls, start, end, init_list, populators, annotations = self.shape
+        objects = []
+        for row in rows:
+            obj = model_cls.from_db(db, init_list, row[start:end])
+            for populator in populators:
+                populator.populate(row, obj)
+            for attr, pos in annotations.items():
+                setattr(obj, attr, row[pos])
+            objects.append(obj)
+        return objects
+
+
+def _slots(params: list[Any], markers: dict[str, Any]) -> list[tuple[str, int]]:
+    slots = []
+    for name, marker in markers.items():
+        found = [i for i, p in enumerate(params) if type(p) is type(marker) and p == marker]
+        if len(found) != 1:
+            raise PreparedError(f"parameter {name!r} came out of the compiler {len(found)} times, not once")
+        slots.append((name, found[0]))
+    return slots
+
+
+class Prepared(Generic[T]):
+    """`Prepared(lambda pk: Run.objects.select_related("mission").filter(pk=pk))`, then
+    `.get(pk=3)` / `.first(pk=3)` / `.all(pk=3)`: the queryset `build` returns, compiled on
+    first use (for the alias that queryset uses: the project has one database). `types` gives a parameter's type when it is not `int`
+    (`str`). `build` must use its parameters only as plain lookup values."""
+
+    def __init__(self, build: Callable[..., QuerySet], **types: type):
+        self._build = build
+        self._names = list(inspect.signature(build).parameters)
+        unknown = set(types) - set(self._names)
+        if unknown or any(t not in (int, str) for t in types.values()):
+            raise PreparedError(f"bad parameter types {types!r}")
+        self._types = {name: types.get(name, int) for name in self._names}
+        self._compiled: tuple[str, _Compiled] | None = None  # (the queryset's database alias, its statement)
+        self._lock = threading.Lock()
+
+    def _statement(self) -> tuple[str, _Compiled]:
+        compiled = self._compiled
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled
+                if compiled is None:
+                    markers = {
+                        name: (_INT_MARKER + i if kind is int else _STR_MARKER.format(i))
+                        for i, (name, kind) in enumerate(self._types.items())
+                    }
+                    queryset = self._build(**markers)
+                    compiled = self._compiled = (queryset.db, _Compiled(queryset, markers, queryset.db))
+        return compiled
+
+    def _run(self, values: dict[str, Any]) -> tuple[_Compiled, list[Any]]:
+        if set(values) != set(self._names):
+            raise TypeError(f"expected parameters {self._names}, got {sorted(values)}")
+        for name, value in values.items():
+            if not isinstance(value, self._types[name]) or isinstance(value, bool):
+                raise TypeError(f"parameter {name!r} must be {self._types[name].__name__}, not {type(value).__name__}")
+        db, compiled = self._statement()
+        return compiled, compiled.results(db, values)
+
+    def all(self, **values: Any) -> list[T]:
+        return self._run(values)[1]
+
+    def first(self, **values: Any) -> T | None:
+        results = self._run(values)[1]
+        return results[0] if results else None
+
+    def get(self, **values: Any) -> T:
+        compiled, results = self._run(values)
+        if len(results) == 1:
+            return results[0]
+        model: Any = compiled.model
+        if not results:
+            raise model.DoesNotExist(f"{model._meta.object_name} matching query does not exist.")
+        raise model.MultipleObjectsReturned(f"get() returned more than one {model._meta.object_name}")
+
+
+class _Update:
+    """`UPDATE … SET <fields> WHERE pk = %s AND <field> = %s` for one shape of update:
+    which fields are set, and which of them to NULL (NULL is not a parameter)."""
+
+    __slots__ = ("sql", "slots", "fields", "size")
+
+    def __init__(self, model: type[Model], db: str, field: str, updates: dict[str, Any]):
+        markers = {"pk": _INT_MARKER, "old": _STR_MARKER.format(0)}
+        query = cast(
+            UpdateQuery,
+            model._default_manager.filter(pk=markers["pk"], **{field: markers["old"]}).query.chain(UpdateQuery),
+        )
+        query.add_update_values(updates)
+        if query.get_related_updates():
+            raise PreparedError(f"cannot prepare an update of inherited fields of {model.__name__}")
+        self.sql, params = query.get_compiler(db).as_sql()
+        meta = model._meta
+        self.fields = [cast(Field, meta.get_field(name)) for name, value in updates.items() if value is not None]
+        self.size = len(self.fields)
+        # The SET values come first, in the order given; the WHERE's parameters after them.
+        tail = list(params)[self.size :]
+        if len(params) != self.size + len(markers):
+            raise PreparedError(f"the update of {model.__name__} compiled to {len(params)} parameters")
+        self.slots = [(name, self.size + index) for name, index in _slots(tail, markers)]
+
+    def run(self, db: str, pk: int, old: str, updates: dict[str, Any]) -> int | None:
+        """Rows changed; None when a value would not bind as it did when compiled."""
+        connection = connections[db]
+        params: list[Any] = []
+        for model_field, value in zip(self.fields, (v for v in updates.values() if v is not None), strict=True):
+            prepared = model_field.get_db_prep_save(value, connection=connection)
+            if prepared is None or hasattr(prepared, "as_sql"):
+                return None  # a different statement (NULL, an expression): the ORM's
+            params.append(prepared)
+        params += [None, None]
+        for name, index in self.slots:
+            params[index] = pk if name == "pk" else old
+        with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
+            cursor.execute(self.sql, params)
+            return cursor.rowcount
+
+
+_UPDATES: dict[tuple, _Update] = {}
+_UPDATES_LOCK = threading.Lock()
+
+
+def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, updates: dict[str, Any]) -> int:
+    """`model.objects.filter(pk=pk, <field>=old).update(**updates)`: the rows changed. The
+    statement is compiled once per shape of `updates` (its names, and which are None);
+    an expression, a model instance or an unusual value goes through the ORM as before."""
+    plain = type(pk) is int and type(old) is str
+    if not plain or any(hasattr(v, "resolve_expression") or isinstance(v, Model) for v in updates.values()):
+        return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
+    db = router.db_for_write(model)
+    key = (model, db, field, tuple((name, value is None) for name, value in updates.items()))
+    statement = _UPDATES.get(key)
+    if statement is None:
+        with _UPDATES_LOCK:
+            statement = _UPDATES.get(key) or _UPDATES.setdefault(key, _Update(model, db, field, updates))
+    changed = statement.run(db, pk, old, updates)
+    if changed is None:
+        return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
+    return changed
