@@ -91,6 +91,21 @@ def test_string_parameters_are_bound_not_spliced(tree):
 
 
 @pytest.mark.django_db
+def test_a_value_the_driver_binds_as_a_typed_integer(tree):
+    """PostgreSQL's backend hands a positive integer's value to psycopg as `Int4`: a new
+    value is bound the same way (and a count of attempts finds its row, or none)."""
+    _mission, _milestone, feature = tree
+    MissionFeature.objects.filter(pk=feature.pk).update(implementation_attempts=3)
+    at: Prepared[str] = Prepared(
+        lambda pk, attempts: MissionFeature.objects.filter(pk=pk, implementation_attempts=attempts).values_list(
+            "key", flat=True
+        )
+    )
+    assert at.all(pk=feature.pk, attempts=3) == ["f"]
+    assert at.all(pk=feature.pk, attempts=2) == []
+
+
+@pytest.mark.django_db
 def test_values_list_rows_convert_like_the_orm(tree):
     _mission, milestone, _feature = tree
     spec = {"file": "a.txt", "contains": "x"}

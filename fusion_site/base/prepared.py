@@ -38,9 +38,11 @@ from django.db.transaction import TransactionManagementError
 
 T = TypeVar("T")
 
-# Markers: values no real parameter takes, and within every backend's integer range (an
-# out-of-range integer lookup compiles to "matches nothing", not to a parameter).
-_INT_MARKER = 2_000_000_011
+# Markers: values no constant of a prepared queryset takes (a clash is found at the first
+# use: the marker comes out twice), and within every integer field's range, a positive
+# small integer's included: an out-of-range integer lookup compiles to "matches nothing",
+# not to a parameter.
+_INT_MARKER = 30_011
 _STR_MARKER = "\x1fprepared-{}\x1f"
 
 
@@ -87,11 +89,8 @@ class _Compiled:
         connection = connections[db]
         if self.for_update and connection.get_autocommit():  # Django's own check, as it compiles
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
-        params = list(self.params)
-        for name, index in self.slots:
-            params[index] = values[name]
         with connection.cursor() as cursor:
-            cursor.execute(self.sql, params)
+            cursor.execute(self.sql, _bind(self.params, self.slots, values))
             fetched = cursor.fetchall()
         converters = self.converters
         for row in map(list, fetched):
@@ -120,14 +119,25 @@ class _Compiled:
         return objects
 
 
-def _slots(params: list[Any], markers: dict[str, Any]) -> list[tuple[str, int]]:
+def _slots(params: list[Any], markers: dict[str, Any]) -> list[tuple[str, int, Any]]:
+    """Where each marker came out: (name, index, the type to bind a value as). A backend may
+    wrap a value for its driver (psycopg's `Int4` for an integer column on PostgreSQL): a
+    new value is wrapped the same way."""
     slots = []
     for name, marker in markers.items():
-        found = [i for i, p in enumerate(params) if type(p) is type(marker) and p == marker]
+        found = [i for i, p in enumerate(params) if isinstance(p, type(marker)) and p == marker]
         if len(found) != 1:
             raise PreparedError(f"parameter {name!r} came out of the compiler {len(found)} times, not once")
-        slots.append((name, found[0]))
+        kind = type(params[found[0]])
+        slots.append((name, found[0], None if kind is type(marker) else kind))
     return slots
+
+
+def _bind(params: list[Any], slots: list[tuple[str, int, Any]], values: dict[str, Any]) -> list[Any]:
+    params = list(params)
+    for name, index, wrap in slots:
+        params[index] = values[name] if wrap is None else wrap(values[name])
+    return params
 
 
 class Prepared(Generic[T]):
@@ -209,7 +219,7 @@ class _Update:
         tail = list(params)[self.size :]
         if len(params) != self.size + len(markers):
             raise PreparedError(f"the update of {model.__name__} compiled to {len(params)} parameters")
-        self.slots = [(name, self.size + index) for name, index in _slots(tail, markers)]
+        self.slots = [(name, self.size + index, wrap) for name, index, wrap in _slots(tail, markers)]
 
     def run(self, db: str, pk: int, old: str, updates: dict[str, Any]) -> int | None:
         """Rows changed; None when a value would not bind as it did when compiled."""
@@ -220,9 +230,7 @@ class _Update:
             if prepared is None or hasattr(prepared, "as_sql"):
                 return None  # a different statement (NULL, an expression): the ORM's
             params.append(prepared)
-        params += [None, None]
-        for name, index in self.slots:
-            params[index] = pk if name == "pk" else old
+        params = _bind([*params, None, None], self.slots, {"pk": pk, "old": old})
         with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
             cursor.execute(self.sql, params)
             return cursor.rowcount
@@ -236,7 +244,7 @@ def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, update
     """`model.objects.filter(pk=pk, <field>=old).update(**updates)`: the rows changed. The
     statement is compiled once per shape of `updates` (its names, and which are None);
     an expression, a model instance or an unusual value goes through the ORM as before."""
-    plain = type(pk) is int and type(old) is str
+    plain = type(pk) is int and isinstance(old, str)
     if not plain or any(hasattr(v, "resolve_expression") or isinstance(v, Model) for v in updates.values()):
         return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
     db = router.db_for_write(model)
@@ -245,7 +253,7 @@ def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, update
     if statement is None:
         with _UPDATES_LOCK:
             statement = _UPDATES.get(key) or _UPDATES.setdefault(key, _Update(model, db, field, updates))
-    changed = statement.run(db, pk, old, updates)
+    changed = statement.run(db, pk, str.__str__(old), updates)  # a state's enum member as its text
     if changed is None:
         return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
     return changed
