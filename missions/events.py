@@ -23,6 +23,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from django_eventstream.models import Event
 
+from fusion_site.base.prepared import Prepared
 from missions import delivery
 from missions.models import Mission, MissionEvent, column
 
@@ -127,9 +128,14 @@ def lock_mission(mission_id: int) -> None:
         return
     if connection.in_atomic_block and _lock_held(connection, mission_id):
         return  # this transaction holds it already: no second round trip under it
-    list(Mission.objects.select_for_update().filter(pk=mission_id).values_list("pk", flat=True))
+    _LOCK.all(pk=mission_id)
     if connection.in_atomic_block:
         connection.on_commit(_MissionLock(mission_id))
+
+
+_LOCK: Prepared[int] = Prepared(
+    lambda pk: Mission.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True)
+)
 
 
 class _MissionLock:

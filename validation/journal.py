@@ -42,6 +42,9 @@ def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEnt
     return append_many(run_id=run_id, entries=[(kind, key, payload)])[-1]
 
 
+_RUN_LOCK: Prepared[int] = Prepared(
+    lambda pk: ValidatorRun.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True)
+)
 # The chain's head: its last entry's seq and hash.
 _HEAD: Prepared[tuple[int, str]] = Prepared(
     lambda run: JournalEntry.objects.filter(run_id=run).order_by("-seq").values_list("seq", "sha256")[:1]
@@ -65,7 +68,7 @@ def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[Jou
                 # in parallel threads); a lost race without it could repeat indefinitely.
                 # (SQLite has no row locks: its write lock orders them, and no query is made.)
                 if connections[ValidatorRun.objects.db].features.has_select_for_update:
-                    list(ValidatorRun.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
+                    _RUN_LOCK.all(pk=run_id)
                 seq, prev = _HEAD.first(run=run_id) or (0, "")
                 rows = []
                 for (kind, full_key, _raw), payload in zip(entries, payloads, strict=True):
