@@ -148,6 +148,9 @@ def test_a_query_it_cannot_rebuild_faithfully_fails_loudly(db):
     dicts: Prepared[Any] = Prepared(lambda pk: Task.objects.filter(pk=pk).values("title"))
     with pytest.raises(PreparedError, match="ValuesIterable"):
         dicts.all(pk=1)
+    prefetching: Prepared[Any] = Prepared(lambda pk: Mission.objects.prefetch_related("tasks").filter(pk=pk))
+    with pytest.raises(PreparedError, match="prefetch_related"):
+        prefetching.all(pk=1)
     with pytest.raises(PreparedError):
         Prepared(lambda when: Task.objects.filter(finished_at=when), when=datetime)
 
