@@ -177,7 +177,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("FUSION_MAX_BODY_BYTES", 2 * 1024 * 1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "missions.api.auth.PreparedTokenAuthentication",  # DRF's, its read prepared
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [

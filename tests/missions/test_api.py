@@ -476,6 +476,12 @@ def test_token_authentication(api, member, tree):
     client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
     response = client.get(f"/api/missions/{tree.mission.pk}/")
     assert response.status_code == 401 and response.json()["code"] == "authentication_failed"
+    assert "Invalid token" in response.json()["detail"]
+    # A deactivated user's token stops working at once (the token itself is kept).
+    type(member).objects.filter(pk=member.pk).update(is_active=False)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    response = client.get(f"/api/missions/{tree.mission.pk}/")
+    assert response.status_code == 401 and "inactive" in response.json()["detail"]
 
 
 def test_session_authentication(client, member, tree):
