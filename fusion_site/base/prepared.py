@@ -65,7 +65,7 @@ class _Compiled:
         if self.kind not in (ModelIterable, ValuesListIterable, FlatValuesListIterable):
             raise PreparedError(f"cannot prepare a {self.kind.__name__} queryset")
         # What the ORM does after the SQL, which this module does not repeat.
-        if queryset._prefetch_related_lookups or queryset._known_related_objects:
+        if getattr(queryset, "_prefetch_related_lookups", ()) or getattr(queryset, "_known_related_objects", {}):
             raise PreparedError("cannot prepare a queryset with prefetch_related or from a related manager's objects")
         if compiler.has_composite_fields([s[0] for s in compiler.select[: compiler.col_count]]):
             raise PreparedError("cannot prepare a queryset with composite fields")
