@@ -152,7 +152,7 @@ def test_a_query_it_cannot_rebuild_faithfully_fails_loudly(db):
     with pytest.raises(PreparedError, match="prefetch_related"):
         prefetching.all(pk=1)
     with pytest.raises(PreparedError):
-        Prepared(lambda when: Task.objects.filter(finished_at=when), when=datetime)
+        Prepared(lambda ratio: Task.objects.filter(pk=ratio), ratio=float)
 
 
 def test_parameters_are_checked(db):
@@ -218,3 +218,41 @@ def test_compare_and_set_moves_only_from_the_expected_state(tree):
     )
     other = {"loop_state": "passed", "stopped_at": when}
     assert compare_and_set(MissionFeature, pk=10**6, field="loop_state", old="validating", updates=other) == 0
+
+
+@pytest.mark.django_db
+def test_a_prepared_update_compares_and_sets_datetimes_like_the_orm(tree):
+    """The shape of a run's claim: a row changes only while its lease is free or past."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from fusion_site.base.prepared import PreparedUpdate
+
+    mission, _milestone, feature = tree
+    task = Task.objects.create(mission=mission, feature=feature, title="t", status=TaskStatus.IN_PROGRESS)
+    claim = PreparedUpdate(
+        lambda pk, now, title, until: (
+            Task.objects.filter(
+                Q(started_at__isnull=True) | Q(started_at__lt=now), pk=pk, status=TaskStatus.IN_PROGRESS
+            ),
+            {"title": title, "started_at": until},
+        ),
+        now=datetime,
+        title=str,
+        until=datetime,
+    )
+    now = timezone.now()
+    later = now + timedelta(minutes=5, microseconds=7)
+    assert claim.run(pk=task.pk, now=now, title="first", until=later) == 1
+    task.refresh_from_db()
+    assert (task.title, task.started_at) == ("first", later)
+    # Held until `later`: a claim before then changes nothing, one after it takes the row.
+    assert claim.run(pk=task.pk, now=later - timedelta(microseconds=1), title="second", until=later) == 0
+    assert claim.run(pk=task.pk, now=later + timedelta(microseconds=1), title="third", until=now) == 1
+    task.refresh_from_db()
+    assert (task.title, task.started_at) == ("third", now)
+    with pytest.raises(TypeError, match="aware"):
+        claim.run(pk=task.pk, now=datetime(2030, 1, 1), title="x", until=now)  # noqa: DTZ001 — the refused kind
+    assert Task.objects.get(pk=task.pk).title == "third"

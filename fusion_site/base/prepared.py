@@ -20,9 +20,11 @@ unmaintained), hence this module.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
 
 from django.db import connections, router, transaction
@@ -43,6 +45,7 @@ T = TypeVar("T")
 # small integer's included: an out-of-range integer lookup compiles to "matches nothing",
 # not to a parameter.
 _INT_MARKER = 30_011
+_DATETIME_MARKER = datetime(2001, 2, 3, 4, 5, 6, 7_000, tzinfo=UTC)
 _STR_MARKER = "\x1fprepared-{}\x1f"
 
 
@@ -60,7 +63,7 @@ class _Compiled:
         compiler = queryset.query.get_compiler(using=db)
         sql, params = compiler.as_sql()
         self.sql, self.params = sql, list(params)
-        self.slots = _slots(self.params, markers)
+        self.slots = _slots(self.params, markers, db)
         self.kind = queryset._iterable_class
         if self.kind not in (ModelIterable, ValuesListIterable, FlatValuesListIterable):
             raise PreparedError(f"cannot prepare a {self.kind.__name__} queryset")
@@ -122,18 +125,63 @@ class _Compiled:
         return objects
 
 
-def _slots(params: list[Any], markers: dict[str, Any]) -> list[tuple[str, int, Any]]:
-    """Where each marker came out: (name, index, the type to bind a value as). A backend may
-    wrap a value for its driver (psycopg's `Int4` for an integer column on PostgreSQL): a
-    new value is wrapped the same way."""
+def _markers(types: dict[str, type]) -> dict[str, Any]:
+    return {
+        name: (
+            _INT_MARKER + i
+            if kind is int
+            else _STR_MARKER.format(i)
+            if kind is str
+            else _DATETIME_MARKER + timedelta(microseconds=i)
+        )
+        for i, (name, kind) in enumerate(types.items())
+    }
+
+
+def _slots(params: list[Any], markers: dict[str, Any], db: str) -> list[tuple[str, int, Any]]:
+    """Where each marker came out: (name, index, how to bind a value there, or None as it
+    is). A backend may wrap a value for its driver (psycopg's `Int4` for an integer column
+    on PostgreSQL), and adapts a datetime (SQLite: text in UTC): a new value is bound the
+    same way."""
+    adapt = connections[db].ops.adapt_datetimefield_value
     slots = []
     for name, marker in markers.items():
-        found = [i for i, p in enumerate(params) if isinstance(p, type(marker)) and p == marker]
+        target = adapt(marker) if isinstance(marker, datetime) else marker
+        found = [i for i, p in enumerate(params) if isinstance(p, type(target)) and p == target]
         if len(found) != 1:
             raise PreparedError(f"parameter {name!r} came out of the compiler {len(found)} times, not once")
         kind = type(params[found[0]])
-        slots.append((name, found[0], None if kind is type(marker) else kind))
+        bind: Callable[[Any], Any] | None = None if kind is type(marker) else kind
+        if isinstance(marker, datetime):
+            bind = functools.partial(_adapt_datetime, db)
+        slots.append((name, found[0], bind))
     return slots
+
+
+def _adapt_datetime(db: str, value: datetime) -> Any:
+    # The current thread's connection: the same backend's operations as at compile time.
+    return connections[db].ops.adapt_datetimefield_value(value)
+
+
+_TYPES = (int, str, datetime)
+
+
+def _parameter_types(build: Callable[..., Any], types: dict[str, type]) -> dict[str, type]:
+    names = list(inspect.signature(build).parameters)
+    if set(types) - set(names) or any(t not in _TYPES for t in types.values()):
+        raise PreparedError(f"bad parameter types {types!r}")
+    return {name: types.get(name, int) for name in names}
+
+
+def _check_values(types: dict[str, type], values: dict[str, Any]) -> None:
+    if set(values) != set(types):
+        raise TypeError(f"expected parameters {list(types)}, got {sorted(values)}")
+    for name, value in values.items():
+        kind = types[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise TypeError(f"parameter {name!r} must be {kind.__name__}, not {type(value).__name__}")
+        if isinstance(value, datetime) and value.utcoffset() is None:
+            raise TypeError(f"parameter {name!r} must be an aware datetime")
 
 
 def _bind(params: list[Any], slots: list[tuple[str, int, Any]], values: dict[str, Any]) -> list[Any]:
@@ -146,16 +194,13 @@ def _bind(params: list[Any], slots: list[tuple[str, int, Any]], values: dict[str
 class Prepared(Generic[T]):
     """`Prepared(lambda pk: Run.objects.select_related("mission").filter(pk=pk))`, then
     `.get(pk=3)` / `.first(pk=3)` / `.all(pk=3)`: the queryset `build` returns, compiled on
-    first use (for the alias that queryset uses: the project has one database). `types` gives a parameter's type when it is not `int`
-    (`str`). `build` must use its parameters only as plain lookup values."""
+    first use (for the alias that queryset uses: the project has one database). `types`
+    gives a parameter's type when it is not `int` (`str`, or `datetime`: aware, as a
+    `DateTimeField` takes it). `build` must use its parameters only as plain values."""
 
     def __init__(self, build: Callable[..., QuerySet], **types: type):
         self._build = build
-        self._names = list(inspect.signature(build).parameters)
-        unknown = set(types) - set(self._names)
-        if unknown or any(t not in (int, str) for t in types.values()):
-            raise PreparedError(f"bad parameter types {types!r}")
-        self._types = {name: types.get(name, int) for name in self._names}
+        self._types = _parameter_types(build, types)
         self._compiled: tuple[str, _Compiled] | None = None  # (the queryset's database alias, its statement)
         self._lock = threading.Lock()
 
@@ -165,20 +210,13 @@ class Prepared(Generic[T]):
             with self._lock:
                 compiled = self._compiled
                 if compiled is None:
-                    markers = {
-                        name: (_INT_MARKER + i if kind is int else _STR_MARKER.format(i))
-                        for i, (name, kind) in enumerate(self._types.items())
-                    }
+                    markers = _markers(self._types)
                     queryset = self._build(**markers)
                     compiled = self._compiled = (queryset.db, _Compiled(queryset, markers, queryset.db))
         return compiled
 
     def _run(self, values: dict[str, Any]) -> tuple[_Compiled, list[Any]]:
-        if set(values) != set(self._names):
-            raise TypeError(f"expected parameters {self._names}, got {sorted(values)}")
-        for name, value in values.items():
-            if not isinstance(value, self._types[name]) or isinstance(value, bool):
-                raise TypeError(f"parameter {name!r} must be {self._types[name].__name__}, not {type(value).__name__}")
+        _check_values(self._types, values)
         db, compiled = self._statement()
         return compiled, compiled.results(db, values)
 
@@ -222,7 +260,7 @@ class _Update:
         tail = list(params)[self.size :]
         if len(params) != self.size + len(markers):
             raise PreparedError(f"the update of {model.__name__} compiled to {len(params)} parameters")
-        self.slots = [(name, self.size + index, wrap) for name, index, wrap in _slots(tail, markers)]
+        self.slots = [(name, self.size + index, wrap) for name, index, wrap in _slots(tail, markers, db)]
 
     def run(self, db: str, pk: int, old: str, updates: dict[str, Any]) -> int | None:
         """Rows changed; None when a value would not bind as it did when compiled."""
@@ -260,3 +298,45 @@ def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, update
     if changed is None:
         return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
     return changed
+
+
+class PreparedUpdate:
+    """`PreparedUpdate(lambda pk, token: (Run.objects.filter(pk=pk), {"claim_token": token}), token=str)`,
+    then `.run(pk=3, token="…")` → rows changed: the `UPDATE` Django compiles for
+    `queryset.update(**values)`, compiled once. A value that changes from call to call, in
+    the filter or in what is set, is a parameter of `build`; the rest are constants of the
+    statement (a None, which is `NULL` and not a parameter, must be one)."""
+
+    def __init__(self, build: Callable[..., tuple[QuerySet, dict[str, Any]]], **types: type):
+        self._build = build
+        self._types = _parameter_types(build, types)
+        self._compiled: tuple[str, str, list[Any], list[tuple[str, int, Any]]] | None = None
+        self._lock = threading.Lock()
+
+    def _statement(self) -> tuple[str, str, list[Any], list[tuple[str, int, Any]]]:
+        compiled = self._compiled
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled
+                if compiled is None:
+                    markers = _markers(self._types)
+                    queryset, updates = self._build(**markers)
+                    db = router.db_for_write(queryset.model)
+                    query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
+                    query.add_update_values(updates)
+                    if query.get_related_updates():
+                        raise PreparedError(
+                            f"cannot prepare an update of inherited fields of {queryset.model.__name__}"
+                        )
+                    sql, params = query.get_compiler(db).as_sql()
+                    params = list(params)
+                    slots = _slots(params, markers, db)
+                    compiled = self._compiled = (db, sql, params, slots)
+        return compiled
+
+    def run(self, **values: Any) -> int:
+        _check_values(self._types, values)
+        db, sql, params, slots = self._statement()
+        with transaction.mark_for_rollback_on_error(using=db), connections[db].cursor() as cursor:
+            cursor.execute(sql, _bind(params, slots, values))
+            return cursor.rowcount

@@ -6,14 +6,14 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
 from fusion_site.base.lease import renewing
-from fusion_site.base.prepared import Prepared
+from fusion_site.base.prepared import Prepared, PreparedUpdate
 from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
@@ -94,16 +94,24 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     """Take a running run by compare-and-swap: unclaimed, or its holder's lease has passed
     (the holder died). Two deliveries of one message never both judge it."""
     now, token = timezone.now(), uuid.uuid4().hex
-    free = Q(claim_token="") | Q(lease_until__isnull=True) | Q(lease_until__lt=now)
-    claimed = ValidatorRun.objects.filter(free, pk=run_id, status=RunStatus.RUNNING).update(
-        claim_token=token, lease_until=now + _lease(), updated_at=now
-    )
-    if not claimed:
+    if not _CLAIM.run(pk=run_id, now=now, token=token, until=now + _lease(), at=now):
         return None, ""
     # A milestone run (rare) reads its milestone when it builds its context.
     return _CLAIMED.get(pk=run_id), token
 
 
+_CLAIM = PreparedUpdate(
+    lambda pk, now, token, until, at: (
+        ValidatorRun.objects.filter(
+            Q(claim_token="") | Q(lease_until__isnull=True) | Q(lease_until__lt=now), pk=pk, status=RunStatus.RUNNING
+        ),
+        {"claim_token": token, "lease_until": until, "updated_at": at},
+    ),
+    now=datetime,
+    token=str,
+    until=datetime,
+    at=datetime,
+)
 _CLAIMED: Prepared[ValidatorRun] = Prepared(
     lambda pk: ValidatorRun.objects.select_related("mission", "feature").filter(pk=pk)
 )
