@@ -9,6 +9,7 @@ from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.db import connections
 from django.db.models import Q, QuerySet
 
+from fusion_site.base.prepared import Prepared
 from missions.models import (
     AssertionScope,
     AssertionStatus,
@@ -28,7 +29,38 @@ def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[M
         return Mission.objects.none()
     if user.is_staff:
         return Mission.objects.all()
-    return Mission.objects.filter(Q(owner=user) | Q(members=user)).distinct()
+    return _members_missions(user.pk, user.pk).distinct()
+
+
+def _members_missions(owner: int, member: int) -> QuerySet[Mission]:
+    """The missions a user who is not staff sees: those they own or are a member of."""
+    return Mission.objects.filter(Q(owner_id=owner) | Q(members=member))
+
+
+# A task with its mission, as `visible_missions` lets a user see it: every completion
+# through the API reads one, so the two statements are prepared.
+_ANY_TASK: Prepared[Task] = Prepared(lambda pk: Task.objects.select_related("mission").filter(pk=pk))
+_MEMBERS_TASK: Prepared[Task] = Prepared(
+    lambda pk, owner, member: Task.objects.select_related("mission").filter(
+        pk=pk, mission__in=_members_missions(owner, member).values("pk")
+    )
+)
+
+
+def visible_task_with_mission(*, user: AbstractUser | AnonymousUser | None, pk: Any) -> Task | None:
+    """The task `pk` (an id, or the URL's text of one) with its mission, or None when the
+    user may not see it or it does not exist."""
+    try:
+        task_id = int(pk)
+    except (TypeError, ValueError):
+        return None
+    if not 0 < task_id < 2**63:  # no such row (and not a value the database could bind)
+        return None
+    if user is None or not user.is_authenticated:
+        return None
+    if user.is_staff:
+        return _ANY_TASK.first(pk=task_id)
+    return _MEMBERS_TASK.first(pk=task_id, owner=user.pk, member=user.pk)
 
 
 def visible_mission_ids(*, user) -> QuerySet:

@@ -162,6 +162,8 @@ def test_parameters_are_checked(db):
         TASK_WITH.get(pk="1")
     with pytest.raises(TypeError, match="must be int"):
         TASK_WITH.get(pk=True)
+    with pytest.raises(ValueError, match="integer range"):
+        TASK_WITH.get(pk=2**63)
 
 
 @pytest.mark.django_db(transaction=True)

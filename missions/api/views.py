@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
@@ -292,13 +292,17 @@ class TaskViewSet(MissionScopedViewSet):
     serializer_class = s.TaskSerializer
     filterset_fields = ["mission", "feature", "status"]
 
-    def get_queryset(self):
-        qs = super().get_queryset()
-        if self.action == "complete":
-            # What the service reads before the git work (the task's state, its mission's
-            # repository), read here with the visibility check and not a second time there.
-            return qs.select_related(None).select_related("mission")
-        return qs
+    def get_object(self):
+        if self.action != "complete" or self.request.query_params:
+            return super().get_object()
+        # What the service reads before the git work (the task's state, its mission's
+        # repository), read here with the visibility check and not a second time there;
+        # every judged feature's completion makes this read, so it is prepared.
+        task = selectors.visible_task_with_mission(user=self.request.user, pk=self.kwargs.get(self.lookup_field))
+        if task is None:
+            raise Http404("No Task matches the given query.")  # get_object's own answer
+        self.check_object_permissions(self.request, task)
+        return task
 
     def perform_create(self, serializer):
         serializer.instance = task_services.task_create(user=self.request.user, **serializer.validated_data)

@@ -484,6 +484,12 @@ def test_token_authentication(api, member, tree):
     assert response.status_code == 401 and "inactive" in response.json()["detail"]
 
 
+@pytest.mark.parametrize("task_id", ["abc", "999999", "99999999999999999999999", "-1"])
+def test_completing_a_task_that_is_not_there_answers_404(api, staff, tree, task_id):
+    response = api(staff).post(f"/api/tasks/{task_id}/complete/", {"revision": "c" * 40}, format="json")
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+
+
 def test_session_authentication(client, member, tree):
     client.force_login(member)
     assert client.get(f"/api/missions/{tree.mission.pk}/").status_code == 200
