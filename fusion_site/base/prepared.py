@@ -180,7 +180,7 @@ def _check_values(types: dict[str, type], values: dict[str, Any]) -> None:
         kind = types[name]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise TypeError(f"parameter {name!r} must be {kind.__name__}, not {type(value).__name__}")
-        if kind is int and not -(2**63) <= value < 2**63:
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
             raise ValueError(f"parameter {name!r} is out of the database's integer range")
         if isinstance(value, datetime) and value.utcoffset() is None:
             raise TypeError(f"parameter {name!r} must be an aware datetime")
