@@ -24,12 +24,21 @@ from missions.models import (
 )
 
 
-def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[Mission]:
+def _sees(user: AbstractUser | AnonymousUser | None) -> tuple[str, int]:
+    """The one visibility rule: ("all", 0) for staff, ("none", 0) for nobody signed in,
+    ("members", user id): the missions the user owns or is a member of (`_members_missions`)."""
     if user is None or not user.is_authenticated:
+        return "none", 0
+    return ("all", 0) if user.is_staff else ("members", int(user.pk))
+
+
+def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[Mission]:
+    sees, user_id = _sees(user)
+    if sees == "none":
         return Mission.objects.none()
-    if user.is_staff:
+    if sees == "all":
         return Mission.objects.all()
-    return _members_missions(user.pk, user.pk).distinct()
+    return _members_missions(user_id, user_id).distinct()
 
 
 def _members_missions(owner: int, member: int) -> QuerySet[Mission]:
@@ -54,13 +63,12 @@ def visible_task_with_mission(*, user: AbstractUser | AnonymousUser | None, pk: 
         task_id = int(pk)
     except (TypeError, ValueError):
         return None
-    if not 0 < task_id < 2**63:  # no such row (and not a value the database could bind)
+    sees, user_id = _sees(user)
+    if not 0 < task_id < 2**63 or sees == "none":  # no such row (nor one the database could bind)
         return None
-    if user is None or not user.is_authenticated:
-        return None
-    if user.is_staff:
+    if sees == "all":
         return _ANY_TASK.first(pk=task_id)
-    return _MEMBERS_TASK.first(pk=task_id, owner=user.pk, member=user.pk)
+    return _MEMBERS_TASK.first(pk=task_id, owner=user_id, member=user_id)
 
 
 def visible_mission_ids(*, user) -> QuerySet:

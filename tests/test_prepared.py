@@ -103,6 +103,9 @@ def test_a_value_the_driver_binds_as_a_typed_integer(tree):
     )
     assert at.all(pk=feature.pk, attempts=3) == ["f"]
     assert at.all(pk=feature.pk, attempts=2) == []
+    if connection.vendor == "postgresql":  # an `integer` column: a value past it is refused, not sent
+        with pytest.raises(ValueError, match="integer range"):
+            at.all(pk=feature.pk, attempts=2**31)
 
 
 @pytest.mark.django_db
@@ -145,6 +148,11 @@ def test_a_query_it_cannot_rebuild_faithfully_fails_loudly(db):
     unused: Prepared[Any] = Prepared(lambda pk: Task.objects.all())
     with pytest.raises(PreparedError, match="0 times"):
         unused.all(pk=1)
+    trimmed: Prepared[Any] = Prepared(
+        lambda pk: Task.objects.filter(mission_id=pk).order_by("created_at").distinct().values_list("title", flat=True)
+    )
+    with pytest.raises(PreparedError, match="extra columns"):
+        trimmed.all(pk=1)
     dicts: Prepared[Any] = Prepared(lambda pk: Task.objects.filter(pk=pk).values("title"))
     with pytest.raises(PreparedError, match="ValuesIterable"):
         dicts.all(pk=1)

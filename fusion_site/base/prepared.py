@@ -72,8 +72,16 @@ class _Compiled:
             raise PreparedError("cannot prepare a queryset with prefetch_related or from a related manager's objects")
         if compiler.has_composite_fields([s[0] for s in compiler.select[: compiler.col_count]]):
             raise PreparedError("cannot prepare a queryset with composite fields")
+        if compiler.has_extra_select:  # columns Django trims off each row (distinct + order_by)
+            raise PreparedError("cannot prepare a queryset whose rows carry extra columns")
         fields = [s[0] for s in compiler.select[: compiler.col_count]]
-        self.converters = list(compiler.get_converters(fields).items())
+        # A backend's converter is a method of the compiling thread's connection: kept as
+        # its function, called with the running thread's (no connection kept alive here).
+        ops = connection.ops
+        self.converters = [
+            (pos, [(c.__func__, True) if getattr(c, "__self__", None) is ops else (c, False) for c in convs], expr)
+            for pos, (convs, expr) in compiler.get_converters(fields).items()
+        ]
         self.for_update = queryset.query.select_for_update and connection.features.has_select_for_update
         self.model = queryset.model
         self.shape: Any = None
@@ -98,12 +106,16 @@ class _Compiled:
         with connection.cursor() as cursor:
             cursor.execute(self.sql, _bind(self.params, self.slots, values))
             fetched = cursor.fetchall()
-        converters = self.converters
+        converters, ops = self.converters, connection.ops
         for row in map(list, fetched):
-            for pos, (convs, expression) in converters:
+            for pos, convs, expression in converters:
                 value = row[pos]
-                for converter in convs:
-                    value = converter(value, expression, connection)
+                for converter, of_ops in convs:
+                    value = (
+                        converter(ops, value, expression, connection)
+                        if of_ops
+                        else converter(value, expression, connection)
+                    )
                 row[pos] = value
             yield row
 
@@ -186,10 +198,19 @@ def _check_values(types: dict[str, type], values: dict[str, Any]) -> None:
             raise TypeError(f"parameter {name!r} must be an aware datetime")
 
 
+# The integer types a driver binds a value as (psycopg's), by name: their ranges.
+_INT_BITS = {"Int2": 16, "Int4": 32, "Int8": 64}
+
+
 def _bind(params: list[Any], slots: list[tuple[str, int, Any]], values: dict[str, Any]) -> list[Any]:
     params = list(params)
     for name, index, wrap in slots:
-        params[index] = values[name] if wrap is None else wrap(values[name])
+        value = values[name]
+        bits = _INT_BITS.get(getattr(wrap, "__name__", ""))
+        if bits and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            # The ORM would compile "matches nothing"; a prepared statement refuses it.
+            raise ValueError(f"parameter {name!r} is out of its column's integer range")
+        params[index] = value if wrap is None else wrap(value)
     return params
 
 

@@ -292,6 +292,12 @@ class TaskViewSet(MissionScopedViewSet):
     serializer_class = s.TaskSerializer
     filterset_fields = ["mission", "feature", "status"]
 
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action == "complete":  # (with a query string: `get_object` below reads it here)
+            return qs.select_related(None).select_related("mission")
+        return qs
+
     def get_object(self):
         if self.action != "complete" or self.request.query_params:
             return super().get_object()

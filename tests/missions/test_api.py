@@ -1254,3 +1254,18 @@ def test_updated_at_moves_on_api_writes(api, member, tree):
     response = api(member).patch(f"/api/features/{tree.f1.pk}/", {"description": "more"}, format="json")
     assert response.status_code == 200
     assert MissionFeature.objects.get(pk=tree.f1.pk).updated_at > old
+
+
+def test_the_completions_task_read_sees_what_visible_missions_sees(owner, member, staff, stranger, tree, other_tree):
+    """The completion's prepared read of its task and `visible_missions` are one rule."""
+    from django.contrib.auth.models import AnonymousUser
+
+    from missions.selectors import visible_missions, visible_task_with_mission
+
+    for user in (owner, member, staff, stranger, AnonymousUser(), None):
+        for task in (tree.task, other_tree.task):
+            expected = visible_missions(user=user).filter(pk=task.mission_id).exists()
+            got = visible_task_with_mission(user=user, pk=str(task.pk))
+            assert (got is not None) == expected, (user, task.mission.key)
+            if got is not None:
+                assert got.pk == task.pk and got.mission.key == task.mission.key
