@@ -12,9 +12,11 @@ instances (with `select_related` objects), `values_list` tuples or flat values.
 
 Compiling is checked, not trusted: every marker must come out of the compiler exactly once
 and unchanged, and the queryset's kind of result must be one this module rebuilds; anything
-else fails at the first use, loudly (`PreparedError`), never with a different query. Only
-plain integer and string parameters are supported (ids, states, revisions). No library
-does this for current Django (django-prepared-queries predates Django 5 and is
+else fails at the first use, loudly (`PreparedError`), never with a different query.
+Parameters are integers, strings and aware datetimes (ids, states, revisions, leases),
+bound as the backend binds them. `PreparedUpdate` does the same for `.update()`, and
+`compare_and_set` for the state machines' compare-and-swap (docs/ARCHITECTURE.md). No
+library does this for current Django (django-prepared-queries predates Django 5 and is
 unmaintained), hence this module.
 """
 
