@@ -47,7 +47,7 @@ def task_outcome_process(*, task_id: int) -> str:
         # A later revision landed on this feature (a newer task, a fix's pass): this late
         # message would judge older code; the newer one drives the feature.
         return "superseded"
-    if _JUDGING.first(feature=feature.pk, revision=task.revision, attempt=feature.implementation_attempts):
+    if _JUDGING.first(feature=feature.pk, revision=task.revision, attempt=feature.implementation_attempts) is not None:
         return "duplicate"  # the same completion delivered twice: no second run
     if task.mission.status != MissionStatus.ACTIVE:
         _warn(task, f"mission is {task.mission.status}; the task outcome was recorded and nothing runs")
