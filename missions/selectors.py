@@ -42,7 +42,8 @@ def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[M
 
 
 def _members_missions(owner: int, member: int) -> QuerySet[Mission]:
-    """The missions a user who is not staff sees: those they own or are a member of."""
+    """The missions a user who is not staff sees: those they own or are a member of (the
+    user's id twice: a prepared statement's parameter stands in one place only)."""
     return Mission.objects.filter(Q(owner_id=owner) | Q(members=member))
 
 

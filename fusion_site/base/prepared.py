@@ -216,33 +216,46 @@ def _bind(params: list[Any], slots: list[tuple[str, int, Any]], values: dict[str
     return params
 
 
-class Prepared(Generic[T]):
-    """`Prepared(lambda pk: Run.objects.select_related("mission").filter(pk=pk))`, then
-    `.get(pk=3)` / `.first(pk=3)` / `.all(pk=3)`: the queryset `build` returns, compiled on
-    first use (for the alias that queryset uses: the project has one database). `types`
-    gives a parameter's type when it is not `int` (`str`, or `datetime`: aware, as a
-    `DateTimeField` takes it). `build` must use its parameters only as plain values."""
+S = TypeVar("S")
 
-    def __init__(self, build: Callable[..., QuerySet], **types: type):
+
+class _Once(Generic[S]):
+    """A statement `build` describes, compiled on first use by `_compile` (with `build`'s
+    markers), once for every thread. `types` gives a parameter's type when it is not `int`
+    (`str`, or `datetime`: aware, as a `DateTimeField` takes it)."""
+
+    def __init__(self, build: Callable[..., Any], **types: type):
         self._build = build
         self._types = _parameter_types(build, types)
-        self._compiled: tuple[str, _Compiled] | None = None  # (the queryset's database alias, its statement)
+        self._compiled: S | None = None
         self._lock = threading.Lock()
 
-    def _statement(self) -> tuple[str, _Compiled]:
+    def _compile(self, markers: dict[str, Any]) -> S:
+        raise NotImplementedError
+
+    def _statement(self, values: dict[str, Any]) -> S:
+        _check_values(self._types, values)
         compiled = self._compiled
         if compiled is None:
             with self._lock:
                 compiled = self._compiled
                 if compiled is None:
-                    markers = _markers(self._types)
-                    queryset = self._build(**markers)
-                    compiled = self._compiled = (queryset.db, _Compiled(queryset, markers, queryset.db))
+                    compiled = self._compiled = self._compile(_markers(self._types))
         return compiled
 
+
+class Prepared(_Once[tuple[str, _Compiled]], Generic[T]):
+    """`Prepared(lambda pk: Run.objects.select_related("mission").filter(pk=pk))`, then
+    `.get(pk=3)` / `.first(pk=3)` / `.all(pk=3)`: the queryset `build` returns, compiled on
+    first use (for the alias that queryset uses: the project has one database). `build`
+    must use its parameters only as plain values."""
+
+    def _compile(self, markers: dict[str, Any]) -> tuple[str, _Compiled]:
+        queryset = self._build(**markers)
+        return queryset.db, _Compiled(queryset, markers, queryset.db)
+
     def _run(self, values: dict[str, Any]) -> tuple[_Compiled, list[Any]]:
-        _check_values(self._types, values)
-        db, compiled = self._statement()
+        db, compiled = self._statement(values)
         return compiled, compiled.results(db, values)
 
     def all(self, **values: Any) -> list[T]:
@@ -262,6 +275,23 @@ class Prepared(Generic[T]):
         raise model.MultipleObjectsReturned(f"get() returned more than one {model._meta.object_name}")
 
 
+def _update_sql(queryset: QuerySet, updates: dict[str, Any], db: str) -> tuple[str, list[Any]]:
+    """The statement and parameters Django compiles for `queryset.update(**updates)`."""
+    query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
+    query.add_update_values(updates)
+    if query.get_related_updates():
+        raise PreparedError(f"cannot prepare an update of inherited fields of {queryset.model.__name__}")
+    sql, params = query.get_compiler(db).as_sql()
+    return sql, list(params)
+
+
+def _execute_update(db: str, sql: str, params: list[Any]) -> int:
+    """Rows changed; a failure dooms the surrounding transaction, as `QuerySet.update`'s does."""
+    with transaction.mark_for_rollback_on_error(using=db), connections[db].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
 class _Update:
     """`UPDATE … SET <fields> WHERE pk = %s AND <field> = %s` for one shape of update:
     which fields are set, and which of them to NULL (NULL is not a parameter)."""
@@ -270,19 +300,13 @@ class _Update:
 
     def __init__(self, model: type[Model], db: str, field: str, updates: dict[str, Any]):
         markers = {"pk": _INT_MARKER, "old": _STR_MARKER.format(0)}
-        query = cast(
-            UpdateQuery,
-            model._default_manager.filter(pk=markers["pk"], **{field: markers["old"]}).query.chain(UpdateQuery),
-        )
-        query.add_update_values(updates)
-        if query.get_related_updates():
-            raise PreparedError(f"cannot prepare an update of inherited fields of {model.__name__}")
-        self.sql, params = query.get_compiler(db).as_sql()
+        queryset = model._default_manager.filter(pk=markers["pk"], **{field: markers["old"]})
+        self.sql, params = _update_sql(queryset, updates, db)
         meta = model._meta
         self.fields = [cast(Field, meta.get_field(name)) for name, value in updates.items() if value is not None]
         self.size = len(self.fields)
         # The SET values come first, in the order given; the WHERE's parameters after them.
-        tail = list(params)[self.size :]
+        tail = params[self.size :]
         if len(params) != self.size + len(markers):
             raise PreparedError(f"the update of {model.__name__} compiled to {len(params)} parameters")
         self.slots = [(name, self.size + index, wrap) for name, index, wrap in _slots(tail, markers, db)]
@@ -296,10 +320,7 @@ class _Update:
             if prepared is None or hasattr(prepared, "as_sql"):
                 return None  # a different statement (NULL, an expression): the ORM's
             params.append(prepared)
-        params = _bind([*params, None, None], self.slots, {"pk": pk, "old": old})
-        with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
-            cursor.execute(self.sql, params)
-            return cursor.rowcount
+        return _execute_update(db, self.sql, _bind([*params, None, None], self.slots, {"pk": pk, "old": old}))
 
 
 _UPDATES: dict[tuple, _Update] = {}
@@ -310,9 +331,13 @@ def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, update
     """`model.objects.filter(pk=pk, <field>=old).update(**updates)`: the rows changed. The
     statement is compiled once per shape of `updates` (its names, and which are None);
     an expression, a model instance or an unusual value goes through the ORM as before."""
+
+    def through_the_orm() -> int:
+        return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
+
     plain = type(pk) is int and isinstance(old, str)
     if not plain or any(hasattr(v, "resolve_expression") or isinstance(v, Model) for v in updates.values()):
-        return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
+        return through_the_orm()
     db = router.db_for_write(model)
     key = (model, db, field, tuple((name, value is None) for name, value in updates.items()))
     statement = _UPDATES.get(key)
@@ -320,48 +345,22 @@ def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, update
         with _UPDATES_LOCK:
             statement = _UPDATES.get(key) or _UPDATES.setdefault(key, _Update(model, db, field, updates))
     changed = statement.run(db, pk, str.__str__(old), updates)  # a state's enum member as its text
-    if changed is None:
-        return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
-    return changed
+    return through_the_orm() if changed is None else changed
 
 
-class PreparedUpdate:
+class PreparedUpdate(_Once[tuple[str, str, list[Any], list[tuple[str, int, Any]]]]):
     """`PreparedUpdate(lambda pk, token: (Run.objects.filter(pk=pk), {"claim_token": token}), token=str)`,
     then `.run(pk=3, token="…")` → rows changed: the `UPDATE` Django compiles for
     `queryset.update(**values)`, compiled once. A value that changes from call to call, in
     the filter or in what is set, is a parameter of `build`; the rest are constants of the
     statement (a None, which is `NULL` and not a parameter, must be one)."""
 
-    def __init__(self, build: Callable[..., tuple[QuerySet, dict[str, Any]]], **types: type):
-        self._build = build
-        self._types = _parameter_types(build, types)
-        self._compiled: tuple[str, str, list[Any], list[tuple[str, int, Any]]] | None = None
-        self._lock = threading.Lock()
-
-    def _statement(self) -> tuple[str, str, list[Any], list[tuple[str, int, Any]]]:
-        compiled = self._compiled
-        if compiled is None:
-            with self._lock:
-                compiled = self._compiled
-                if compiled is None:
-                    markers = _markers(self._types)
-                    queryset, updates = self._build(**markers)
-                    db = router.db_for_write(queryset.model)
-                    query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
-                    query.add_update_values(updates)
-                    if query.get_related_updates():
-                        raise PreparedError(
-                            f"cannot prepare an update of inherited fields of {queryset.model.__name__}"
-                        )
-                    sql, params = query.get_compiler(db).as_sql()
-                    params = list(params)
-                    slots = _slots(params, markers, db)
-                    compiled = self._compiled = (db, sql, params, slots)
-        return compiled
+    def _compile(self, markers: dict[str, Any]) -> tuple[str, str, list[Any], list[tuple[str, int, Any]]]:
+        queryset, updates = self._build(**markers)
+        db = router.db_for_write(queryset.model)
+        sql, params = _update_sql(queryset, updates, db)
+        return db, sql, params, _slots(params, markers, db)
 
     def run(self, **values: Any) -> int:
-        _check_values(self._types, values)
-        db, sql, params, slots = self._statement()
-        with transaction.mark_for_rollback_on_error(using=db), connections[db].cursor() as cursor:
-            cursor.execute(sql, _bind(params, slots, values))
-            return cursor.rowcount
+        db, sql, params, slots = self._statement(values)
+        return _execute_update(db, sql, _bind(params, slots, values))

@@ -100,6 +100,7 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     return _CLAIMED.get(pk=run_id), token
 
 
+# `now` and `at` take the same value: a prepared parameter stands in one place only.
 _CLAIM = PreparedUpdate(
     lambda pk, now, token, until, at: (
         ValidatorRun.objects.filter(
