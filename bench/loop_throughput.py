@@ -133,6 +133,7 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from bench.support import machine_cpu  # noqa: E402
 from bench.support.repos import make_repo  # noqa: E402
 from tests.gitserver import GitDaemon  # noqa: E402
 
@@ -360,6 +361,7 @@ def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc])
     from validation.models import RunStatus, ValidatorRun
 
     features = MissionFeature.objects.filter(mission=mission)
+    cpu_before = machine_cpu.snapshot()
     started = time.monotonic()
     done_at = complete_all(port, token, tasks, rev)
     api_seconds = time.monotonic() - started
@@ -372,6 +374,7 @@ def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc])
 
     wait_until(all_passed, "every feature to pass", ARGS.timeout, procs)
     elapsed = time.monotonic() - started
+    machine = machine_cpu.spent(cpu_before, machine_cpu.snapshot())
     runs = ValidatorRun.objects.filter(mission=mission, status=RunStatus.PASSED).values_list(
         "feature_id", "completed_at"
     )
@@ -382,6 +385,7 @@ def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc])
         "p50": statistics.median(latencies),
         "p99": percentile(latencies, 0.99),
         "runs": ValidatorRun.objects.filter(mission=mission).count(),
+        "machine": machine,
     }
 
 
@@ -623,6 +627,11 @@ def report(point: dict) -> None:
         f"cpu_s ({n + ARGS.latency_rounds} features; own + children) "
         + " ".join(f"{k}={v[0]:.1f}+{v[1]:.1f}" for k, v in point["cpu"].items() if v is not None)
         + f"; baseline (mean) {point['baseline']['cpu'][0]:.1f}+{point['baseline']['cpu'][1]:.1f}"
+    )
+    machine = point["loop"]["machine"]
+    print(
+        f"machine cpu_s during the loop ({os.cpu_count()} cores x {loop['elapsed']:.1f}s), by command: "
+        + " ".join(f"{k}={v:.1f}" for k, v in machine.most_common() if v >= 0.05)
     )
 
 

@@ -121,6 +121,8 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 # `manage.py rundramatiq` runs the `dramatiq` program: its worker threads live as long as
 # the process.
 DRAMATIQ_WORKER_PROCESS = Path(sys.argv[0]).name in ("dramatiq", "dramatiq-gevent") if sys.argv else False
+# `manage.py serve` (the ASGI server of README's production shape): many short request threads.
+WEB_SERVER_PROCESS = len(sys.argv) > 1 and Path(sys.argv[0]).name == "manage.py" and sys.argv[1] == "serve"
 if DATABASE_URL:
     # No persistent connections in web processes: under ASGI (Daphne) requests run in
     # short-lived threads; connections kept per thread piled up until PostgreSQL refused
@@ -130,6 +132,21 @@ if DATABASE_URL:
     # its lease thread never keep one (the check threads use no database).
     _keep = env_int("FUSION_WORKER_DB_CONN_MAX_AGE", 600) if DRAMATIQ_WORKER_PROCESS else 0
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=_keep, conn_health_checks=_keep > 0)}
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    # `manage.py serve` borrows a connection from a pool for each request and gives it
+    # back when the request ends (Django's own pool): not a new PostgreSQL backend (a
+    # fork, authentication, cold catalog caches) for every API call, and never more than
+    # FUSION_WEB_DB_POOL_SIZE of them, whatever the number of request threads.
+    if WEB_SERVER_PROCESS and env_int("FUSION_WEB_DB_POOL_SIZE", 20) > 0:
+        _options["pool"] = {"min_size": 2, "max_size": env_int("FUSION_WEB_DB_POOL_SIZE", 20), "timeout": 30}
+    # Parameters bound by the server, and a statement run FUSION_DB_PREPARE_THRESHOLD
+    # times on one connection is prepared there (parsed and planned once): the loop runs
+    # the same few statements for every feature (fusion_site/base/prepared.py compiles
+    # them once on this side). 0 keeps Django's default, client-side binding: needed
+    # behind a pooler in transaction mode that does not track prepared statements.
+    _prepare = env_int("FUSION_DB_PREPARE_THRESHOLD", 5)
+    if _prepare > 0:
+        _options.update(server_side_binding=True, prepare_threshold=_prepare)
 else:
     DATABASES = {
         "default": {

@@ -129,16 +129,21 @@ class MissionConsumer(AsyncWebsocketConsumer):
         return None
 
     async def dispatch(self, message: dict) -> None:
-        if message["type"] == "mission.event":
+        if message["type"] in ("mission.events", "mission.event"):
             # Channels closes stale database connections before every handler, by a hop
             # to its one database thread; with N clients that is N hops in a row for
-            # every event. This handler touches no database: it skips the hop.
-            await self.mission_event(message)
+            # every event. These handlers touch no database: they skip the hop.
+            await (self.mission_events if message["type"] == "mission.events" else self.mission_event)(message)
             return
         await super().dispatch(message)
 
+    async def mission_events(self, message: dict) -> None:
+        """The events of one committed transaction (`missions.events`), one frame each."""
+        for frame in _frames(message):
+            await self.send(text_data=frame)
+
     async def mission_event(self, message: dict) -> None:
-        await self.send(text_data=_encoded(message))
+        await self.send(text_data=_frames(message)[0])
 
     async def mission_access(self, message: dict) -> None:
         """The user was removed from the mission (events.revoke_on_commit)."""
@@ -146,13 +151,16 @@ class MissionConsumer(AsyncWebsocketConsumer):
             await self.close(code=FORBIDDEN)
 
 
-_last_encoded: tuple[dict | None, str] = (None, "")
+_last_encoded: tuple[dict | None, list[str]] = (None, [])
 
 
-def _encoded(message: dict) -> str:
-    """The JSON text of a group message. The in-memory layer hands every member the same
-    message object, one after the other: it is encoded once, not once per client."""
+def _frames(message: dict) -> list[str]:
+    """The JSON texts of a group message's events (`mission.events`: each of its list; a
+    `mission.event`: itself). The in-memory layer hands every member the same message
+    object, one after the other: it is encoded once, not once per client."""
     global _last_encoded
     if _last_encoded[0] is not message:
-        _last_encoded = (message, json.dumps({"id": message["id"], "event": message["event"], "data": message["data"]}))
+        events = message["events"] if message["type"] == "mission.events" else [message]
+        frames = [json.dumps({"id": e["id"], "event": e["event"], "data": e["data"]}) for e in events]
+        _last_encoded = (message, frames)
     return _last_encoded[1]

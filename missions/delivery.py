@@ -20,35 +20,50 @@ from channels.layers import get_channel_layer
 from django_eventstream import eventstream as eventstream_module
 from django_eventstream.event import Event as StreamEvent
 from django_eventstream.utils import get_channelmanager, get_storage, publish_event
+from django_grip import get_pubcontrol
 
 logger = logging.getLogger(__name__)
 
 
 def stream(items: list[tuple[str, str, str]]) -> None:
     """django-eventstream's `send_event` for several events `(channel, type, JSON)`: the
-    stored ones in one storage call, then each published as `send_event` publishes it
-    (Redis pub/sub or this process's listeners, then GRIP)."""
+    stored ones in one storage call, then published as `send_event` publishes each (Redis
+    pub/sub or this process's listeners, then GRIP), all of them in one Redis round trip."""
     storage, channels = get_storage(), get_channelmanager()
     reliable = [bool(storage) and channels.is_channel_reliable(channel) for channel, _t, _d in items]
     kept = [item for item, keep in zip(items, reliable, strict=True) if keep]
     stored = iter(storage.append_events(kept) if kept else [])
-    for item, keep in zip(items, reliable, strict=True):
-        _publish(next(stored) if keep else StreamEvent(*item), stored=keep)
+    _publish([next(stored) if keep else StreamEvent(*item) for item, keep in zip(items, reliable, strict=True)])
 
 
-def _publish(event: StreamEvent, *, stored: bool) -> None:
-    """The part of `django_eventstream.send_event` after storage, unchanged (the library
-    has no call for an event stored already)."""
+def _publish(events: list[StreamEvent]) -> None:
+    """The part of `django_eventstream.send_event` after storage (the library has no call
+    for an event stored already), for several events: one pipelined round trip to Redis
+    instead of one per event, and no GRIP publishing when no GRIP proxy is configured (the
+    library builds every event's GRIP item, then finds no one to give it to). An event
+    with an id (`event.id`) was stored."""
     from django_eventstream.views import get_listener_manager  # as send_event does: the views import late
 
-    pub_id, pub_prev_id = (str(event.id), str(event.id - 1)) if stored else (None, None)
+    ids = [(str(event.id), str(event.id - 1)) if event.id is not None else (None, None) for event in events]
     redis_client = eventstream_module.redis_client
     if redis_client:
-        message = {"channel": event.channel, "event_type": event.type, "data": event.data, "pub_id": pub_id}
-        redis_client.publish("events_channel", json.dumps(message))
+        pipe = redis_client.pipeline(transaction=False)
+        for event, (pub_id, _prev) in zip(events, ids, strict=True):
+            message = {"channel": event.channel, "event_type": event.type, "data": event.data, "pub_id": pub_id}
+            pipe.publish("events_channel", json.dumps(message))
+        pipe.execute()
     else:
-        get_listener_manager().add_to_queues(event.channel, event)
-    publish_event(event.channel, event.type, event.data, pub_id, pub_prev_id, skip_user_ids=[], blocking=False)
+        for event in events:
+            get_listener_manager().add_to_queues(event.channel, event)
+    if _grip_configured():
+        for event, (pub_id, pub_prev_id) in zip(events, ids, strict=True):
+            publish_event(event.channel, event.type, event.data, pub_id, pub_prev_id, skip_user_ids=[], blocking=False)
+
+
+def _grip_configured() -> bool:
+    """Whether django-grip has anywhere to publish (GRIP_URL / GRIP_PROXIES, or ZeroMQ)."""
+    control = get_pubcontrol()
+    return bool(control.clients) or getattr(control, "_zmq_pub_controller", None) is not None
 
 
 def group_send(messages: list[tuple[str, dict[str, Any]]]) -> None:

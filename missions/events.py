@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -363,12 +364,35 @@ def _stream(events: list[tuple[int, str, dict[str, Any]]]) -> None:
 
 
 def _send_groups(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+    """One `mission.events` message per mission group with that mission's events in order
+    (`{"event", "data", "id"}` each): a group send costs Redis round trips and a hop to
+    the sender loop whatever it carries. Listeners also take a single `mission.event`."""
+    batches: dict[int, list[dict[str, Any]]] = {}
+    for mission_id, type, data in events:
+        batches.setdefault(mission_id, []).append({"event": type, "data": data, "id": data["seq"]})
     delivery.group_send(
-        [
-            (group_name(mission_id), {"type": "mission.event", "event": type, "data": data, "id": data["seq"]})
-            for mission_id, type, data in events
-        ]
+        [(group_name(mission_id), {"type": "mission.events", "events": items}) for mission_id, items in batches.items()]
     )
+
+
+# The `seq` of a stored stream event, read without decoding it: every event's data begins
+# `{"type": …, "mission": …, "seq": N` (`publish_on_commit`), encoded once or, stored by
+# `send_event`, twice (the quotes then escaped). A sweep reads every event of the last hour:
+# two JSON decodes each cost it seconds on a busy service.
+_SEQ = re.compile(r'^"?\{\\?"type\\?": \\?"[^"\\]*\\?", \\?"mission\\?": \d+, \\?"seq\\?": (\d+)[,}]')
+
+
+def _streamed_seq(raw: str) -> int | None:
+    match = _SEQ.match(raw)
+    if match is not None:
+        return int(match.group(1))
+    try:  # another shape (written by another release): decode it
+        value = json.loads(raw)
+        if isinstance(value, str):  # send_event encodes the payload, the storage encodes that string again
+            value = json.loads(value)
+        return int(value["seq"])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list[tuple[int, int]]:
@@ -397,13 +421,9 @@ def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list
     for channel, raw in (
         Event.objects.filter(channel__in=channels, created__gte=oldest).exclude(type="").values_list("channel", "data")
     ):
-        try:
-            value = json.loads(raw)
-            if isinstance(value, str):  # send_event encodes the payload, the storage encodes that string again
-                value = json.loads(value)
-            streamed.add((channel, int(value["seq"])))
-        except (ValueError, TypeError, KeyError):
-            continue
+        seq = _streamed_seq(raw)
+        if seq is not None:
+            streamed.add((channel, seq))
     resent = []
     for row in recorded:
         if (mission_channel(row["mission_id"]), row["seq"]) in streamed:

@@ -146,6 +146,33 @@ def test_a_consumer_without_its_subscription_polls_and_closes_what_it_opened(nam
         broker.client.connection_pool.disconnect()
 
 
+def test_an_idle_subscribed_consumer_waits_its_whole_poll_between_fetches(namespace, monkeypatch):
+    """After an empty fetch a subscribed consumer waits up to its whole poll for a wake-up:
+    Dramatiq's backoff (5 ms, 10 ms, …) ran the fetch script again and again for nothing
+    after every message. With as many messages outstanding as it may prefetch (nothing
+    announces an acknowledgement) it keeps that backoff."""
+    broker = WakingRedisBroker(url=settings.REDIS_URL, namespace=namespace, middleware=[])
+    broker.declare_queue(QUEUE)
+    try:
+        consumer = broker.consume(QUEUE, prefetch=1, timeout=300)
+        waits: list[float] = []
+        real_wait = consumer._wait
+        monkeypatch.setattr(consumer, "_wait", lambda seconds: (waits.append(seconds), real_wait(seconds))[1])
+        assert next(consumer) is None and next(consumer) is None
+        assert waits == [0.3, 0.3]
+        _actor(broker, threading.Event()).send()
+        deadline = time.monotonic() + WAIT_S
+        while (message := next(consumer)) is None:
+            assert time.monotonic() < deadline, "the consumer never fetched the message"
+        waits.clear()
+        assert next(consumer) is None  # its one prefetch slot is the unacknowledged message
+        assert len(waits) == 1 and waits[0] < 0.3
+        consumer.ack(message)
+        consumer.close()
+    finally:
+        broker.client.connection_pool.disconnect()
+
+
 def test_a_lost_redis_still_closes_the_consumer_for_the_worker_to_reconnect():
     broker = WakingRedisBroker(url="redis://127.0.0.1:1/0", namespace="fusion-test-wakeup-none", middleware=[])
     consumer = broker.consume(QUEUE, timeout=50)

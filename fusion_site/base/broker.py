@@ -94,6 +94,14 @@ class _WakingRedisConsumer(_RedisConsumer):
                 )
                 if self.message_cache:
                     return super().__next__()
+                if self.pubsub is not None:
+                    # The queue is empty and its next message announces itself: the stock
+                    # backoff (5 ms, 10 ms, …) would look again and again for nothing after
+                    # every message, a Redis script each time. The poll is the fallback.
+                    self._wait(self.timeout / 1000)
+                    return None
+            # No subscription, or as many messages outstanding as it may prefetch: nothing
+            # announces that one was acknowledged, so look again soon, the stock way.
             self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
             self._wait(backoff_ms / 1000)
             return None

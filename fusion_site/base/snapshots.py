@@ -17,6 +17,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -98,6 +99,7 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iter
     commit = revision if FULL_COMMIT.match(revision or "") else pin_revision(source, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
     index = target.with_name(target.name + ".idx")
+    small = False
     try:
         with mirrors.in_use(source):
             mirror = mirrors.ensure_commit(source, commit)
@@ -126,6 +128,7 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iter
                 f"commit {commit[:12]} of {source.display} could not be checked out: "
                 + scrub(fill.stderr.strip()[-400:], source)
             )
+        small = _index_entries(index) <= SMALL_TREE_FILES
         index.unlink(missing_ok=True)
         _writable_folders(target)
         folder = target / source.prefix if source.prefix else target
@@ -138,7 +141,24 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iter
         raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
         index.unlink(missing_ok=True)
-        remove_tree(target)
+        remove_tree(target, in_process=small)
+
+
+# A checkout of at most this many files is removed in this process: starting `rm -rf`
+# cost more than unlinking a few files here (bench/loop_throughput.py, whose baseline
+# removes its snapshots so). What a check added to it is removed too, only more slowly.
+SMALL_TREE_FILES = 64
+
+
+def _index_entries(index: Path) -> int:
+    """The number of files `git read-tree` checked out: its index's header (`DIRC`,
+    version, entry count); unknown (a large number) when it cannot be read."""
+    try:
+        with open(index, "rb") as handle:
+            head = handle.read(12)
+    except OSError:
+        return sys.maxsize
+    return int.from_bytes(head[8:12], "big") if len(head) == 12 and head[:4] == b"DIRC" else sys.maxsize
 
 
 @contextlib.contextmanager
@@ -176,7 +196,9 @@ def _copy_tree(source: Path, target: Path) -> None:
         shutil.copytree(source, target, symlinks=True)
 
 
-def remove_tree(path: Path) -> None:
+def remove_tree(path: Path, *, in_process: bool = False) -> None:
+    """Remove `path` whatever a check did to it. `in_process`: a small tree, removed by
+    the walk below alone."""
     if not os.path.lexists(path):
         return
     if path.is_symlink() or not path.is_dir():
@@ -185,10 +207,11 @@ def remove_tree(path: Path) -> None:
     # `rm -rf` first: in C, without the interpreter's lock (snapshots and check copies are
     # removed on every run); the walk below for what it could not remove (a folder a check
     # took the permissions off, for a worker that is not root).
-    with contextlib.suppress(OSError):
-        subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True)
-    if not os.path.lexists(path):
-        return
+    if not in_process:
+        with contextlib.suppress(OSError):
+            subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True)
+        if not os.path.lexists(path):
+            return
 
     def retry(func: Callable[..., object], name: str, _exc_info: object) -> None:
         # A check may have taken the permissions off a folder of its copy.

@@ -135,6 +135,53 @@ def test_an_event_published_by_a_worker_thread_arrives_at_once(small_mission, al
     assert elapsed < 1.0, f"the WebSocket event took {elapsed:.2f} s"
 
 
+@pytest.mark.usefixtures("own_channel_layer")
+def test_the_events_of_one_transaction_are_one_group_send_and_a_frame_each(small_mission, alice, monkeypatch):
+    """A committed step's events go to the mission's group in one message (a group send
+    costs Redis round trips whatever it carries); every client still gets one frame per
+    event, in `seq` order."""
+    from channels.layers import get_channel_layer
+
+    m = small_mission.mission
+    layer = get_channel_layer()
+    sent: list[tuple[str, str]] = []
+    real_send = layer.group_send
+
+    async def counting(group, message):
+        sent.append((group, message["type"]))
+        await real_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting)
+    first, second = communicator(m.pk, token=alice.token), communicator(m.pk, token=alice.token)
+
+    def three_events() -> list[int]:
+        try:
+            with transaction.atomic():
+                return [
+                    publish_on_commit(m.pk, "mission:updated", {"mission": m.pk, "change": str(n)}).seq
+                    for n in range(3)
+                ]
+        finally:
+            close_old_connections()
+
+    async def run():
+        for comm in (first, second):
+            connected, _ = await comm.connect()
+            assert connected
+        seqs = await database_sync_to_async(three_events)()
+        received = [[await comm.receive_json_from(timeout=10) for _ in range(3)] for comm in (first, second)]
+        for comm in (first, second):
+            assert await comm.receive_nothing(timeout=0.2)
+            await comm.disconnect()
+        return seqs, received
+
+    seqs, received = async_to_sync(run)()
+    for frames in received:
+        assert [f["id"] for f in frames] == seqs == sorted(seqs)
+        assert [f["data"]["change"] for f in frames] == ["0", "1", "2"]
+    assert sent == [(f"mission-{m.pk}", "mission.events")]
+
+
 def test_the_websocket_carries_the_same_json_as_sse(small_mission, alice, sse, client):
     m = small_mission.mission
     stream = sse(f"/events/missions/{m.pk}/", headers={"Cookie": session_cookie(client, alice)})

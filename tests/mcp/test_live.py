@@ -53,8 +53,9 @@ async def settle() -> None:
 
 
 async def event(layer, type_: str, **data) -> None:
-    message = {"type": "mission.event", "event": type_, "data": {"mission": MISSION, "seq": 1, **data}, "id": 1}
-    await layer.group_send(group_name(MISSION), message)
+    """As `missions.events` sends a committed step's events: one `mission.events` message."""
+    item = {"event": type_, "data": {"mission": MISSION, "seq": 1, **data}, "id": 1}
+    await layer.group_send(group_name(MISSION), {"type": "mission.events", "events": [item]})
 
 
 async def revoke(layer, *user_ids: int) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base.snapshots import snapshot, snapshot_root
+from fusion_site.base import snapshots as snapshots_module
+from fusion_site.base.snapshots import SMALL_TREE_FILES, snapshot, snapshot_root
 from missions.models import MissionEvent, MissionFeature
 from validation.context import ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
@@ -139,6 +140,32 @@ def test_the_snapshot_context_removes_the_snapshot_when_the_body_raises(git_repo
             raise Boom()
     assert not checkout.exists()
     assert_no_snapshot_left(git_repo)
+
+
+@pytest.mark.parametrize("files", [3, SMALL_TREE_FILES + 1])
+def test_a_snapshot_is_removed_whatever_its_size_and_what_a_check_added(git_repo, monkeypatch, files):
+    """A checkout of a few files is removed in this process (starting `rm` cost more than
+    the removal); a larger one by `rm -rf`. Either way what a check wrote into it (a
+    read-only file in a new folder) goes too."""
+    git_repo.commit({f"src/f{i}.txt": "x\n" for i in range(files)})
+    rev = git_repo.git("rev-parse", "HEAD").strip()
+    removers: list[list[str]] = []
+    real_run = subprocess.run
+
+    def recording(argv, *args, **kwargs):
+        if argv and argv[0] == "rm":
+            removers.append(list(argv))
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(snapshots_module.subprocess, "run", recording)
+    with snapshot(str(git_repo.path), rev, label="run-1") as checkout:
+        made = checkout / "build" / "out"
+        made.mkdir(parents=True)
+        (made / "result.txt").write_text("generated")
+        os.chmod(made / "result.txt", 0o444)
+    assert not checkout.exists()
+    assert_no_snapshot_left(git_repo)
+    assert len(removers) == (0 if files + 1 <= SMALL_TREE_FILES else 1)  # + README.md
 
 
 HOLDER = textwrap.dedent("""

@@ -154,7 +154,10 @@ class Live:
             joined.set_result(None)
             while True:
                 message = await layer.receive(channel)
-                if message.get("type") == "mission.event":
+                if message.get("type") == "mission.events":
+                    for event in message["events"]:
+                        await self.dispatch(mission_id, event["event"], event["data"])
+                elif message.get("type") == "mission.event":
                     await self.dispatch(mission_id, message["event"], message["data"])
                 elif message.get("type") == "mission.access":
                     self.revoke(mission_id, set(message["revoked"]))

@@ -1,0 +1,42 @@
+"""CPU seconds of every process on the machine over a window, by command name.
+
+The loop shares the machine's cores with PostgreSQL, Redis, git and the benchmark's own
+clients: this says which of them the window's CPU went to. A process's figure includes
+its reaped children (a worker's git and checks; the postmaster's exited backends), so
+each short-lived process is counted once, in its parent's line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def snapshot() -> dict[int, tuple[str, float]]:
+    """pid -> (command, own + reaped children CPU seconds) for every visible process."""
+    seen: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        command = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seen[int(entry.name)] = (command, sum(int(f) for f in fields[11:15]) / _TICK)
+    return seen
+
+
+def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> Counter:
+    """CPU seconds per command between two snapshots (a process that exited in between
+    is counted in its parent, once reaped)."""
+    total: Counter = Counter()
+    for pid, (command, seconds) in after.items():
+        earlier = before.get(pid)
+        start = earlier[1] if earlier and earlier[0] == command else 0.0
+        total[command] += seconds - start
+    return total
