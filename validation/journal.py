@@ -11,6 +11,7 @@ from typing import Any
 import rfc8785
 from django.db import IntegrityError, connections, transaction
 
+from fusion_site.base.inserts import insert
 from fusion_site.base.prepared import Prepared
 from validation.models import JournalEntry, ValidatorRun
 
@@ -87,7 +88,7 @@ def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[Jou
                         )
                     )
                     prev = digest
-                return JournalEntry.objects.bulk_create(rows)
+                return insert(rows)
         except IntegrityError:
             if nested:
                 raise
