@@ -23,7 +23,11 @@ answer) to its run's completion (p50, p99), the network fetches each process mad
 lines of `fusion-fetches` in its mirror cache: a clone, a fetch of a commit or of all
 heads, the first batch of a commit's blobs; the goal is one per new commit per worker,
 never one per run) and, for a URL, the git daemon's connections, then the peak resident
-memory (VmHWM) and the CPU seconds (own + reaped children) of every process.
+memory (VmHWM) and the CPU seconds (own + reaped children) of every process, and the CPU
+seconds of every process on the machine during the loop by command (PostgreSQL, Redis, the
+kernel's workers: `bench/support/machine_cpu.py`). Give the redis mode a new, empty
+database each time: `serve`'s recovery sweep at start reads the last hour's events, and
+those of earlier runs would weigh on the loop.
 
 Then, on the idle system, it completes --latency-rounds more tasks one at a time (one
 feature each, of a second mission) and reports the median time from the completion to the
