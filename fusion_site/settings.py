@@ -132,7 +132,16 @@ if DATABASE_URL:
     # its lease thread never keep one (the check threads use no database).
     _keep = env_int("FUSION_WORKER_DB_CONN_MAX_AGE", 600) if DRAMATIQ_WORKER_PROCESS else 0
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=_keep, conn_health_checks=_keep > 0)}
-    _options = DATABASES["default"].setdefault("OPTIONS", {})
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "fusion_site.sqlite",
+            "NAME": str(DATA_DIR / "fusion.sqlite3"),
+        }
+    }
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.postgresql":
+    _options = _db.setdefault("OPTIONS", {})
     # `manage.py serve` borrows a connection from a pool for each request and gives it
     # back when the request ends (Django's own pool): not a new PostgreSQL backend (a
     # fork, authentication, cold catalog caches) for every API call, and never more than
@@ -147,14 +156,6 @@ if DATABASE_URL:
     _prepare = env_int("FUSION_DB_PREPARE_THRESHOLD", 5)
     if _prepare > 0:
         _options.update(server_side_binding=True, prepare_threshold=_prepare)
-else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "fusion_site.sqlite",
-            "NAME": str(DATA_DIR / "fusion.sqlite3"),
-        }
-    }
-_db = DATABASES["default"]
 if _db["ENGINE"] in ("django.db.backends.sqlite3", "fusion_site.sqlite"):
     # Writers of this process queue on a lock instead of SQLite's polling (fusion_site/sqlite/base.py).
     _db["ENGINE"] = "fusion_site.sqlite"

@@ -132,6 +132,30 @@ def test_database_url_selects_postgresql(tmp_path):
     assert "init_command" not in db.get("OPTIONS", {})
 
 
+@pytest.mark.parametrize(
+    "url, argv, pool",
+    [
+        ("postgres://fusion@127.0.0.1:5432/fusiondb", ["manage.py", "serve", "127.0.0.1:8000"], True),
+        ("postgres://fusion@127.0.0.1:5432/fusiondb", ["dramatiq", "validation.tasks"], False),
+        ("sqlite:///{tmp}/other.sqlite3", ["manage.py", "serve", "127.0.0.1:8000"], None),
+    ],
+    ids=["postgresql-serve", "postgresql-worker", "sqlite-url-serve"],
+)
+def test_the_connection_pool_and_prepared_statements_are_postgresqls(tmp_path, url, argv, pool):
+    """`serve` on PostgreSQL borrows from a pool, a worker keeps its own connections, both
+    prepare statements on the server; a SQLite DATABASE_URL (as tests start `serve` with)
+    gets none of these options, which SQLite's driver refuses."""
+    code = f"import sys; sys.argv = {argv!r}\n" + PRINT_SETTINGS
+    proc = _python(code, _env(tmp_path, DATABASE_URL=url.format(tmp=tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    options = json.loads(proc.stdout.strip().splitlines()[-1])["db"].get("OPTIONS", {})
+    if pool is None:
+        assert not {"pool", "server_side_binding", "prepare_threshold"} & set(options)
+        return
+    assert ("pool" in options) is pool
+    assert options["server_side_binding"] is True and options["prepare_threshold"] == 5
+
+
 def test_redis_url_selects_redis_broker_and_channel_layer(tmp_path):
     url = "redis://127.0.0.1:6379/5"
     s = _settings(tmp_path, REDIS_URL=url, FUSION_EVENTS_PREFIX="deploy-a")
