@@ -146,8 +146,9 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
     # back when the request ends (Django's own pool): not a new PostgreSQL backend (a
     # fork, authentication, cold catalog caches) for every API call, and never more than
     # FUSION_WEB_DB_POOL_SIZE of them, whatever the number of request threads.
-    if WEB_SERVER_PROCESS and env_int("FUSION_WEB_DB_POOL_SIZE", 20) > 0:
-        _options["pool"] = {"min_size": 2, "max_size": env_int("FUSION_WEB_DB_POOL_SIZE", 20), "timeout": 30}
+    _pool_size = env_int("FUSION_WEB_DB_POOL_SIZE", 20)
+    if WEB_SERVER_PROCESS and _pool_size > 0:
+        _options["pool"] = {"min_size": 2, "max_size": _pool_size, "timeout": 30}
     # Parameters bound by the server, and a statement run FUSION_DB_PREPARE_THRESHOLD
     # times on one connection is prepared there (parsed and planned once): the loop runs
     # the same few statements for every feature (fusion_site/base/prepared.py compiles

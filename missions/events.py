@@ -24,6 +24,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from django_eventstream.models import Event
 
+from fusion_site.base.inserts import insert
 from fusion_site.base.prepared import Prepared
 from missions import delivery
 from missions.models import Mission, MissionEvent, column
@@ -164,58 +165,49 @@ def _lock_held(connection: Any, mission_id: int) -> bool:
 
 
 def _append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
-    """The audit row, with the mission's next `seq` (`_next_seq`)."""
+    """The audit row, with the mission's next `seq`."""
     connection = connections[MissionEvent.objects.db]
     now = timezone.now()
     event = MissionEvent(
         mission_id=mission_id, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
     )
-    if not connection.features.can_return_columns_from_insert:
+    if connection.vendor != "postgresql":
+        # Counted first (`_next_seq`), then one insert written once per process.
         event.seq = _next_seq(mission_id)
-        event.save(force_insert=True)
-        return event
-    # The ORM's own insert, without compiling it anew every time: every step of the loop
-    # writes a few of these, and building the statement cost more than running it.
-    sql, fields, counted = _insert_sql(connection)
-    if not counted:
-        event.seq = _next_seq(mission_id)
+        return insert([event])[0]
+    # One statement bumps the mission's counter and inserts (a round trip fewer per event,
+    # under the mission's lock), written once per process: every step of the loop writes
+    # a few of these, and building the statement cost more than running it.
+    sql, fields = _counted_insert_sql(connection)
     values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [mission_id, *values] if counted else values)
+        cursor.execute(sql, [mission_id, *values])
         row = cursor.fetchone()
-    if row is None:  # counted in the statement: no mission row, nothing inserted
+    if row is None:  # no mission row: nothing inserted
         raise Mission.DoesNotExist(f"mission {mission_id} does not exist")
     event.pk, event.seq = row
     event._state.adding, event._state.db = False, connection.alias
     return event
 
 
-_INSERTS: dict[str, tuple[str, list[models.Field], bool]] = {}
+_COUNTED_INSERTS: dict[str, tuple[str, list[models.Field]]] = {}
 
 
-def _insert_sql(connection: Any) -> tuple[str, list[models.Field], bool]:
-    """`INSERT … RETURNING id, seq` of an audit row, the fields it takes in order, and
-    whether it counts the `seq` itself: on PostgreSQL one statement bumps the mission's
-    counter and inserts (a round trip fewer per event, under the mission's lock); elsewhere
-    the caller counts first (`_next_seq`) and the `seq` is one of the fields."""
-    if connection.vendor not in _INSERTS:
+def _counted_insert_sql(connection: Any) -> tuple[str, list[models.Field]]:
+    """PostgreSQL's `WITH counted AS (UPDATE … RETURNING) INSERT … RETURNING id, seq` of an
+    audit row (parameters: the mission's id, then the fields, in order), and those fields."""
+    if connection.alias not in _COUNTED_INSERTS:
         meta, quote = MissionEvent._meta, connection.ops.quote_name
-        counted = connection.vendor == "postgresql"  # data-modifying WITH: PostgreSQL's
-        fields = [f for f in meta.concrete_fields if not f.primary_key and not (counted and f.attname == "seq")]
-        columns = ", ".join(quote(f.column) for f in fields)
-        marks = ", ".join(["%s"] * len(fields))
-        returning = f"RETURNING {quote(meta.pk.column)}, {quote(column(MissionEvent, 'seq'))}"
-        table = quote(meta.db_table)
-        if counted:
-            sql = (
-                f"WITH counted AS ({_bump_sql(connection)}) "
-                f"INSERT INTO {table} ({columns}, {quote(column(MissionEvent, 'seq'))}) "
-                f"SELECT {marks}, counted.n FROM counted {returning}"
-            )
-        else:
-            sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) {returning}"
-        _INSERTS[connection.vendor] = (sql, fields, counted)
-    return _INSERTS[connection.vendor]
+        fields = [f for f in meta.concrete_fields if not f.primary_key and f.attname != "seq"]
+        seq = quote(column(MissionEvent, "seq"))
+        sql = (
+            f"WITH counted AS ({_bump_sql(connection)}) "
+            f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}, {seq}) "
+            f"SELECT {', '.join(['%s'] * len(fields))}, counted.n FROM counted "
+            f"RETURNING {quote(meta.pk.column)}, {seq}"
+        )
+        _COUNTED_INSERTS[connection.alias] = (sql, fields)
+    return _COUNTED_INSERTS[connection.alias]
 
 
 def _bump_sql(connection: Any) -> str:

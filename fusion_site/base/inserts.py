@@ -1,8 +1,9 @@
 """New rows of one model in one `INSERT … RETURNING`, its SQL written once per process.
 
 `bulk_create` builds and compiles its statement anew on every call; for the few rows a
-run's journal takes at a time (its checks' results, its decision) that cost more
-interpreter time than the insert itself (README, "Loop throughput"). `insert` does what
+run's journal takes at a time (its checks' results, its decision), or an audit event on
+SQLite (missions/events.py), that cost more interpreter time than the insert itself
+(README, "Loop throughput"). `insert` does what
 `bulk_create` does for such rows: each field's `pre_save` (the `auto_now` stamps), its
 value prepared for the database as the ORM prepares it (`get_db_prep_save`), the primary
 keys read back onto the objects, which are then saved ones. Like `bulk_create` it sends no
@@ -12,6 +13,7 @@ cannot return the keys of a multi-row insert, goes through `bulk_create` itself.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, TypeVar
 
@@ -45,6 +47,7 @@ def insert(objs: list[M]) -> list[M]:
     return objs
 
 
+@functools.cache
 def _plain(model: type[Model]) -> bool:
     """No parents, no field the database fills (a default of its own, a generated
     column, a returned value other than the key): what this module writes, all of it."""
