@@ -16,6 +16,7 @@ import asyncio
 import collections
 import copy
 import logging
+import threading
 import time
 
 from asgiref.sync import sync_to_async
@@ -110,14 +111,32 @@ class _AccessRecheck:
 # --- the view --------------------------------------------------------------------------
 
 
+# Database reads of the streams still running in pool threads. A stream whose client went
+# away is cancelled at once, but a read it started runs to its end: `reads_done` waits for
+# those (a server that stops, a test that empties the database after its streams).
+_reads = {"running": 0}
+_reads_changed = threading.Condition()
+
+
 def _db(fn):
     def run(*args, **kwargs):
+        with _reads_changed:
+            _reads["running"] += 1
         try:
             return fn(*args, **kwargs)
         finally:
             connections.close_all()  # this pool thread serves other requests next
+            with _reads_changed:
+                _reads["running"] -= 1
+                _reads_changed.notify_all()
 
     return sync_to_async(run, thread_sensitive=False)
+
+
+def reads_done(timeout: float) -> bool:
+    """Wait until no stream's database read is running; False if one still is at `timeout`."""
+    with _reads_changed:
+        return _reads_changed.wait_for(lambda: _reads["running"] == 0, timeout)
 
 
 async def events(request, **kwargs) -> HttpResponseBase:

@@ -148,6 +148,17 @@ def sse(asgi_server):
     yield open_
     for stream in opened:
         stream.close()
+    # The server goes on with a closed stream until its next step: wait until every stream
+    # has ended and no read of one still runs, before the test's database is emptied (a
+    # read that joins tables while it is truncated is a deadlock).
+    from django_eventstream.views import get_listener_manager
+
+    from missions.streams.views import reads_done
+
+    manager, deadline = get_listener_manager(), time.monotonic() + 30
+    while any(manager.listeners_by_channel.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reads_done(max(deadline - time.monotonic(), 0.1)), "a stream's database read never ended"
 
 
 def session_cookie(client, user) -> str:
