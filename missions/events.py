@@ -18,16 +18,14 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, models, transaction
-from django.db.models import F
+from django.db import connections, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 from django_eventstream.models import Event
 
-from fusion_site.base.inserts import insert
 from fusion_site.base.prepared import Prepared
-from missions import delivery
-from missions.models import Mission, MissionEvent, column
+from missions import audit, delivery
+from missions.models import Mission, MissionEvent, MissionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -128,111 +126,61 @@ def lock_mission(mission_id: int) -> None:
     connection = connections[Mission.objects.db]
     if not connection.features.has_select_for_update:
         return
-    if connection.in_atomic_block and _lock_held(connection, mission_id):
+    if connection.in_atomic_block and _held(connection, mission_id) is not None:
         return  # this transaction holds it already: no second round trip under it
-    _LOCK.all(pk=mission_id)
-    if connection.in_atomic_block:
-        connection.on_commit(_MissionLock(mission_id))
+    row = _LOCK.first(pk=mission_id)
+    if connection.in_atomic_block and row is not None:
+        connection.on_commit(_MissionLock(mission_id, running=row[0] and row[1] == MissionStatus.ACTIVE))
 
 
-_LOCK: Prepared[int] = Prepared(
-    lambda pk: Mission.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True)
+# The row's autopilot and status come with the lock: `autopilot_running_under_lock` answers
+# from them, without a read of its own.
+_LOCK: Prepared[tuple[bool, str]] = Prepared(
+    lambda pk: Mission.objects.select_for_update().filter(pk=pk).values_list("autopilot", "status")
+)
+_AUTOPILOT: Prepared[tuple[bool, str]] = Prepared(
+    lambda pk: Mission.objects.filter(pk=pk).values_list("autopilot", "status")
 )
 
 
 class _MissionLock:
     """A no-op on-commit callback that marks the mission's row lock as held by the current
-    transaction. Django drops it exactly when the lock goes: at commit or rollback, and
-    with a savepoint rolled back (which releases the locks taken after it)."""
+    transaction, with what the row said when it was locked. Django drops it exactly when
+    the lock goes: at commit or rollback, and with a savepoint rolled back (which releases
+    the locks taken after it)."""
 
-    __slots__ = ("mission_id",)
+    __slots__ = ("mission_id", "running")
 
-    def __init__(self, mission_id: int):
+    def __init__(self, mission_id: int, *, running: bool):
         self.mission_id = mission_id
+        self.running = running  # its autopilot is on and it is active, as locked
 
     def __call__(self) -> None:
         return None
 
 
-def _lock_held(connection: Any, mission_id: int) -> bool:
-    return any(
-        isinstance(entry, tuple)
-        and len(entry) == 3
-        and isinstance(entry[1], _MissionLock)
-        and entry[1].mission_id == mission_id
-        for entry in connection.run_on_commit
-    )
-
-
-def _append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
-    """The audit row, with the mission's next `seq`."""
-    connection = connections[MissionEvent.objects.db]
-    now = timezone.now()
-    event = MissionEvent(
-        mission_id=mission_id, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
-    )
-    if connection.vendor != "postgresql":
-        # Counted first (`_next_seq`), then one insert written once per process.
-        event.seq = _next_seq(mission_id)
-        return insert([event])[0]
-    # One statement bumps the mission's counter and inserts (a round trip fewer per event,
-    # under the mission's lock), written once per process: every step of the loop writes
-    # a few of these, and building the statement cost more than running it.
-    sql, fields = _counted_insert_sql(connection)
-    values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [mission_id, *values])
-        row = cursor.fetchone()
-    if row is None:  # no mission row: nothing inserted
-        raise Mission.DoesNotExist(f"mission {mission_id} does not exist")
-    event.pk, event.seq = row
-    event._state.adding, event._state.db = False, connection.alias
-    return event
-
-
-_COUNTED_INSERTS: dict[str, tuple[str, list[models.Field]]] = {}
-
-
-def _counted_insert_sql(connection: Any) -> tuple[str, list[models.Field]]:
-    """PostgreSQL's `WITH counted AS (UPDATE … RETURNING) INSERT … RETURNING id, seq` of an
-    audit row (parameters: the mission's id, then the fields, in order), and those fields."""
-    if connection.alias not in _COUNTED_INSERTS:
-        meta, quote = MissionEvent._meta, connection.ops.quote_name
-        fields = [f for f in meta.concrete_fields if not f.primary_key and f.attname != "seq"]
-        seq = quote(column(MissionEvent, "seq"))
-        sql = (
-            f"WITH counted AS ({_bump_sql(connection)}) "
-            f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}, {seq}) "
-            f"SELECT {', '.join(['%s'] * len(fields))}, counted.n FROM counted "
-            f"RETURNING {quote(meta.pk.column)}, {seq}"
-        )
-        _COUNTED_INSERTS[connection.alias] = (sql, fields)
-    return _COUNTED_INSERTS[connection.alias]
-
-
-def _bump_sql(connection: Any) -> str:
-    """Add one to the mission's event counter (parameter: its id), returning it as `n`."""
-    quote = connection.ops.quote_name
-    counter, pk = (quote(column(Mission, name)) for name in ("event_seq", "id"))
-    return (
-        f"UPDATE {quote(Mission._meta.db_table)} SET {counter} = {counter} + 1 WHERE {pk} = %s RETURNING {counter} AS n"
-    )
-
-
-def _next_seq(mission_id: int) -> int:
-    """The mission's next event `seq`, counted under its row lock (the update holds it to
-    the end of the transaction): one `UPDATE … RETURNING` where the database has it (the
-    ORM's `update` returns no values), else the update and a read."""
+def autopilot_running_under_lock(mission_id: int) -> bool | None:
+    """Whether the mission's autopilot is on and the mission active, as this transaction
+    read it when it took the mission's lock (`lock_mission`); None without that lock. It
+    cannot change before this transaction commits: any other writer of the row waits for
+    it. In a SQLite transaction, read now: it began `IMMEDIATE`, with the one write lock."""
     connection = connections[Mission.objects.db]
-    if not connection.features.can_return_columns_from_insert:  # the same SQL support (RETURNING)
-        Mission.objects.filter(pk=mission_id).update(event_seq=F("event_seq") + 1)
-        return Mission.objects.filter(pk=mission_id).values_list("event_seq", flat=True).get()
-    with connection.cursor() as cursor:
-        cursor.execute(_bump_sql(connection), [mission_id])
-        row = cursor.fetchone()
-    if row is None:
-        raise Mission.DoesNotExist(f"mission {mission_id} does not exist")
-    return int(row[0])
+    if not connection.in_atomic_block:
+        return None
+    if not connection.features.has_select_for_update:
+        row = _AUTOPILOT.first(pk=mission_id)
+        return row is not None and row[0] and row[1] == MissionStatus.ACTIVE
+    return _held(connection, mission_id)
+
+
+def _held(connection: Any, mission_id: int) -> bool | None:
+    """The marker of this transaction's lock on the mission (its `running`), or None."""
+    for entry in connection.run_on_commit:
+        if isinstance(entry, tuple) and len(entry) == 3:
+            marker = entry[1]
+            if isinstance(marker, _MissionLock) and marker.mission_id == mission_id:
+                return marker.running
+    return None
 
 
 def publish_on_commit(
@@ -245,9 +193,8 @@ def publish_on_commit(
     # No savepoint of its own (two statements fewer per event, on every hop of the loop):
     # a failure here fails the caller's transaction, which is what it would do anyway.
     with transaction.atomic(savepoint=False):
-        event = _append(mission_id, type, payload, actor_id)
-    seq = event.seq
-    _send_on_commit(mission_id, type, {"type": type, "mission": mission_id, "seq": seq, **payload})
+        event = audit.append(mission_id, type, payload, actor_id)
+    _send_on_commit(mission_id, type, {"type": type, "mission": mission_id, "seq": event.seq, **payload})
     return event
 
 

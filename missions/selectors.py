@@ -15,6 +15,7 @@ from missions.models import (
     AssertionStatus,
     ContractAssertion,
     FeatureAssertion,
+    Milestone,
     Mission,
     MissionFeature,
     RollupState,
@@ -91,25 +92,37 @@ ROLLUP_COUNTS = ("total", "passed", "failed", "blocked", "pending", "unlinked")
 
 def rollup_counts(*, milestone_id: int) -> dict[str, int]:
     """The counts of a milestone's assertions (`ROLLUP_COUNTS`; `unlinked`: feature-scoped
-    and linked to no feature), in one statement written out: every verdict recomputes
-    them, and the ORM took five times as long to build this aggregate as to run it."""
+    and linked to no feature); all zero for a milestone that does not exist."""
+    found = _rollup_row(milestone_id)
+    return found[0] if found else dict.fromkeys(ROLLUP_COUNTS, 0)
+
+
+def _rollup_row(milestone_id: int) -> tuple[dict[str, int], tuple[int, str]] | None:
+    """The counts of `rollup_counts` and the milestone's (mission id, stored rollup state),
+    in one statement written out: every verdict recomputes them, and the ORM took five
+    times as long to build this aggregate as to run it. None: no such milestone."""
     connection = connections[ContractAssertion.objects.db]
     quote = connection.ops.quote_name
-    table, links = (quote(m._meta.db_table) for m in (ContractAssertion, FeatureAssertion))
+    table, links, milestones = (quote(m._meta.db_table) for m in (ContractAssertion, FeatureAssertion, Milestone))
     status, scope, pk, milestone = (quote(column(ContractAssertion, f)) for f in ("status", "scope", "id", "milestone"))
+    mission, state, milestone_pk = (quote(column(Milestone, f)) for f in ("mission", "validation_state", "id"))
     link_to = quote(column(FeatureAssertion, "assertion"))
     linked = f"EXISTS (SELECT 1 FROM {links} l WHERE l.{link_to} = a.{pk})"
     sql = (
-        "SELECT COUNT(*), "
+        f"SELECT COUNT(a.{pk}), "
         + ", ".join(f"SUM(CASE WHEN a.{status} = %s THEN 1 ELSE 0 END)" for _ in range(4))
-        + f", SUM(CASE WHEN a.{scope} = %s AND NOT {linked} THEN 1 ELSE 0 END)"
-        f" FROM {table} a WHERE a.{milestone} = %s"
+        + f", SUM(CASE WHEN a.{scope} = %s AND NOT {linked} THEN 1 ELSE 0 END), m.{mission}, m.{state}"
+        f" FROM {milestones} m LEFT JOIN {table} a ON a.{milestone} = m.{milestone_pk}"
+        f" WHERE m.{milestone_pk} = %s GROUP BY m.{milestone_pk}, m.{mission}, m.{state}"
     )
     S = AssertionStatus
     with connection.cursor() as cursor:
         cursor.execute(sql, [S.PASSED, S.FAILED, S.BLOCKED, S.PENDING, AssertionScope.FEATURE, milestone_id])
         row = cursor.fetchone()
-    return {name: int(value or 0) for name, value in zip(ROLLUP_COUNTS, row, strict=True)}
+    if row is None:
+        return None
+    counts = {name: int(value or 0) for name, value in zip(ROLLUP_COUNTS, row[:-2], strict=True)}
+    return counts, (int(row[-2]), str(row[-1]))
 
 
 def rollup_state(counts: dict[str, int]) -> str:
@@ -129,6 +142,16 @@ def rollup_state(counts: dict[str, int]) -> str:
 def milestone_rollup(*, milestone_id: int) -> dict[str, Any]:
     counts = rollup_counts(milestone_id=milestone_id)
     return {"milestone": milestone_id, "state": rollup_state(counts), **counts}
+
+
+def milestone_rollup_and_stored(*, milestone_id: int) -> tuple[dict[str, Any], tuple[int, str]] | None:
+    """`milestone_rollup` and the milestone's (mission id, stored rollup state), read
+    together; None: no such milestone."""
+    found = _rollup_row(milestone_id)
+    if found is None:
+        return None
+    counts, stored = found
+    return {"milestone": milestone_id, "state": rollup_state(counts), **counts}, stored
 
 
 def done_tasks(*, features: MissionFeature | Iterable[MissionFeature]) -> QuerySet[Task]:

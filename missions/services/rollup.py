@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from fusion_site.base.prepared import Prepared
 from missions.events import publish_on_commit
 from missions.models import Milestone
-from missions.selectors import milestone_rollup
+from missions.selectors import milestone_rollup_and_stored
 from missions.transitions.milestone import ROLLUP_EVENT, milestone_validation_transition
 
 _STATE: Prepared[tuple[int, str]] = Prepared(
@@ -24,14 +24,18 @@ _STATE: Prepared[tuple[int, str]] = Prepared(
 def milestone_rollup_refresh(*, milestone_ids: Iterable[int]) -> None:
     """Recompute, store and announce the rollup of each milestone whose inputs changed."""
     for milestone_id in sorted(set(milestone_ids)):
-        rollup = milestone_rollup(milestone_id=milestone_id)
+        found = milestone_rollup_and_stored(milestone_id=milestone_id)
+        if found is None:
+            continue  # deleted
+        rollup, row = found
         while True:  # a lost compare-and-swap reads the winner's state and moves on from it
-            row = _STATE.first(pk=milestone_id)
-            if row is None:
-                break
             mission_id, state = row
             if state == rollup["state"]:
                 publish_on_commit(mission_id, ROLLUP_EVENT, rollup)
                 break
             if milestone_validation_transition(milestone=milestone_id, old=state, new=rollup["state"], rollup=rollup):
                 break  # the move published the rollup
+            again = _STATE.first(pk=milestone_id)
+            if again is None:
+                break
+            row = again

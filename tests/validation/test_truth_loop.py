@@ -513,3 +513,18 @@ def test_two_deliveries_at_once_judge_a_run_once(idle_broker, build_mission, git
     run.refresh_from_db()
     assert run.status == RunStatus.PASSED
     assert MissionEvent.objects.filter(type="validator-run:completed", payload__run=run.pk).count() == 1
+
+
+# --- 14. a verdict wakes the autopilot only when it has work ------------------------------------
+
+
+@pytest.mark.parametrize("autopilot", [False, True])
+def test_a_verdict_notifies_the_autopilot_only_when_it_is_on(sent, build_mission, git_repo, autopilot):
+    git_repo.commit(GOOD)
+    build_mission({"hello": [("VAL-1", GREETING)]}, autopilot=autopilot)
+    run = feature_admit(feature_id=hello().pk, trigger="manual", cause="validate").run
+    del sent[:]
+    assert execute_run(run.pk) == "passed"
+    assert hello().loop_state == "passed"
+    woken = [list(m.args) for m in sent if m.actor_name == "autopilot_advance"]
+    assert woken == ([[run.mission_id]] if autopilot else [])

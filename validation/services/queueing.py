@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from fusion_site.base.queue import send_on_commit
+from missions.events import autopilot_running_under_lock
 from validation.models import ValidatorRun
 
 
@@ -27,7 +28,15 @@ def queue_run(run: ValidatorRun, delay_ms: int = 0) -> None:
 
 def autopilot_notify(mission_id: int) -> None:
     """Let the autopilot look at the mission again (a no-op when it is off or the mission
-    is not active: `autopilot_advance` checks under the mission's lock)."""
+    is not active: `autopilot_advance` checks under the mission's lock).
+
+    A caller that holds the mission's lock sends nothing when the autopilot is off or the
+    mission is not active (every verdict notifies: a message per feature for nothing).
+    What it reads cannot change before it commits: switching the autopilot on, activating,
+    resuming or reopening the mission writes the mission's row, so it waits for this
+    transaction, and notifies after its own commit, which sees this one's changes."""
+    if autopilot_running_under_lock(mission_id) is False:
+        return
     send_on_commit("autopilot_advance", mission_id)
 
 
