@@ -641,7 +641,8 @@ def report(point: dict) -> None:
 
 def main() -> None:
     call_command("migrate", verbosity=0)
-    repo, rev = make_repo(TMP / "repo", ARGS.features)
+    # The latency rounds' features judge files 0, 1, … of the same repository too.
+    repo, rev = make_repo(TMP / "repo", max(ARGS.features, ARGS.latency_rounds))
     daemon = None
     source = str(repo)
     try:

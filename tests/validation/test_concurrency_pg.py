@@ -11,7 +11,8 @@ sessions is PostgreSQL-only.
 Scenarios: two validate requests -> one 202 and one 409; fix creation for one failed run
 from concurrent workers -> one fix, one lineage row, the same fix for every caller; 20
 simultaneous completions of one task -> one run; the reaper against a late completion
--> exactly one terminal write.
+-> exactly one terminal write; a verdict that sends the autopilot nothing against the
+autopilot switched on meanwhile -> the switch waits, then notifies.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 import time
 from datetime import timedelta
 
+import dramatiq
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
@@ -395,3 +397,61 @@ def test_the_side_that_commits_second_writes_nothing(idle_broker, build_mission,
         completed, reaped = race(complete, later(reap))
         assert completed is True and reaped == []
     assert_one_terminal_write(feature, run, reaped=first == "reaper")
+
+
+def test_a_verdict_that_skips_the_autopilot_never_loses_a_switch_made_meanwhile(idle_broker, alice):
+    """A verdict's step sends no autopilot message when the mission's row, as it locked it,
+    says the autopilot is off (`queueing.autopilot_notify`). Switching the autopilot on
+    meanwhile writes that row: it waits for the step's commit and notifies after its own,
+    so the autopilot then sees what the step changed."""
+    from missions.events import lock_mission
+    from missions.services.lifecycle import mission_set_autopilot
+    from validation.services.queueing import autopilot_notify
+
+    mission = Mission.objects.create(key="m", title="Mission", owner=alice, status="active")
+    enqueued: list[tuple[str, float]] = []
+
+    class Recorder(dramatiq.Middleware):
+        def before_enqueue(self, broker, message, delay):
+            enqueued.append((message.actor_name, time.monotonic()))
+
+    recorder = Recorder()
+    idle_broker.middleware.append(recorder)
+    holding, release = threading.Event(), threading.Event()
+    times: dict[str, float] = {}
+
+    def verdict_step():
+        try:
+            with transaction.atomic():
+                lock_mission(mission.pk)
+                autopilot_notify(mission.pk)  # off, as locked: nothing is sent
+                holding.set()
+                assert release.wait(timeout=30)
+                times["step_commits"] = time.monotonic()
+        finally:
+            connection.close()
+
+    def switch():
+        try:
+            assert holding.wait(timeout=30)
+            mission_set_autopilot(mission=Mission.objects.get(pk=mission.pk), user=alice, enabled=True)
+            times["switched"] = time.monotonic()
+        finally:
+            connection.close()
+
+    try:
+        threads = [threading.Thread(target=run, name=name) for name, run in (("step", verdict_step), ("on", switch))]
+        for thread in threads:
+            thread.start()
+        assert holding.wait(timeout=30)
+        time.sleep(0.5)  # the switch, started, must still wait behind the step's lock
+        assert "switched" not in times
+        release.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        release.set()
+        idle_broker.middleware.remove(recorder)
+    assert times["switched"] > times["step_commits"]
+    assert [name for name, _at in enqueued] == ["autopilot_advance"]
+    assert enqueued[0][1] > times["step_commits"]

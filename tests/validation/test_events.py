@@ -92,10 +92,12 @@ class TestLoopEvents:
         build_mission({"hello": [("VAL-1", GREETING)]})
         feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
-        task_complete(user=alice, task=task, revision=git_repo.commit(GOOD))
+        # Read before the completion: the worker judges it as soon as it commits.
         seq = last_seq()
+        task_complete(user=alice, task=task, revision=git_repo.commit(GOOD))
         worker.drain()
         assert types_after(seq) == [
+            "task:updated",  # the completion
             "feature:updated",  # implementing -> validating
             "validator-run:started",
             "assertion:judged",  # the verdict moves the assertion: pending -> passed
@@ -133,10 +135,12 @@ class TestLoopEvents:
         build_mission({"hello": [("VAL-1", GREETING)]})
         feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
-        task_complete(user=alice, task=task, revision=git_repo.commit(BAD))
+        # Read before the completion: the worker judges it as soon as it commits.
         seq = last_seq()
+        task_complete(user=alice, task=task, revision=git_repo.commit(BAD))
         worker.drain()
         assert types_after(seq) == [
+            "task:updated",  # the completion
             "feature:updated",  # implementing -> validating
             "validator-run:started",
             "assertion:judged",
@@ -171,10 +175,12 @@ class TestLoopEvents:
         build_mission({"hello": [("VAL-1", GREETING)]}, auto_fix=False)
         feature = MissionFeature.objects.get(key="hello")
         task = task_create(user=alice, feature=feature)
-        task_complete(user=alice, task=task, revision=git_repo.commit(BAD))
+        # Read before the completion: the worker judges it as soon as it commits.
         seq = last_seq()
+        task_complete(user=alice, task=task, revision=git_repo.commit(BAD))
         worker.drain()
         assert types_after(seq) == [
+            "task:updated",  # the completion
             "feature:updated",
             "validator-run:started",
             "assertion:judged",
