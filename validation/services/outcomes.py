@@ -55,9 +55,6 @@ def run_complete(
         run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     else:
         ValidatorRun.mission.field.delete_cached_value(run)
-    # Read before the mission's lock, which orders the mission's every step: a status read
-    # here is only the first guess of its compare-and-swap (a lost one reads the winner's).
-    assertions = _verdict_assertions(run, verdict)
     if decision is not None:
         lock_mission(run.mission_id)  # before the run's row (the journal's lock): one lock order
         journal.append(run_id=run_id, kind="decision", key="final", payload=decision)
@@ -72,7 +69,7 @@ def run_complete(
         tokens_out=tokens_out,
     ):
         return False  # reaped or completed elsewhere: exactly one terminal write
-    failures = _record_assertions(run, verdict, assertions)
+    failures = _record_assertions(run, verdict)
     publish_on_commit(
         run.mission_id,
         "validator-run:completed",
@@ -111,20 +108,14 @@ def _counts(verdict: Verdict) -> dict[str, int]:
     return counts
 
 
-def _verdict_assertions(run: ValidatorRun, verdict: Verdict) -> dict[str, ContractAssertion]:
-    """The mission's assertions the verdict names, by key."""
-    return {
+def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFailure]:
+    by_key = {
         a.key: a
         # No ordering: a mapping by key (the model's default ordering costs its compile).
         for a in ContractAssertion.objects.filter(
             mission_id=run.mission_id, key__in=[v.key for v in verdict.assertions]
         ).order_by()
     }
-
-
-def _record_assertions(
-    run: ValidatorRun, verdict: Verdict, by_key: dict[str, ContractAssertion]
-) -> list[ValidatorFailure]:
     failures = []
     for item in verdict.assertions:
         assertion = by_key.get(item.key)
@@ -158,10 +149,7 @@ def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None
             cause="verdict",
             payload={"key": assertion.key, "milestone": assertion.milestone_id, "run": run.pk},
         ):
-            try:
-                assertion.refresh_from_db(fields=["status"])  # another writer won: judge from its state
-            except ContractAssertion.DoesNotExist:
-                return  # deleted since the verdict's assertions were read: nothing left to judge
+            assertion.refresh_from_db(fields=["status"])  # another writer won: judge from its state
 
 
 _LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
