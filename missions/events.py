@@ -130,7 +130,7 @@ def lock_mission(mission_id: int) -> None:
         return  # this transaction holds it already: no second round trip under it
     row = _LOCK.first(pk=mission_id)
     if connection.in_atomic_block and row is not None:
-        connection.on_commit(_MissionLock(mission_id, running=row[0] and row[1] == MissionStatus.ACTIVE))
+        connection.on_commit(_MissionLock(mission_id, running=_runs(*row)))
 
 
 # The row's autopilot and status come with the lock: `autopilot_running_under_lock` answers
@@ -169,8 +169,13 @@ def autopilot_running_under_lock(mission_id: int) -> bool | None:
         return None
     if not connection.features.has_select_for_update:
         row = _AUTOPILOT.first(pk=mission_id)
-        return row is not None and row[0] and row[1] == MissionStatus.ACTIVE
+        return row is not None and _runs(*row)
     return _held(connection, mission_id)
+
+
+def _runs(autopilot: bool, status: str) -> bool:
+    """The autopilot has work to look at: it is on and the mission active."""
+    return bool(autopilot) and status == MissionStatus.ACTIVE
 
 
 def _held(connection: Any, mission_id: int) -> bool | None:
