@@ -1,0 +1,111 @@
+"""The event stream's stored log (`missions.streams.storage.EventLogStorage`), on the
+database the suite runs on: ids per channel in the order of the events, the library's
+placeholder event 0, no id taken twice by writers at once, and on PostgreSQL (one
+statement per channel) the global channel stored before the mission's, so that the sweep
+re-sends an event whose batch failed half-way."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import pytest
+from django.db import close_old_connections, connection, transaction
+from django_eventstream.models import Event as StoredEvent
+from django_eventstream.models import EventCounter
+
+from missions.streams import storage as storage_module
+from missions.streams.storage import EventLogStorage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def stored(channel: str) -> list[tuple[int, str, str]]:
+    return list(StoredEvent.objects.filter(channel=channel).order_by("eid").values_list("eid", "type", "data"))
+
+
+def test_a_new_channel_gets_its_counter_event_0_and_ids_in_the_events_order():
+    one, two = f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    events = EventLogStorage().append_events(
+        [(one, "a", {"n": 1}), (two, "x", {"n": 1}), (one, "b", {"n": 2}), (one, "c", {"n": 3})]
+    )
+    assert [(e.channel, e.type, e.id) for e in events] == [(one, "a", 1), (two, "x", 1), (one, "b", 2), (one, "c", 3)]
+    assert [(eid, kind) for eid, kind, _data in stored(one)] == [(0, ""), (1, "a"), (2, "b"), (3, "c")]
+    assert [json.loads(data) for _eid, kind, data in stored(one) if kind] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert EventCounter.objects.get(name=one).value == 3 and EventCounter.objects.get(name=two).value == 1
+
+    more = EventLogStorage().append_events([(one, "d", {}), (one, "e", {})])
+    assert [e.id for e in more] == [4, 5]
+    assert EventLogStorage().append_event(one, "f", {}).id == 6
+    assert [eid for eid, _kind, _data in stored(one)] == [0, 1, 2, 3, 4, 5, 6]  # one event 0
+
+
+def test_writers_at_once_never_share_an_id_and_each_batch_is_consecutive():
+    """Eight threads, each with its own connection, store batches on two channels at once:
+    every id is taken once, without gaps, and a batch's ids within a channel follow each
+    other in its order."""
+    channels = [f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"]
+    EventLogStorage().append_events([(c, "first", {}) for c in channels])  # the counters exist
+    batches: list[list] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def writer(w: int) -> None:
+        try:
+            start.wait(timeout=60)
+            for b in range(10):
+                items = [(channels[(w + i) % 2], f"w{w}-b{b}-{i}", {}) for i in range(3)]
+                events = EventLogStorage().append_events(items)
+                with lock:
+                    batches.append(events)
+        except BaseException as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert len(batches) == 80
+    for channel in channels:
+        eids = [eid for eid, _kind, _data in stored(channel)]
+        assert eids == list(range(len(eids)))  # 0 .. n, each once
+        assert len(eids) == 1 + 1 + sum(1 for events in batches for e in events if e.channel == channel)
+    for events in batches:
+        for channel in channels:
+            ids = [e.id for e in events if e.channel == channel]
+            assert ids == list(range(ids[0], ids[0] + len(ids))) if ids else True
+    by_id = {(channel, eid): kind for channel in channels for eid, kind, _data in stored(channel)}
+    assert all(by_id[(e.channel, e.id)] == e.type for events in batches for e in events)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="one statement per channel: PostgreSQL only")
+def test_a_batch_that_fails_after_the_global_channel_is_re_sent_by_the_sweep(small_mission, monkeypatch):
+    """PostgreSQL stores each channel in its own statement: the global one first. When the
+    mission's fails, the mission's channel lacks the event and the sweep re-sends it."""
+    from missions.events import publish_on_commit, redeliver_missing
+
+    m = small_mission.mission
+    redeliver_missing(grace_seconds=0)
+    real = storage_module._append_channel
+
+    def failing(conn, channel, rows):
+        if channel == f"mission-{m.pk}":
+            raise RuntimeError("the database went away")
+        return real(conn, channel, rows)
+
+    monkeypatch.setattr(storage_module, "_append_channel", failing)
+    with transaction.atomic():
+        seq = publish_on_commit(m, "feature:updated", {"change": "half"}).seq
+    monkeypatch.setattr(storage_module, "_append_channel", real)
+
+    assert [json.loads(json.loads(d))["seq"] for _e, _k, d in stored("missions")[-1:]] == [seq]
+    assert not [d for _e, _k, d in stored(f"mission-{m.pk}") if f'\\"seq\\": {seq},' in d]
+    assert redeliver_missing(grace_seconds=0) == [(m.pk, seq)]
+    assert [d for _e, _k, d in stored(f"mission-{m.pk}") if f'\\"seq\\": {seq},' in d]
