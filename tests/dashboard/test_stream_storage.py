@@ -77,10 +77,10 @@ def test_writers_at_once_never_share_an_id_and_each_batch_is_consecutive():
         eids = [eid for eid, _kind, _data in stored(channel)]
         assert eids == list(range(len(eids)))  # 0 .. n, each once
         assert len(eids) == 1 + 1 + sum(1 for events in batches for e in events if e.channel == channel)
-    for events in batches:
+    for events in batches:  # each batch has events on both channels
         for channel in channels:
             ids = [e.id for e in events if e.channel == channel]
-            assert ids == list(range(ids[0], ids[0] + len(ids))) if ids else True
+            assert ids and ids == list(range(ids[0], ids[0] + len(ids)))
     by_id = {(channel, eid): kind for channel in channels for eid, kind, _data in stored(channel)}
     assert all(by_id[(e.channel, e.id)] == e.type for events in batches for e in events)
 
