@@ -165,31 +165,18 @@ def _store_batch(connection: Any, encoded: list[tuple[str, str, str]]) -> list[i
 def _bump(connection: Any, channel: str, by: int = 1) -> int | None:
     """The channel's counter raised by `by`: its new value (the last id taken), its row
     locked to the end of the transaction; None when the channel has no counter yet."""
-    quote = connection.ops.quote_name
-    table = quote(EventCounter._meta.db_table)
-    value = quote(EventCounter._meta.get_field("value").column)
-    updated = quote(EventCounter._meta.get_field("updated").column)
-    name = quote(EventCounter._meta.get_field("name").column)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET {value} = {value} + %s, {updated} = %s WHERE {name} = %s RETURNING {value}",
-            [by, connection.ops.adapt_datetimefield_value(timezone.now()), channel],
-        )
+        cursor.execute(_bump_sql(connection), [by, _now(connection), channel])
         row = cursor.fetchone()
     return None if row is None else int(row[0])
 
 
 def _insert(connection: Any, rows: list[tuple[str, str, str, int]]) -> None:
     """The rows (channel, type, data, eid) in one `INSERT`, stamped now (`created`)."""
-    quote = connection.ops.quote_name
-    columns = ", ".join(
-        quote(StoredEvent._meta.get_field(f).column) for f in ("channel", "type", "data", "eid", "created")
-    )
-    created = connection.ops.adapt_datetimefield_value(timezone.now())
+    created = _now(connection)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {quote(StoredEvent._meta.db_table)} ({columns}) VALUES "
-            + ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows)),
+            _insert_sql(connection) + " VALUES " + ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows)),
             [value for row in rows for value in (*row, created)],
         )
 
@@ -200,25 +187,37 @@ def _append_channel(connection: Any, channel: str, rows: list[tuple[str, str]]) 
     gives (and event 0, as the library has it, when they are the channel's first). Their
     ids; None (nothing stored) when the channel has no counter yet. The data-modifying
     `WITH` runs exactly once, and its row lock orders concurrent appends by commit."""
-    quote = connection.ops.quote_name
-    counter = quote(EventCounter._meta.db_table)
-    value, updated, name = (quote(EventCounter._meta.get_field(f).column) for f in ("value", "updated", "name"))
-    columns = ", ".join(
-        quote(StoredEvent._meta.get_field(f).column) for f in ("channel", "type", "data", "eid", "created")
-    )
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    count = len(rows)
+    now, count = _now(connection), len(rows)
     values = ", ".join(f"(%s, %s, {i})" for i in range(1, count + 1))
     sql = (
-        f"WITH bumped AS (UPDATE {counter} SET {value} = {value} + %s, {updated} = %s WHERE {name} = %s "
-        f"RETURNING {value} AS top) "
-        f"INSERT INTO {quote(StoredEvent._meta.db_table)} ({columns}) "
+        f"WITH bumped AS ({_bump_sql(connection)} AS top) {_insert_sql(connection)} "
         f"SELECT %s, v.type, v.data, bumped.top - %s + v.n, %s FROM bumped, (VALUES {values}) AS v(type, data, n) "
         f"UNION ALL SELECT %s, '', '', 0, %s FROM bumped WHERE bumped.top = %s "
-        f"RETURNING {quote(StoredEvent._meta.get_field('eid').column)}"
+        f"RETURNING {connection.ops.quote_name(StoredEvent._meta.get_field('eid').column)}"
     )
     params = [count, now, channel, channel, count, now, *(value for row in rows for value in row), channel, now, count]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         taken = sorted(eid for (eid,) in cursor.fetchall() if eid)
     return taken or None
+
+
+def _bump_sql(connection: Any) -> str:
+    """Raise a channel's counter (parameters: by, now, channel), returning its new value."""
+    quote = connection.ops.quote_name
+    table = quote(EventCounter._meta.db_table)
+    value, updated, name = (quote(EventCounter._meta.get_field(f).column) for f in ("value", "updated", "name"))
+    return f"UPDATE {table} SET {value} = {value} + %s, {updated} = %s WHERE {name} = %s RETURNING {value}"
+
+
+def _insert_sql(connection: Any) -> str:
+    """`INSERT INTO` the stored events' table with its columns (channel, type, data, eid, created)."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(
+        quote(StoredEvent._meta.get_field(f).column) for f in ("channel", "type", "data", "eid", "created")
+    )
+    return f"INSERT INTO {quote(StoredEvent._meta.db_table)} ({columns})"
+
+
+def _now(connection: Any) -> Any:
+    return connection.ops.adapt_datetimefield_value(timezone.now())
