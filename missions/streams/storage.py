@@ -48,9 +48,10 @@ class _CounterMissing(Exception):
 
 class EventLogStorage(DjangoModelStorage):
     def append_events(self, items: list[tuple[str, str, Any]]) -> list[Event]:
-        """Several events `(channel, type, data)` at once, in their order: one transaction,
-        one counter bump per channel, one insert (the live events of one committed
-        transaction, `missions.events`). Ids within a channel follow the order of `items`."""
+        """Several events `(channel, type, data)` at once, in their order (the live events
+        of one committed transaction, `missions.events`): one statement per channel on
+        PostgreSQL (`_append_by_channel`), elsewhere one transaction, one counter bump per
+        channel and one insert. Ids within a channel follow the order of `items`."""
         connection = connections[router.db_for_write(StoredEvent)]
         if connection.vendor == "postgresql":
             return self._append_by_channel(connection, items)
