@@ -8,10 +8,10 @@ WebSocket clients with the same JSON and the stored event id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import re
-from datetime import timedelta
+from collections.abc import Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -21,7 +21,6 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.dispatch import Signal
 from django.utils import timezone
-from django_eventstream.models import Event
 
 from fusion_site.base.prepared import Prepared
 from missions import audit, delivery
@@ -193,14 +192,71 @@ def publish_on_commit(
 ) -> MissionEvent:
     """Append the audit row now (it rolls back with the transaction) and send the live
     event only after commit. The row's `seq` travels with the event so that clients can
-    tell gaps and the WebSocket carries the same id as the audit log."""
+    tell gaps and the WebSocket carries the same id as the audit log. Inside
+    `published_together`, the row is written at the end of that block: the event returned
+    has its `seq` only then."""
     mission_id = mission if isinstance(mission, int) else mission.pk
+    pending = _pending(transaction.get_connection(MissionEvent.objects.db))
+    if pending is not None:
+        now = timezone.now()
+        event = MissionEvent(
+            mission_id=mission_id, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
+        )
+        data = {"type": type, "mission": mission_id, "seq": None, **payload}
+        pending.append((event, data, _send_on_commit(mission_id, type, data)))
+        return event
     # No savepoint of its own (two statements fewer per event, on every hop of the loop):
     # a failure here fails the caller's transaction, which is what it would do anyway.
     with transaction.atomic(savepoint=False):
         event = audit.append(mission_id, type, payload, actor_id)
     _send_on_commit(mission_id, type, {"type": type, "mission": mission_id, "seq": event.seq, **payload})
     return event
+
+
+_PENDING = "fusion_published_together"
+
+
+def _pending(connection: Any) -> list[tuple[MissionEvent, dict[str, Any], _Outbox]] | None:
+    return getattr(connection, _PENDING, None) if connection.in_atomic_block else None
+
+
+@contextlib.contextmanager
+def published_together() -> Iterator[None]:
+    """The audit rows of the events published in this block (inside a transaction) are
+    written together when it ends: one statement per mission instead of one per event (a
+    loop step publishes up to five, each a round trip under the mission's lock).
+
+    Use it inside the transaction, around the whole body of an atomic service, so that an
+    exception leaving the block also rolls that transaction (or its savepoint) back with
+    the events. The block must take the mission's lock first (`lock_mission`), as every
+    service does: its rows' counter no longer takes it on the way. An event published in
+    a savepoint rolled back inside the block is dropped with its live send. Outside a
+    transaction, or inside another such block, it changes nothing."""
+    connection = transaction.get_connection(MissionEvent.objects.db)
+    if not connection.in_atomic_block or getattr(connection, _PENDING, None) is not None:
+        yield
+        return
+    pending: list[tuple[MissionEvent, dict[str, Any], _Outbox]] = []
+    setattr(connection, _PENDING, pending)
+    try:
+        yield
+    finally:
+        setattr(connection, _PENDING, None)
+    _write_pending(connection, pending)
+
+
+def _write_pending(connection: Any, pending: list[tuple[MissionEvent, dict[str, Any], _Outbox]]) -> None:
+    # Still to be sent: an outbox Django dropped went with a savepoint rolled back.
+    live = {id(hook) for _sids, hook, _robust in connection.run_on_commit}
+    by_mission: dict[int, list[tuple[MissionEvent, dict[str, Any]]]] = {}
+    for event, data, outbox in pending:
+        if id(outbox) in live:
+            by_mission.setdefault(event.mission_id, []).append((event, data))
+    for mission_id, items in by_mission.items():
+        audit.append_many(mission_id, [event for event, _data in items])
+        for event, data in items:
+            if "seq" not in event.payload:  # as `{"seq": …, **payload}` has it
+                data["seq"] = event.seq
 
 
 class _Outbox:
@@ -214,10 +270,10 @@ class _Outbox:
         self.events: list[tuple[int, str, dict[str, Any]]] = []
 
     def __call__(self) -> None:
-        _send_all(self.events)
+        send_all(self.events)
 
 
-def _send_on_commit(mission_id: int, type: str, data: dict[str, Any]) -> None:
+def _send_on_commit(mission_id: int, type: str, data: dict[str, Any]) -> _Outbox:
     """Join the transaction's newest outbox when it belongs to the same savepoint level
     (a savepoint rolled back then drops exactly its own events, as Django drops its
     callbacks, and events go out in `seq` order); else open a new one. An event may so
@@ -233,10 +289,11 @@ def _send_on_commit(mission_id: int, type: str, data: dict[str, Any]) -> None:
         )
         if newest is not None and newest[0] - {None} == set(connection.savepoint_ids) - {None}:
             newest[1].events.append((mission_id, type, data))
-            return
+            return newest[1]
     outbox = _Outbox()
     outbox.events.append((mission_id, type, data))
     transaction.on_commit(outbox, using=connection.alias)
+    return outbox
 
 
 def audience(mission_id: int) -> set[int]:
@@ -283,11 +340,9 @@ def _revoke_now(mission_id: int, user_ids: set[int]) -> None:
         async_to_sync(layer.group_send)(group_name(mission_id), {"type": "mission.access", "revoked": sorted(revoked)})
 
 
-def _send(mission_id: int, type: str, data: dict[str, Any]) -> None:
-    _send_all([(mission_id, type, data)])
-
-
-def _send_all(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+def send_all(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+    """Send committed events `(mission id, type, data)` now: stored for the event streams,
+    then to the missions' Channels groups (the outbox at commit, `missions.relay` later)."""
     # A failing transport must never undo or break the committed business change:
     # the database is the source of truth and clients reload their state on reset.
     try:
@@ -317,64 +372,3 @@ def _send_groups(events: list[tuple[int, str, dict[str, Any]]]) -> None:
     delivery.group_send(
         [(group_name(mission_id), {"type": "mission.events", "events": items}) for mission_id, items in batches.items()]
     )
-
-
-# The `seq` of a stored stream event, read without decoding it: every event's data begins
-# `{"type": …, "mission": …, "seq": N` (`publish_on_commit`), encoded once or, stored by
-# `send_event`, twice (the quotes then escaped). A sweep reads every event of the last hour:
-# two JSON decodes each cost it seconds on a busy service.
-_SEQ = re.compile(r'^"?\{\\?"type\\?": \\?"[^"\\]*\\?", \\?"mission\\?": \d+, \\?"seq\\?": (\d+)[,}]')
-
-
-def _streamed_seq(raw: str) -> int | None:
-    match = _SEQ.match(raw)
-    if match is not None:
-        return int(match.group(1))
-    try:  # another shape (written by another release): decode it
-        value = json.loads(raw)
-        if isinstance(value, str):  # send_event encodes the payload, the storage encodes that string again
-            value = json.loads(value)
-        return int(value["seq"])
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
-def redeliver_missing(*, grace_seconds: float, window_minutes: int = 60) -> list[tuple[int, int]]:
-    """The relay behind the on-commit fast path: re-send every audit event of the last
-    `window_minutes` that the event stream's storage does not hold (the process that
-    committed it died before its on-commit send, or the transport failed). Events younger
-    than `grace_seconds` are left to their own sender. Returns [(mission id, seq)].
-
-    The MissionEvent table is the outbox: a re-sent event carries its original `seq` (it
-    may arrive after later events; clients order and de-duplicate by `seq`)."""
-
-    now = timezone.now()
-    recorded = list(
-        MissionEvent.objects.filter(
-            created_at__gte=now - timedelta(minutes=window_minutes),
-            created_at__lt=now - timedelta(seconds=grace_seconds),
-        )
-        .order_by("mission_id", "seq")
-        .values("mission_id", "seq", "type", "payload")
-    )
-    if not recorded:
-        return []
-    oldest = now - timedelta(minutes=window_minutes + 5)
-    channels = {mission_channel(row["mission_id"]) for row in recorded}
-    streamed: set[tuple[str, int]] = set()
-    for channel, raw in (
-        Event.objects.filter(channel__in=channels, created__gte=oldest).exclude(type="").values_list("channel", "data")
-    ):
-        seq = _streamed_seq(raw)
-        if seq is not None:
-            streamed.add((channel, seq))
-    resent = []
-    for row in recorded:
-        if (mission_channel(row["mission_id"]), row["seq"]) in streamed:
-            continue
-        data = {"type": row["type"], "mission": row["mission_id"], "seq": row["seq"], **(row["payload"] or {})}
-        _send(row["mission_id"], row["type"], data)
-        resent.append((row["mission_id"], row["seq"]))
-    if resent:
-        logger.warning("re-sent %d recorded events the stream had lost", len(resent))
-    return resent

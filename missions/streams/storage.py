@@ -1,6 +1,6 @@
 """The stored event log of the live streams (`EVENTSTREAM_STORAGE_CLASS`): django-eventstream's
 own model storage (the same tables, ids and placeholder, so `Last-Event-ID` replay and
-`missions.events.redeliver_missing` read it unchanged), with fewer statements per event.
+`missions.relay.redeliver_missing` read it unchanged), with fewer statements per event.
 
 Every audit event is stored once or twice (its mission's channel, and the global one),
 so this is on every hop of the loop. The library's `Event.save` reads the channel's

@@ -172,6 +172,20 @@ def session_cookie(client, user) -> str:
 # --- the demo mission, held still ------------------------------------------------------
 
 
+def publish_in_a_rolled_back_savepoint(mission) -> None:
+    """A `mission:updated` event ("rolled back") published in a savepoint that then rolls back."""
+    from django.db import transaction
+
+    from missions.events import publish_on_commit
+
+    try:
+        with transaction.atomic():  # a savepoint
+            publish_on_commit(mission, "mission:updated", {"change": "rolled back"})
+            raise RuntimeError
+    except RuntimeError:
+        pass
+
+
 def off_thread(fn, *args, **kwargs):
     """Run `fn` in a thread of its own, as a worker would, and return its result. (The
     browser tests' main thread holds Playwright's event loop, where Django's code that

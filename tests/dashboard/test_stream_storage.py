@@ -89,7 +89,8 @@ def test_writers_at_once_never_share_an_id_and_each_batch_is_consecutive():
 def test_a_batch_that_fails_after_the_global_channel_is_re_sent_by_the_sweep(small_mission, monkeypatch):
     """PostgreSQL stores each channel in its own statement: the global one first. When the
     mission's fails, the mission's channel lacks the event and the sweep re-sends it."""
-    from missions.events import publish_on_commit, redeliver_missing
+    from missions.events import publish_on_commit
+    from missions.relay import redeliver_missing
 
     m = small_mission.mission
     redeliver_missing(grace_seconds=0)

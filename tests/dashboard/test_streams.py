@@ -11,7 +11,7 @@ from django_eventstream.models import Event as StoredEvent
 
 from missions.events import publish_on_commit
 from missions.models import Mission
-from tests.dashboard.conftest import session_cookie
+from tests.dashboard.conftest import publish_in_a_rolled_back_savepoint, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -193,12 +193,7 @@ def test_the_events_of_one_transaction_arrive_in_order_and_a_rolled_back_savepoi
     before = StoredEvent.objects.filter(channel="missions").count()
     with transaction.atomic():
         kept = [publish_on_commit(m, "mission:updated", {"change": "one"}).seq]
-        try:
-            with transaction.atomic():  # a savepoint
-                publish_on_commit(m, "mission:updated", {"change": "rolled back"})
-                raise RuntimeError
-        except RuntimeError:
-            pass
+        publish_in_a_rolled_back_savepoint(m)
         kept.append(publish_on_commit(m, "feature:updated", {"change": "two"}).seq)
         kept.append(publish_on_commit(m, "task:updated", {"change": "three"}).seq)  # not a global type
         assert not StoredEvent.objects.filter(channel=f"mission-{m.pk}", data__contains="rolled").exists()
@@ -289,7 +284,7 @@ def test_the_sweep_resends_exactly_the_events_the_stream_lost(small_mission):
     """`redeliver_missing` reads the `seq` of every stored event of the window (without
     decoding it, for the shape this release stores; another shape is decoded) and re-sends
     only the recorded events the stream does not hold."""
-    from missions.events import redeliver_missing
+    from missions.relay import redeliver_missing
 
     m = small_mission.mission
     redeliver_missing(grace_seconds=0)  # what the fixture's own events left, out of the way

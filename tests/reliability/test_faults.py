@@ -290,7 +290,7 @@ def check_invariants(mission: Mission, expected: dict[int, str], git_repo) -> di
     assert seqs == list(range(1, len(seqs) + 1)), "MissionEvent seq has gaps"
     from django_eventstream.models import Event
 
-    from missions.events import redeliver_missing
+    from missions.relay import redeliver_missing
 
     # The last sweep, once the workers are idle (no sender is in flight: no grace needed).
     relayed = redeliver_missing(grace_seconds=0)

@@ -19,7 +19,7 @@ BAD = {"hello.py": "def goodbye():\n    pass\n"}
 
 
 class Recorder:
-    """Stands in for the transport (`missions.events._send_all`: the events of one commit)."""
+    """Stands in for the transport (`missions.events.send_all`: the events of one commit)."""
 
     def __init__(self):
         self.sent: list[tuple[int, str, dict]] = []
@@ -36,7 +36,7 @@ class Recorder:
 @pytest.fixture
 def sent(monkeypatch) -> Recorder:
     recorder = Recorder()
-    monkeypatch.setattr(events, "_send_all", recorder)
+    monkeypatch.setattr(events, "send_all", recorder)
     return recorder
 
 

@@ -916,7 +916,7 @@ def _no_worker(monkeypatch, tmp_path) -> None:
     # The audit log (MissionEvent) is written as always; only its live fan-out after commit
     # (event-stream storage and the Channels group: ~6 ms an event, a fifth of the time)
     # is left out. Nothing the invariants read depends on it.
-    monkeypatch.setattr(events, "_send_all", lambda events: None)
+    monkeypatch.setattr(events, "send_all", lambda events: None)
     TruthMachine.template = model.Template(tmp_path / "template-root")
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.redact import bounded
-from missions.events import lock_mission, publish_on_commit
+from missions.events import lock_mission, publish_on_commit, published_together
 from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
@@ -37,6 +37,7 @@ ERROR_LIMIT = 3
 
 
 @transaction.atomic
+@published_together()
 def run_complete(
     *,
     run_id: int,

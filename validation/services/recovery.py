@@ -17,8 +17,8 @@ from fusion_site.base import mirrors
 from fusion_site.base.mirrors import FULL_COMMIT
 from fusion_site.base.snapshots import sweep_snapshots
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable
-from missions.events import redeliver_missing
 from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, StopReason, Task, TaskStatus
+from missions.relay import redeliver_missing
 from missions.services.executor_lease import executor_redrive
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive

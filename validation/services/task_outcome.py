@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from fusion_site.base.prepared import Prepared
-from missions.events import publish_on_commit
+from missions.events import publish_on_commit, published_together
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
 from validation.models import RunStatus, ValidatorRun
 from validation.selectors import feature_revision
@@ -33,6 +33,7 @@ _JUDGING: Prepared[int] = Prepared(
 
 
 @transaction.atomic
+@published_together()
 def task_outcome_process(*, task_id: int) -> str:
     try:
         task = _TASK.get(pk=task_id)
