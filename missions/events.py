@@ -228,8 +228,9 @@ def published_together() -> Iterator[None]:
 
     Use it inside the transaction, around the whole body of an atomic service, so that an
     exception leaving the block also rolls that transaction (or its savepoint) back with
-    the events. The block must take the mission's lock first (`lock_mission`), as every
-    service does: its rows' counter no longer takes it on the way. An event published in
+    the events. A block that locks other rows must take the mission's lock before them
+    (`lock_mission`), as every service does: its rows' counter, which takes the mission's
+    row too, now comes at the end. An event published in
     a savepoint rolled back inside the block is dropped with its live send. Outside a
     transaction, or inside another such block, it changes nothing."""
     connection = transaction.get_connection(MissionEvent.objects.db)
