@@ -17,13 +17,17 @@ from fusion_site.base.inserts import insert
 from missions.models import Mission, MissionEvent, column
 
 
-def append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
-    """The audit row, with the mission's next `seq`, written now."""
+def new(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
+    """An audit row stamped now, unsaved: its `seq` is given when it is written."""
     now = timezone.now()
-    event = MissionEvent(
+    return MissionEvent(
         mission_id=mission_id, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
     )
-    return append_many(mission_id, [event])[0]
+
+
+def append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | None) -> MissionEvent:
+    """The audit row, with the mission's next `seq`, written now."""
+    return append_many(mission_id, [new(mission_id, type, payload, actor_id)])[0]
 
 
 def append_many(mission_id: int, events: list[MissionEvent]) -> list[MissionEvent]:

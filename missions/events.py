@@ -20,7 +20,6 @@ from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.dispatch import Signal
-from django.utils import timezone
 
 from fusion_site.base.prepared import Prepared
 from missions import audit, delivery
@@ -198,10 +197,7 @@ def publish_on_commit(
     mission_id = mission if isinstance(mission, int) else mission.pk
     pending = _pending(transaction.get_connection(MissionEvent.objects.db))
     if pending is not None:
-        now = timezone.now()
-        event = MissionEvent(
-            mission_id=mission_id, type=type, payload=payload, actor_id=actor_id, created_at=now, updated_at=now
-        )
+        event = audit.new(mission_id, type, payload, actor_id)
         data = {"type": type, "mission": mission_id, "seq": None, **payload}
         pending.append((event, data, _send_on_commit(mission_id, type, data)))
         return event
@@ -234,7 +230,7 @@ def published_together() -> Iterator[None]:
     a savepoint rolled back inside the block is dropped with its live send. Outside a
     transaction, or inside another such block, it changes nothing."""
     connection = transaction.get_connection(MissionEvent.objects.db)
-    if not connection.in_atomic_block or getattr(connection, _PENDING, None) is not None:
+    if not connection.in_atomic_block or _pending(connection) is not None:
         yield
         return
     pending: list[tuple[MissionEvent, dict[str, Any], _Outbox]] = []
