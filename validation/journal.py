@@ -3,9 +3,13 @@ hash-chained `JournalEntry` (payload canonicalized with RFC 8785, sha256)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from dataclasses import dataclass
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import rfc8785
@@ -14,6 +18,8 @@ from django.db import IntegrityError, connections, transaction
 from fusion_site.base.inserts import insert
 from fusion_site.base.prepared import Prepared
 from validation.models import JournalEntry, ValidatorRun
+
+logger = logging.getLogger(__name__)
 
 
 def canonical(value: Any) -> bytes:
@@ -43,6 +49,49 @@ def append(*, run_id: int, kind: str, key: str = "", payload: Any) -> JournalEnt
     return append_many(run_id=run_id, entries=[(kind, key, payload)])[-1]
 
 
+Entry = tuple[str, str, Any]  # (kind, key, payload)
+
+
+@dataclass
+class Held:
+    """The entries of one run kept back in this thread (`held`)."""
+
+    run_id: int
+    entries: list[Entry] = field(default_factory=list)
+
+    def take(self) -> list[Entry]:
+        entries, self.entries = self.entries, []
+        return entries
+
+
+_holding = threading.local()
+
+
+@contextlib.contextmanager
+def held(run_id: int) -> Iterator[Held]:
+    """Inside the block, entries this thread appends for `run_id` with `hold=True` are kept
+    back instead of written: the runner hands a run's check results to its completion,
+    which journals them with the accepted decision in its own transaction (one write
+    transaction per run instead of two). Any other append for the run in the block writes
+    them first, in one statement with its own (the chain keeps the order of the appends).
+    An exception leaving the block writes them before it goes on, as they were written
+    before; after a normal exit they are the caller's (`Held.take`)."""
+    box, previous = Held(run_id), getattr(_holding, "box", None)
+    _holding.box = box
+    try:
+        yield box
+    except BaseException:
+        _holding.box = previous
+        if box.entries:
+            try:
+                append_many(run_id=run_id, entries=box.take())
+            except Exception:  # noqa: BLE001 — the block's own exception says more; this one is logged
+                logger.warning("could not journal the held entries of run %s", run_id, exc_info=True)
+        raise
+    finally:
+        _holding.box = previous
+
+
 _RUN_LOCK: Prepared[int] = Prepared(
     lambda pk: ValidatorRun.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True)
 )
@@ -52,10 +101,17 @@ _HEAD: Prepared[tuple[int, str]] = Prepared(
 )
 
 
-def append_many(*, run_id: int, entries: list[tuple[str, str, Any]]) -> list[JournalEntry]:
+def append_many(*, run_id: int, entries: list[Entry], hold: bool = False) -> list[JournalEntry]:
     """Entries `(kind, key, payload)` chained onto the run's journal in their order, in one
     transaction (the caller's, without a savepoint, when nested): one read of the chain's
-    head, one insert."""
+    head, one insert. `hold`: kept back instead, inside a `held` block for this run in this
+    thread (nothing is returned); written now anywhere else."""
+    box = getattr(_holding, "box", None)
+    if box is not None and box.run_id == run_id:
+        if hold:
+            box.entries.extend(entries)
+            return []
+        entries = [*box.take(), *entries]
     if not entries:
         return []
     payloads = [_jsonable(payload) for _kind, _key, payload in entries]

@@ -3,6 +3,8 @@ only if its `last_run` names this run. A late result after a reap changes nothin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -46,9 +48,12 @@ def run_complete(
     tokens_out: int = 0,
     decision: dict | None = None,
     run: ValidatorRun | None = None,
+    journal_first: Sequence[journal.Entry] = (),
 ) -> bool:
     """`decision`: the host's accepted decision, journaled in this transaction (whatever
-    the compare-and-swap finds: the journal says what the host accepted). `run`: the run
+    the compare-and-swap finds: the journal says what the host accepted), after
+    `journal_first` (the run's check results, held back by the runner), in one statement.
+    `run`: the run
     as the worker that judged it loaded it, not read again: the fields read here never
     change once a run is created, and its status is the compare-and-swap's. Its mission is
     read again when needed (its settings may have changed while the run was judged)."""
@@ -56,9 +61,10 @@ def run_complete(
         run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     else:
         ValidatorRun.mission.field.delete_cached_value(run)
-    if decision is not None:
+    entries = [*journal_first, *([("decision", "final", decision)] if decision is not None else [])]
+    if entries:
         lock_mission(run.mission_id)  # before the run's row (the journal's lock): one lock order
-        journal.append(run_id=run_id, kind="decision", key="final", payload=decision)
+        journal.append_many(run_id=run_id, entries=entries)
     status = RUN_STATUS[verdict.status]
     if not run_finish(
         run=run,

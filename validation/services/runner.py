@@ -163,20 +163,23 @@ def execute_run(run_id: int) -> str:
 
 def _judge_and_record(run: ValidatorRun) -> str:
     try:
-        profiles.get_profile(run.validator)
-        source = run.mission.source()
-        with snapshot(source, run.revision, label=f"run-{run.pk}") as checkout:
-            # Protected files go back to the base revision before anything reads the snapshot.
-            protection = protect.prepare(checkout, source=source, revision=run.revision, frozen=run.protection)
-            ctx = build_context(run, checkout, protection=protection)
-            judgement = judge(ctx)
-            verdict = host_accept(
-                run.pk,
-                judgement.candidate,
-                FrozenContext(keys=ctx.keys, checkout=checkout, file_refs=judgement.file_refs),
-            )
-            tokens = {"tokens_in": judgement.tokens_in, "tokens_out": judgement.tokens_out}
-            decision = accepted_decision(verdict, **tokens)
+        # The check results wait for the completion below, journaled with its decision in
+        # its transaction; an exception journals them as it leaves (`journal.held`).
+        with journal.held(run.pk) as held:
+            profiles.get_profile(run.validator)
+            source = run.mission.source()
+            with snapshot(source, run.revision, label=f"run-{run.pk}") as checkout:
+                # Protected files go back to the base revision before anything reads the snapshot.
+                protection = protect.prepare(checkout, source=source, revision=run.revision, frozen=run.protection)
+                ctx = build_context(run, checkout, protection=protection)
+                judgement = judge(ctx)
+                verdict = host_accept(
+                    run.pk,
+                    judgement.candidate,
+                    FrozenContext(keys=ctx.keys, checkout=checkout, file_refs=judgement.file_refs),
+                )
+                tokens = {"tokens_in": judgement.tokens_in, "tokens_out": judgement.tokens_out}
+                decision = accepted_decision(verdict, **tokens)
     except SnapshotError as exc:
         # Unreachable, or the commit not pushed yet: retried with backoff, then blocked.
         run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=exc.retry)
@@ -194,7 +197,7 @@ def _judge_and_record(run: ValidatorRun) -> str:
         logger.exception("validator run %s crashed with an unexpected error", run.pk)
         run_error(run_id=run.pk, message=f"unexpected {type(exc).__name__}: {exc}", code="host_defect")
         return RunStatus.ERROR
-    if run_complete(run_id=run.pk, verdict=verdict, decision=decision, run=run, **tokens):
+    if run_complete(run_id=run.pk, verdict=verdict, decision=decision, run=run, journal_first=held.take(), **tokens):
         return str(RUN_STATUS[verdict.status])  # what it just wrote
     return ValidatorRun.objects.filter(pk=run.pk).values_list("status", flat=True).get()
 

@@ -176,11 +176,14 @@ def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
 
 def _journal(ctx: ValidationContext, judged: list[tuple[AssertionSpec, AssertionVerdict]]) -> None:
     """Each check's final verdict, protection rule applied (a replay serves exactly this),
-    all of a run's in one transaction once they are in: a check is never served from the
-    journal to a live run, so one that ends before a crash is only run again."""
+    all of a run's at once when they are in: held for the run's completion to journal with
+    its decision, when the runner holds them (`journal.held`), else in one transaction now.
+    A check is never served from the journal to a live run, so one that ends before a
+    crash is only run again."""
     journal.append_many(
         run_id=ctx.run_id,
         entries=[("check", a.key, {"check": a.check, "result": v.model_dump()}) for a, v in judged],
+        hold=True,
     )
 
 
