@@ -74,8 +74,8 @@ def held(run_id: int) -> Iterator[Held]:
     which journals them with the accepted decision in its own transaction (one write
     transaction per run instead of two). Any other append for the run in the block writes
     them first, in one statement with its own (the chain keeps the order of the appends).
-    An exception leaving the block writes them before it goes on, as they were written
-    before; after a normal exit they are the caller's (`Held.take`)."""
+    An exception leaving the block writes them, in a transaction of their own, before it
+    propagates; after a normal exit they are the caller's to write (`Held.take`)."""
     box, previous = Held(run_id), getattr(_holding, "box", None)
     _holding.box = box
     try:

@@ -53,10 +53,10 @@ def run_complete(
     """`decision`: the host's accepted decision, journaled in this transaction (whatever
     the compare-and-swap finds: the journal says what the host accepted), after
     `journal_first` (the run's check results, held back by the runner), in one statement.
-    `run`: the run
-    as the worker that judged it loaded it, not read again: the fields read here never
-    change once a run is created, and its status is the compare-and-swap's. Its mission is
-    read again when needed (its settings may have changed while the run was judged)."""
+    `run`: the run as the worker that judged it loaded it, not read again: the fields read
+    here never change once a run is created, and its status is the compare-and-swap's. Its
+    mission is read again when needed (its settings may have changed while the run was
+    judged)."""
     if run is None or run.pk != run_id:
         run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     else:
