@@ -8,6 +8,9 @@ The loop runs in real processes, the way it is deployed:
                       (needs DATABASE_URL and REDIS_URL; use a scratch database, a Redis DB
                       and a FUSION_EVENTS_PREFIX of your own). `--sweep 1,2,4` runs the
                       redis mode once per number of worker processes.
+`--repeat N` runs each point N times, each with new processes, a new mission and its own
+baseline before and after, and prints the median of their ratios (in the same database, as
+a sweep's points are): one run's ratio swings with the speed of a shared machine.
 Every process gets its own FUSION_DATA_DIR (the embedded serve: the shared SQLite one),
 FUSION_REPO_CACHE and FUSION_SNAPSHOT_DIR, as separate hosts would have. The mission's
 `repository` is
@@ -54,6 +57,7 @@ the disk's file-creation cost out of both.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/fusion_bench REDIS_URL=redis://127.0.0.1:6379/5 \\
         FUSION_EVENTS_PREFIX=bench .venv/bin/python bench/loop_throughput.py --mode redis --workers-processes 2
     ... --mode redis --sweep 1,2,4 --source url
+    ... --mode redis --source url --repeat 5 --latency-rounds 0
 """
 
 from __future__ import annotations
@@ -104,11 +108,20 @@ parser.add_argument(
     help="where every snapshot and check copy goes, the baseline's and the loop's (default: the temporary folder; "
     "e.g. /dev/shm to leave the disk's file-creation cost out)",
 )
+parser.add_argument(
+    "--repeat",
+    type=int,
+    default=1,
+    help="run each point this many times (new processes and mission each time, its own baseline before and "
+    "after) and report the median ratio: one run's ratio swings with the machine's speed",
+)
 parser.add_argument("--timeout", type=float, default=900, help="give up after this many seconds")
 parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, repository)")
 ARGS = parser.parse_args()
 if ARGS.sweep and ARGS.mode != "redis":
     parser.error("--sweep varies the rundramatiq processes: it needs --mode redis")
+if ARGS.repeat < 1:
+    parser.error("--repeat needs at least 1")
 
 TMP = Path(tempfile.mkdtemp(prefix="fusion-bench-"))
 SNAPSHOTS = (
@@ -639,6 +652,24 @@ def report(point: dict) -> None:
     )
 
 
+def _ratio(point: dict) -> float:
+    return point["loop"]["elapsed"] / point["baseline"]["elapsed"]
+
+
+def report_repeats(runs: list[dict]) -> dict:
+    """The ratios of one point's runs, in their order, and their median; the run with the
+    median ratio (the lower middle one of an even number) stands for the point."""
+    ratios = [_ratio(run) for run in runs]
+    median = statistics.median_low(ratios)
+    print(
+        f"repeat: {runs[0]['workers'] if ARGS.mode == 'redis' else 'embedded'} x {len(runs)} runs: "
+        f"ratio_median={median:.2f} (runs {', '.join(f'{r:.2f}' for r in ratios)}; loop "
+        f"{min(r['loop']['elapsed'] for r in runs):.2f}-{max(r['loop']['elapsed'] for r in runs):.2f}s, baseline "
+        f"{min(r['baseline']['elapsed'] for r in runs):.2f}-{max(r['baseline']['elapsed'] for r in runs):.2f}s)"
+    )
+    return runs[ratios.index(median)]
+
+
 def main() -> None:
     call_command("migrate", verbosity=0)
     # The latency rounds' features judge files 0, 1, … of the same repository too.
@@ -650,12 +681,15 @@ def main() -> None:
             daemon = GitDaemon(TMP / "served").start()
             daemon.bare("repo.git", source=repo)
             source = daemon.url("repo.git")
-        points = []
-        for index, processes in enumerate(ARGS.sweep or [ARGS.workers_processes]):
-            point = run_point(index, processes, source, rev, daemon)
-            report(point)
-            points.append(point)
-            sys.stdout.flush()
+        points, index = [], 0
+        for processes in ARGS.sweep or [ARGS.workers_processes]:
+            runs = []
+            for _ in range(ARGS.repeat):
+                runs.append(run_point(index, processes, source, rev, daemon))
+                index += 1
+                report(runs[-1])
+                sys.stdout.flush()
+            points.append(report_repeats(runs) if len(runs) > 1 else runs[0])
         if len(points) > 1:
             print("sweep: processes  features/s  baseline features/s  ratio  fetches per worker  idle loop adds ms")
             for p in points:
@@ -664,7 +698,7 @@ def main() -> None:
                 print(
                     f"sweep: {p['workers']:>9}  {ARGS.features / p['loop']['elapsed']:>10.1f}  "
                     f"{ARGS.features / p['baseline']['elapsed']:>19.1f}  "
-                    f"{p['loop']['elapsed'] / p['baseline']['elapsed']:>5.2f}  {str(workers):>18}  {adds:>17.0f}"
+                    f"{_ratio(p):>5.2f}  {str(workers):>18}  {adds:>17.0f}"
                 )
     finally:
         if daemon is not None:
