@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from fusion_site.base.lease import renewing
@@ -19,7 +19,7 @@ from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
 from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
-from validation.models import RunStatus, ValidatorRun
+from validation.models import JournalEntry, RunStatus, ValidatorRun
 from validation.services.outcomes import RUN_STATUS, run_complete, run_error
 from validation.validators import judge
 from validation.verdict import (
@@ -113,8 +113,15 @@ _CLAIM = PreparedUpdate(
     until=datetime,
     at=datetime,
 )
+# With whether its journal holds a final decision (`_complete_from_journal` reads it only
+# then): a run judged for the first time has no journal, and this costs no round trip of
+# its own.
 _CLAIMED: Prepared[ValidatorRun] = Prepared(
-    lambda pk: ValidatorRun.objects.select_related("mission", "feature").filter(pk=pk)
+    lambda pk: (
+        ValidatorRun.objects.select_related("mission", "feature")
+        .annotate(decided=Exists(JournalEntry.objects.filter(run=OuterRef("pk"), kind="decision", key="final")))
+        .filter(pk=pk)
+    )
 )
 
 
@@ -148,7 +155,7 @@ def execute_run(run_id: int) -> str:
     run, token = _claim(run_id)
     if run is None:
         return _complete_from_journal(run_id) or "stale"
-    if (done := _complete_from_journal(run.pk)) is not None:
+    if getattr(run, "decided", True) and (done := _complete_from_journal(run.pk)) is not None:  # `_CLAIMED`
         return done
     with heartbeat(run.pk, token):
         try:
