@@ -155,7 +155,8 @@ def execute_run(run_id: int) -> str:
     run, token = _claim(run_id)
     if run is None:
         return _complete_from_journal(run_id) or "stale"
-    if getattr(run, "decided", True) and (done := _complete_from_journal(run.pk)) is not None:  # `_CLAIMED`
+    # `decided`: read with the run (`_CLAIMED`); a run with no final decision has none to complete from.
+    if getattr(run, "decided", True) and (done := _complete_from_journal(run.pk)) is not None:
         return done
     with heartbeat(run.pk, token):
         try:
