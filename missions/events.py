@@ -226,7 +226,7 @@ def published_together() -> Iterator[None]:
     exception leaving the block also rolls that transaction (or its savepoint) back with
     the events. A block that locks other rows must take the mission's lock before them
     (`lock_mission`), as every service does: its rows' counter, which takes the mission's
-    row too, now comes at the end. An event published in
+    row too, comes at the end. An event published in
     a savepoint rolled back inside the block is dropped with its live send. Outside a
     transaction, or inside another such block, it changes nothing."""
     connection = transaction.get_connection(MissionEvent.objects.db)

@@ -81,7 +81,6 @@ def held(run_id: int) -> Iterator[Held]:
     try:
         yield box
     except BaseException:
-        _holding.box = previous
         if box.entries:
             try:
                 append_many(run_id=run_id, entries=box.take())
