@@ -152,9 +152,12 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
     # Parameters bound by the server, and a statement run FUSION_DB_PREPARE_THRESHOLD
     # times on one connection is prepared there (parsed and planned once): the loop runs
     # the same few statements for every feature (fusion_site/base/prepared.py compiles
-    # them once on this side). 0 keeps Django's default, client-side binding: needed
-    # behind a pooler in transaction mode that does not track prepared statements.
-    _prepare = env_int("FUSION_DB_PREPARE_THRESHOLD", 5)
+    # them once on this side). 1: from its second run, so that a new connection (a worker
+    # just started, a pool's new one) stops planning its statements after their first
+    # runs; a statement run once stays unprepared. 0 keeps Django's default, client-side
+    # binding: needed behind a pooler in transaction mode that does not track prepared
+    # statements.
+    _prepare = env_int("FUSION_DB_PREPARE_THRESHOLD", 1)
     if _prepare > 0:
         _options.update(server_side_binding=True, prepare_threshold=_prepare)
 if _db["ENGINE"] in ("django.db.backends.sqlite3", "fusion_site.sqlite"):

@@ -3,8 +3,10 @@ event stream (django-eventstream: stored, then published) and the Channels group
 
 Both take every event of one committed transaction at once (`missions.events._Outbox`):
 the stream stores them in one write transaction (`EventLogStorage.append_events`), the
-groups get them in one hop to the sender loop. Failures are the caller's to log: a
-transport must never undo a committed change.
+groups get them in one hop to the sender loop. A group no WebSocket client is in gets no
+send at all: the stream's publishing round trip also asks Redis which of the groups have
+members (`stream(…, groups=…)`), and an in-process layer knows its own. Failures are the
+caller's to log: a transport must never undo a committed change.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -21,43 +24,87 @@ from django_eventstream import eventstream as eventstream_module
 from django_eventstream.event import Event as StreamEvent
 from django_eventstream.utils import get_channelmanager, get_storage, publish_event
 from django_grip import get_pubcontrol
+from redis.connection import parse_url
 
 logger = logging.getLogger(__name__)
 
 
-def stream(items: list[tuple[str, str, str]]) -> None:
+def stream(items: list[tuple[str, str, str]], *, groups: list[str] = ()) -> set[str] | None:
     """django-eventstream's `send_event` for several events `(channel, type, JSON)`: the
     stored ones in one storage call, then published as `send_event` publishes each (Redis
-    pub/sub or this process's listeners, then GRIP), all of them in one Redis round trip."""
+    pub/sub or this process's listeners, then GRIP), all of them in one Redis round trip.
+
+    `groups`: the Channels groups these events go to next. Returned: those of them that
+    have members, asked in the same round trip; None when that is not told here (no Redis
+    for the stream, or a layer that keeps its groups elsewhere): then send to every one."""
     storage, channels = get_storage(), get_channelmanager()
     reliable = [bool(storage) and channels.is_channel_reliable(channel) for channel, _t, _d in items]
     kept = [item for item, keep in zip(items, reliable, strict=True) if keep]
     stored = iter(storage.append_events(kept) if kept else [])
-    _publish([next(stored) if keep else StreamEvent(*item) for item, keep in zip(items, reliable, strict=True)])
+    events = [next(stored) if keep else StreamEvent(*item) for item, keep in zip(items, reliable, strict=True)]
+    return _publish(events, list(groups))
 
 
-def _publish(events: list[StreamEvent]) -> None:
+def _publish(events: list[StreamEvent], groups: list[str]) -> set[str] | None:
     """The part of `django_eventstream.send_event` after storage (the library has no call
     for an event stored already), for several events: one pipelined round trip to Redis
     instead of one per event, and no GRIP publishing when no GRIP proxy is configured (the
     library builds every event's GRIP item, then finds no one to give it to). An event
-    with an id (`event.id`) was stored."""
+    with an id (`event.id`) was stored. Returns `stream`'s answer about `groups`."""
     from django_eventstream.views import get_listener_manager  # as send_event does: the views import late
 
     ids = [(str(event.id), str(event.id - 1)) if event.id is not None else (None, None) for event in events]
     redis_client = eventstream_module.redis_client
+    listened = None
     if redis_client:
+        keys = _group_keys(groups, redis_client)
         pipe = redis_client.pipeline(transaction=False)
         for event, (pub_id, _prev) in zip(events, ids, strict=True):
             message = {"channel": event.channel, "event_type": event.type, "data": event.data, "pub_id": pub_id}
             pipe.publish("events_channel", json.dumps(message))
-        pipe.execute()
+        for key in keys or ():
+            pipe.exists(key)
+        answers = pipe.execute()
+        if keys is not None:
+            listened = {group for group, n in zip(groups, answers[len(events) :], strict=True) if n}
     else:
         for event in events:
             get_listener_manager().add_to_queues(event.channel, event)
     if _grip_configured():
         for event, (pub_id, pub_prev_id) in zip(events, ids, strict=True):
             publish_event(event.channel, event.type, event.data, pub_id, pub_prev_id, skip_user_ids=[], blocking=False)
+    return listened
+
+
+# layer -> whether it keeps its groups on the stream's Redis (see `_group_keys`)
+_GROUPS_HERE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _group_keys(groups: list[str], client: Any) -> list[bytes] | None:
+    """The Redis keys of `groups`' member sets when the Channels layer is channels-redis on
+    one server, the stream's own (server and database): a group send first reads that set,
+    and sends nothing when it is empty. An empty set is deleted, so `EXISTS` tells. None
+    for any other layer (sharded, elsewhere, in-process)."""
+    layer = get_channel_layer()
+    key_of = getattr(layer, "_group_key", None)
+    if not groups or key_of is None:
+        return None
+    here = _GROUPS_HERE.get(layer)
+    if here is None:
+        here = _GROUPS_HERE[layer] = _same_server(getattr(layer, "hosts", None), client)
+    return [key_of(group) for group in groups] if here else None
+
+
+def _same_server(hosts: Any, client: Any) -> bool:
+    """Whether the layer's `hosts` are one Redis, the one `client` talks to (its server and
+    database)."""
+    if not isinstance(hosts, list) or len(hosts) != 1 or not isinstance(hosts[0], dict):
+        return False
+    host = hosts[0]
+    theirs = parse_url(host["address"]) if "address" in host else host
+    mine = client.connection_pool.connection_kwargs
+    defaults = {"host": "localhost", "port": 6379, "db": 0, "path": None}
+    return all(str(theirs.get(name, default)) == str(mine.get(name, default)) for name, default in defaults.items())
 
 
 def _grip_configured() -> bool:

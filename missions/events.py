@@ -342,30 +342,38 @@ def send_all(events: list[tuple[int, str, dict[str, Any]]]) -> None:
     then to the missions' Channels groups (the outbox at commit, `missions.relay` later)."""
     # A failing transport must never undo or break the committed business change:
     # the database is the source of truth and clients reload their state on reset.
+    groups = list(dict.fromkeys(group_name(mission_id) for mission_id, _t, _d in events))
+    listened = None  # not known: every group gets its send
     try:
-        _stream(events)
+        listened = _stream(events, groups)
     except Exception:  # noqa: BLE001
         logger.exception("eventstream delivery failed for %s", ", ".join(type for _m, type, _d in events))
-    _send_groups(events)
+    _send_groups(events, listened)
 
 
-def _stream(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+def _stream(events: list[tuple[int, str, dict[str, Any]]], groups: list[str]) -> set[str] | None:
+    """Store and publish; which of `groups` have members, when the stream's Redis tells."""
     items = []
     for mission_id, type, data in events:
         encoded = json.dumps(data, cls=DjangoJSONEncoder)  # as django-eventstream's send_event encodes it
         items.append((mission_channel(mission_id), type, encoded))
         if type in GLOBAL_TYPES:
             items.append((GLOBAL_CHANNEL, type, encoded))
-    delivery.stream(items)
+    return delivery.stream(items, groups=groups)
 
 
-def _send_groups(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+def _send_groups(events: list[tuple[int, str, dict[str, Any]]], listened: set[str] | None = None) -> None:
     """One `mission.events` message per mission group with that mission's events in order
     (`{"event", "data", "id"}` each): a group send costs Redis round trips and a hop to
-    the sender loop whatever it carries. Listeners also take a single `mission.event`."""
+    the sender loop whatever it carries. Listeners also take a single `mission.event`.
+    `listened`: the groups known to have members (None: not known); no other gets a send."""
     batches: dict[int, list[dict[str, Any]]] = {}
     for mission_id, type, data in events:
         batches.setdefault(mission_id, []).append({"event": type, "data": data, "id": data["seq"]})
     delivery.group_send(
-        [(group_name(mission_id), {"type": "mission.events", "events": items}) for mission_id, items in batches.items()]
+        [
+            (group_name(mission_id), {"type": "mission.events", "events": items})
+            for mission_id, items in batches.items()
+            if listened is None or group_name(mission_id) in listened
+        ]
     )

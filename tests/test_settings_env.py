@@ -153,7 +153,7 @@ def test_the_connection_pool_and_prepared_statements_are_postgresqls(tmp_path, u
         assert not {"pool", "server_side_binding", "prepare_threshold"} & set(options)
         return
     assert ("pool" in options) is pool
-    assert options["server_side_binding"] is True and options["prepare_threshold"] == 5
+    assert options["server_side_binding"] is True and options["prepare_threshold"] == 1
 
 
 def test_redis_url_selects_redis_broker_and_channel_layer(tmp_path):

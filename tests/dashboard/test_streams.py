@@ -280,6 +280,75 @@ def test_a_group_nobody_is_in_costs_no_hop_to_the_server_loop(monkeypatch):
     assert sent == [["mission-2"]]
 
 
+@pytest.mark.usefixtures("own_channel_layer")
+def test_a_group_nobody_is_in_gets_no_send_and_one_with_a_member_gets_it(small_mission, monkeypatch):
+    """A step's events go to its mission's Channels group only when a WebSocket client is
+    in it: on Redis the stream's publishing round trip asks which groups have members
+    (`delivery.stream(…, groups=…)`), the in-process layer knows. The member gets the
+    events either way."""
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from missions.events import group_name
+
+    m = small_mission.mission
+    layer = get_channel_layer()
+    sent: list[str] = []
+    real_send = layer.group_send
+
+    async def counting(group, message):
+        sent.append(group)
+        await real_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting)
+
+    def publish(change: str) -> int:
+        with transaction.atomic():
+            return publish_on_commit(m.pk, "mission:updated", {"change": change}).seq
+
+    publish("unwatched")
+    assert sent == []
+
+    async def join() -> str:
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(m.pk), channel)
+        return channel
+
+    async def take(channel: str) -> dict:
+        return await asyncio.wait_for(layer.receive(channel), timeout=10)
+
+    channel = async_to_sync(join)()
+    seq = publish("watched")
+    assert sent == [group_name(m.pk)]
+    message = async_to_sync(take)(channel)
+    assert [(e["event"], e["id"], e["data"]["change"]) for e in message["events"]] == [
+        ("mission:updated", seq, "watched")
+    ]
+
+
+def test_the_stream_says_which_groups_have_members_only_for_a_layer_on_its_redis(monkeypatch):
+    """`delivery.stream` answers about groups only when the Channels layer keeps them on
+    the stream's own Redis server and database; for any other layer it says it cannot
+    tell (None), and every group gets its send."""
+    from django_eventstream import eventstream
+
+    from missions import delivery
+
+    client = eventstream.redis_client
+    if client is None:  # the embedded shape: the stream publishes in-process
+        assert delivery.stream([("mission-1", "x", "{}")], groups=["mission-1"]) is None
+        return
+    kwargs = client.connection_pool.connection_kwargs
+    same = f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs['db']}"
+    other_db = f"redis://{kwargs['host']}:{kwargs['port']}/{int(kwargs['db']) + 1}"
+    assert delivery._same_server([{"address": same}], client)
+    assert not delivery._same_server([{"address": other_db}], client)
+    assert not delivery._same_server([{"address": same}, {"address": same}], client)  # sharded
+    assert not delivery._same_server([{"address": f"redis://{kwargs['host']}:1/{kwargs['db']}"}], client)
+
+
 def test_the_sweep_resends_exactly_the_events_the_stream_lost(small_mission):
     """`redeliver_missing` reads the `seq` of every stored event of the window (without
     decoding it, for the shape this release stores; another shape is decoded) and re-sends
