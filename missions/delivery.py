@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -29,7 +30,7 @@ from redis.connection import parse_url
 logger = logging.getLogger(__name__)
 
 
-def stream(items: list[tuple[str, str, str]], *, groups: list[str] = ()) -> set[str] | None:
+def stream(items: list[tuple[str, str, str]], *, groups: Sequence[str] = ()) -> set[str] | None:
     """django-eventstream's `send_event` for several events `(channel, type, JSON)`: the
     stored ones in one storage call, then published as `send_event` publishes each (Redis
     pub/sub or this process's listeners, then GRIP), all of them in one Redis round trip.
