@@ -37,6 +37,15 @@ def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, floa
     total: Counter = Counter()
     for pid, (command, seconds) in after.items():
         earlier = before.get(pid)
-        start = earlier[1] if earlier and earlier[0] == command else 0.0
+        start = earlier[1] if earlier and _same_process(earlier[0], command) else 0.0
         total[command] += seconds - start
     return total
+
+
+def _same_process(before: str, after: str) -> bool:
+    """Whether a pid's two command names are one process: a kernel worker renames itself
+    after the work it is doing (`kworker/u8:0-writeback`, `kworker/u8:0-events_unbound`);
+    counted as a new process, its CPU since boot was charged to the window."""
+    if before.startswith("kworker/") and after.startswith("kworker/"):
+        return before.split("-", 1)[0] == after.split("-", 1)[0]
+    return before == after
