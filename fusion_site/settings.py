@@ -152,9 +152,9 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
     # Parameters bound by the server, and a statement run FUSION_DB_PREPARE_THRESHOLD
     # times on one connection is prepared there (parsed and planned once): the loop runs
     # the same few statements for every feature (fusion_site/base/prepared.py compiles
-    # them once on this side). 1: from its second run, so that a new connection (a worker
-    # just started, a pool's new one) stops planning its statements after their first
-    # runs; a statement run once stays unprepared. 0 keeps Django's default, client-side
+    # them once on this side). 1: from its second run, so that on a new connection (a
+    # worker just started, a pool's new one) the loop's statements are parsed twice, not
+    # six times; a statement run once stays unprepared. 0 keeps Django's default, client-side
     # binding: needed behind a pooler in transaction mode that does not track prepared
     # statements.
     _prepare = env_int("FUSION_DB_PREPARE_THRESHOLD", 1)

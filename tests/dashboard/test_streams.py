@@ -328,7 +328,7 @@ def test_a_group_nobody_is_in_gets_no_send_and_one_with_a_member_gets_it(small_m
     ]
 
 
-def test_the_stream_says_which_groups_have_members_only_for_a_layer_on_its_redis(monkeypatch):
+def test_the_stream_says_which_groups_have_members_only_for_a_layer_on_its_redis():
     """`delivery.stream` answers about groups only when the Channels layer keeps them on
     the stream's own Redis server and database; for any other layer it says it cannot
     tell (None), and every group gets its send."""
