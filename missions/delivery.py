@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,10 +76,6 @@ def _publish(events: list[StreamEvent], groups: list[str]) -> set[str] | None:
     return listened
 
 
-# layer -> whether it keeps its groups on the stream's Redis (see `_group_keys`)
-_GROUPS_HERE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
 def _group_keys(groups: list[str], client: Any) -> list[bytes] | None:
     """The Redis keys of `groups`' member sets when the Channels layer is channels-redis on
     one server, the stream's own (server and database): a group send first reads that set,
@@ -88,12 +83,9 @@ def _group_keys(groups: list[str], client: Any) -> list[bytes] | None:
     for any other layer (sharded, elsewhere, in-process)."""
     layer = get_channel_layer()
     key_of = getattr(layer, "_group_key", None)
-    if not groups or key_of is None:
+    if not groups or key_of is None or not _same_server(getattr(layer, "hosts", None), client):
         return None
-    here = _GROUPS_HERE.get(layer)
-    if here is None:
-        here = _GROUPS_HERE[layer] = _same_server(getattr(layer, "hosts", None), client)
-    return [key_of(group) for group in groups] if here else None
+    return [key_of(group) for group in groups]
 
 
 def _same_server(hosts: Any, client: Any) -> bool:
