@@ -279,6 +279,13 @@ FUSION_RUN_HEARTBEAT_SECONDS = FUSION_RUN_LEASE_SECONDS / 4
 FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
 FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)
 FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
+# How much lower than the service's own the CPU priority of the commands it runs is
+# (checks, command validators, executor tasks): added to their niceness, at most 19. The
+# loop's transactions hold their mission's lock while they wait for the CPU; the commands
+# get what the service leaves (fusion_site/base/proc.py, README "Loop throughput").
+FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10)
+if not 0 <= FUSION_COMMAND_NICE <= 19:
+    raise ImproperlyConfigured(f"FUSION_COMMAND_NICE must be between 0 and 19, got {FUSION_COMMAND_NICE}")
 FUSION_SWEEP_INTERVAL = env_int("FUSION_SWEEP_INTERVAL", 120)
 # The MCP server (docs/MCP.md): how often a waiting tool looks at the database, how long
 # `task_complete` waits for the admission, how long an idle MCP session is kept.

@@ -32,6 +32,7 @@ SETTINGS_VARS = (
     "FUSION_CHECK_TIMEOUT",
     "FUSION_CHECK_OUTPUT_BYTES",
     "FUSION_CHECK_PARALLELISM",
+    "FUSION_COMMAND_NICE",
     "FUSION_SWEEP_INTERVAL",
     "FUSION_WORKER_THREADS",
     "FUSION_WORKER_POLL_MS",
@@ -196,6 +197,13 @@ def test_bad_integer_fails_readably(tmp_path):
     assert proc.returncode != 0
     assert "ImproperlyConfigured" in proc.stderr
     assert "FUSION_CHECK_TIMEOUT must be an integer" in proc.stderr
+
+
+@pytest.mark.parametrize("raw", ["20", "-1"])
+def test_a_command_niceness_out_of_range_fails_readably(tmp_path, raw):
+    proc = _python(PRINT_SETTINGS, _env(tmp_path, FUSION_COMMAND_NICE=raw))
+    assert proc.returncode != 0
+    assert f"FUSION_COMMAND_NICE must be between 0 and 19, got {raw}" in proc.stderr
 
 
 def test_manage_check_reports_unknown_validator_kind(tmp_path):

@@ -1,7 +1,7 @@
-"""Subprocess adapter: scrubbed environment, a timeout that kills the whole process
-group, and captured output capped to its tail (a pattern is still searched in the whole
-output). Every command the host runs for checks, command validators and executors goes
-through `run_command`."""
+"""Subprocess adapter: scrubbed environment, a lower CPU priority than the service's, a
+timeout that kills the whole process group, and captured output capped to its tail (a
+pattern is still searched in the whole output). Every command the host runs for checks,
+command validators and executors goes through `run_command`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from django.conf import settings
 
 # Only these survive the scrub; everything else (SECRET_KEY, DATABASE_URL, API keys, …)
 # never reaches a command the host runs.
@@ -63,6 +65,25 @@ def _argv(command: str | list[str], shell: bool) -> list[str] | str:
     return argv
 
 
+def _lower_priority(pid: int) -> None:
+    """Run the command `FUSION_COMMAND_NICE` steps nicer than the service. The service's
+    transactions hold a mission's row lock across their round trips to the database, and
+    every other step of that mission waits for them: a worker thread or a PostgreSQL
+    backend kept waiting for the CPU by a check holds up the whole mission's loop
+    (README, "Loop throughput"). That is also why the command stays in the service's
+    session: under Linux's autogroup scheduling (`kernel.sched_autogroup_enabled`) each
+    session is a scheduling group of its own, so a command in a new session would weigh as
+    much as the whole worker process, niceness or not. Set as soon as the command has
+    started: what it starts afterwards inherits it."""
+    step = settings.FUSION_COMMAND_NICE
+    if step <= 0:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + step, 19))
+    except OSError:  # it has exited already (ProcessLookupError), or the system refuses
+        pass
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -92,10 +113,13 @@ def run_command(
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                # A process group of its own (the timeout kills the whole group), in the
+                # service's session: see `_lower_priority`.
+                process_group=0,
             )
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot start {command!r}: {exc}") from exc
+        _lower_priority(proc.pid)
         timed_out = False
         try:
             if stdin is not None:
