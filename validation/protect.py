@@ -26,6 +26,7 @@ from typing import Any, Literal, overload
 
 from fusion_site.base import mirrors
 from fusion_site.base.mirrors import LOCAL_TIMEOUT, mirror_git
+from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, git_env
 from validation.verdict import escape_invisible
 
@@ -145,9 +146,8 @@ def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[st
         return {}
     env = git_env(source)
     try:
-        proc = subprocess.run(
+        proc = run_nicer(
             ["git", "-C", str(repo), "cat-file", "--batch"],
-            capture_output=True,
             env=env,
             input="".join(f"{oid}\n" for oid in oids).encode(),
             timeout=LOCAL_TIMEOUT,

@@ -5,6 +5,7 @@ command validators and executors goes through `run_command`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -13,10 +14,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 
@@ -65,23 +68,84 @@ def _argv(command: str | list[str], shell: bool) -> list[str] | str:
     return argv
 
 
-def _lower_priority(pid: int) -> None:
-    """Run the command `FUSION_COMMAND_NICE` steps nicer than the service. The service's
-    transactions hold a mission's row lock across their round trips to the database, and
-    every other step of that mission waits for them: a worker thread or a PostgreSQL
-    backend kept waiting for the CPU by a check holds up the whole mission's loop
-    (README, "Loop throughput"). That is also why the command stays in the service's
-    session: under Linux's autogroup scheduling (`kernel.sched_autogroup_enabled`) each
-    session is a scheduling group of its own, so a command in a new session would weigh as
-    much as the whole worker process, niceness or not. Set as soon as the command has
-    started: what it starts afterwards inherits it."""
+def start_nicer(argv: list[str] | str, **popen: Any) -> subprocess.Popen:
+    """`subprocess.Popen(argv, **popen)`, `FUSION_COMMAND_NICE` steps nicer than the
+    service. The service's transactions hold a mission's row lock across their round trips
+    to the database, and every other step of that mission waits for them: a worker thread
+    or a PostgreSQL backend kept waiting for the CPU by a check holds up the whole
+    mission's loop (README, "Loop throughput"). That is also why a command stays in the
+    service's session: under Linux's autogroup scheduling (`kernel.sched_autogroup_enabled`)
+    each session is a scheduling group of its own, so a command in a new session would
+    weigh as much as the whole worker process, niceness or not.
+
+    Linux keeps a niceness per thread, and a process inherits its starter's: the process
+    is started by a thread of this module that is that much nicer, so it runs at that
+    priority from its first instruction, and so does everything it starts (a shell's
+    commands, git's helpers). Elsewhere the process is reniced just after its start."""
     step = settings.FUSION_COMMAND_NICE
     if step <= 0:
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + step, 19))
-    except OSError:  # it has exited already (ProcessLookupError), or the system refuses
-        pass
+        return subprocess.Popen(argv, **popen)
+    if sys.platform.startswith("linux"):
+        return _starter(step).submit(lambda: subprocess.Popen(argv, **popen)).result()
+    proc = subprocess.Popen(argv, **popen)
+    with contextlib.suppress(OSError):  # exited already, or the system refuses
+        os.setpriority(os.PRIO_PROCESS, proc.pid, _nicer_by(step))
+    return proc
+
+
+_STARTERS: dict[int, ThreadPoolExecutor] = {}
+_STARTERS_LOCK = threading.Lock()
+
+
+def _starter(step: int) -> ThreadPoolExecutor:
+    with _STARTERS_LOCK:
+        if step not in _STARTERS:
+            _STARTERS[step] = ThreadPoolExecutor(
+                1, thread_name_prefix=f"fusion-start-nice{step}", initializer=_nicer_thread, initargs=(step,)
+            )
+        return _STARTERS[step]
+
+
+def _forget_starters() -> None:
+    # A process forked from this one (not exec'd) has none of their threads: it starts its own.
+    global _STARTERS_LOCK
+    _STARTERS_LOCK = threading.Lock()
+    _STARTERS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_starters)
+
+
+def _nicer_thread(step: int) -> None:
+    # On Linux `who=0` is the calling thread alone, not the whole process.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, _nicer_by(step))
+
+
+def _nicer_by(step: int) -> int:
+    return min(os.getpriority(os.PRIO_PROCESS, 0) + step, 19)
+
+
+def run_nicer(
+    argv: list[str], *, input: bytes | str | None = None, timeout: float | None = None, **popen: Any
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(argv, capture_output=True, …)` for the service's own helpers (git,
+    `cp`, `rm`, `find`), at the same lower priority as the commands (`start_nicer`): they
+    make and remove snapshots while another thread holds a mission's lock."""
+    with start_nicer(
+        argv,
+        stdin=subprocess.PIPE if input is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    ) as proc:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -105,7 +169,7 @@ def run_command(
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
-            proc = subprocess.Popen(
+            proc = start_nicer(
                 _argv(command, shell),
                 cwd=str(cwd),
                 shell=shell,
@@ -114,12 +178,11 @@ def run_command(
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 # A process group of its own (the timeout kills the whole group), in the
-                # service's session: see `_lower_priority`.
+                # service's session: see `start_nicer`.
                 process_group=0,
             )
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot start {command!r}: {exc}") from exc
-        _lower_priority(proc.pid)
         timed_out = False
         try:
             if stdin is not None:

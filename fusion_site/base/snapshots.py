@@ -27,6 +27,7 @@ from django.conf import settings
 
 from fusion_site.base import mirrors
 from fusion_site.base.mirrors import FULL_COMMIT, source_of
+from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
 
 __all__ = ["FULL_COMMIT", "SnapshotError", "SourceUnavailable", "source_of"]
@@ -84,7 +85,7 @@ def _writable_folders(path: Path) -> None:
         if not any(entry.is_dir(follow_symlinks=False) for entry in entries):
             return
     with contextlib.suppress(OSError):
-        done = subprocess.run(["find", str(path), "-type", "d", "-exec", "chmod", "u+w", "--", "{}", "+"])
+        done = run_nicer(["find", str(path), "-type", "d", "-exec", "chmod", "u+w", "--", "{}", "+"])
         if done.returncode == 0:
             return
     for dirpath, _dirs, _files in os.walk(path):
@@ -183,12 +184,7 @@ def _copy_tree(source: Path, target: Path) -> None:
     # or a checkout (bench/check_copies.py); `--reflink=auto` shares the blocks where the
     # file system can (btrfs, XFS). Without GNU cp, copytree does the same, slower.
     try:
-        done = (
-            subprocess.run(
-                ["cp", "-a", "--reflink=auto", "--", str(source), str(target)], capture_output=True
-            ).returncode
-            == 0
-        )
+        done = run_nicer(["cp", "-a", "--reflink=auto", "--", str(source), str(target)]).returncode == 0
     except OSError:
         done = False
     if not done:
@@ -209,7 +205,7 @@ def remove_tree(path: Path, *, in_process: bool = False) -> None:
     # took the permissions off, for a worker that is not root).
     if not in_process:
         with contextlib.suppress(OSError):
-            subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True)
+            run_nicer(["rm", "-rf", "--", str(path)])
         if not os.path.lexists(path):
             return
 

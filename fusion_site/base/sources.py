@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from fusion_site.base.proc import run_nicer
 from fusion_site.base.redact import redact
 
 
@@ -235,7 +236,7 @@ def run_git(
     """`umask`: the git process's own (-1: this process's)."""
     env = {**git_env(source), **(extra_env or {})}
     command = ["git", *(["-C", str(cwd)] if cwd else []), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, umask=umask)
+    return run_nicer(command, text=True, timeout=timeout, env=env, umask=umask)
 
 
 def safe_revision(name: str) -> str:

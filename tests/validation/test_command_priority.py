@@ -1,20 +1,24 @@
 """The commands the service runs (checks, command validators, executor tasks) run at a
 lower CPU priority than the service, each in a process group of its own inside the
-service's session (fusion_site/base/proc.py, README "Loop throughput"): the loop's
-transactions, which hold their mission's lock, get the CPU first. The timeout still kills
-everything a command started."""
+service's session, and so do its own helpers (git, `rm`, `cp`) (fusion_site/base/proc.py,
+README "Loop throughput"): the loop's transactions, which hold their mission's lock, get
+the CPU first. The timeout still kills everything a command started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from fusion_site.base.proc import run_command
+from fusion_site.base.proc import run_command, run_nicer
+from fusion_site.base.sources import run_git
 from missions.models import MissionFeature
 from validation.services import runner
 from validation.services.admission import feature_admit
@@ -44,6 +48,17 @@ def test_a_command_runs_nicer_than_the_service_in_a_group_of_its_own(tmp_path, s
 def test_zero_keeps_the_services_priority(tmp_path, settings):
     settings.FUSION_COMMAND_NICE = 0
     assert probe(tmp_path)["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_the_services_own_helpers_run_at_the_lower_priority_too(tmp_path, settings):
+    settings.FUSION_COMMAND_NICE = 3
+    wanted = min(os.getpriority(os.PRIO_PROCESS, 0) + 3, 19)
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    assert int(run_nicer([sys.executable, "-c", code], text=True).stdout) == wanted
+    # git passes its priority on to what it starts: an alias that runs a program shows it.
+    done = run_git(["-c", f"alias.probe=!{sys.executable} -c '{code}'", "probe"], cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == wanted
 
 
 def test_the_timeout_kills_what_the_command_started(tmp_path):
@@ -80,3 +95,33 @@ def test_a_check_of_a_real_run_runs_at_the_lower_priority(build_mission, git_rep
     run.refresh_from_db()
     assert run.verdict is not None, run.error
     assert run.verdict["status"] == "pass", run.verdict
+
+
+def test_a_process_forked_after_a_start_starts_its_own_commands(tmp_path, settings):
+    """The starting thread does not survive a fork: a forked child (Dramatiq's worker
+    processes are forked) starts its commands all the same, at the lower priority."""
+    settings.FUSION_COMMAND_NICE = 4
+    wanted = min(os.getpriority(os.PRIO_PROCESS, 0) + 4, 19)
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    assert int(run_nicer([sys.executable, "-c", code], text=True).stdout) == wanted  # the starter exists
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what its own command saw, then leave at once
+        try:
+            os.write(write, run_nicer([sys.executable, "-c", code], timeout=60).stdout)
+        finally:
+            os._exit(0)
+    os.close(write)
+    seen, deadline = b"", time.monotonic() + 60
+    try:
+        while select.select([read], [], [], max(0, deadline - time.monotonic()))[0]:
+            chunk = os.read(read, 100)
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(read)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # one that hangs, waiting for a starter it has not
+        os.waitpid(pid, 0)
+    assert seen and int(seen) == wanted, "the forked child's command did not start"

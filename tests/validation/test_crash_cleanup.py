@@ -150,14 +150,14 @@ def test_a_snapshot_is_removed_whatever_its_size_and_what_a_check_added(git_repo
     git_repo.commit({f"src/f{i}.txt": "x\n" for i in range(files)})
     rev = git_repo.git("rev-parse", "HEAD").strip()
     removers: list[list[str]] = []
-    real_run = subprocess.run
+    real_run = snapshots_module.run_nicer
 
     def recording(argv, *args, **kwargs):
         if argv and argv[0] == "rm":
             removers.append(list(argv))
         return real_run(argv, *args, **kwargs)
 
-    monkeypatch.setattr(snapshots_module.subprocess, "run", recording)
+    monkeypatch.setattr(snapshots_module, "run_nicer", recording)
     with snapshot(str(git_repo.path), rev, label="run-1") as checkout:
         made = checkout / "build" / "out"
         made.mkdir(parents=True)
@@ -176,6 +176,7 @@ HOLDER = textwrap.dedent("""
         FUSION_REPO_CACHE=sys.argv[5],
         FUSION_REPO_CACHE_BYTES=2**40,
         FUSION_GIT_REMOTE_TIMEOUT=60,
+        FUSION_COMMAND_NICE=10,
     )
     from fusion_site.base.snapshots import snapshot
     with snapshot(sys.argv[1], sys.argv[2], label=sys.argv[3]) as checkout:
