@@ -280,10 +280,13 @@ FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
 FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)
 FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
 # How much lower than the service's own the CPU priority of the commands it runs is
-# (checks, command validators, executor tasks): added to their niceness, at most 19. The
-# loop's transactions hold their mission's lock while they wait for the CPU; the commands
-# get what the service leaves (fusion_site/base/proc.py, README "Loop throughput").
-FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10)
+# (checks, command validators, executor tasks, its own git): added to their niceness, at
+# most 19. On PostgreSQL the loop's steps hold their mission's row lock while they wait
+# for the cores, together with the database's own processes: the commands get what the
+# service leaves (fusion_site/base/proc.py, README "Loop throughput"). Embedded, the one
+# process's interpreter is the bound and the commands run beside it: 0, their own session
+# as before (measured no better niced).
+FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10 if _db["ENGINE"] == "django.db.backends.postgresql" else 0)
 if not 0 <= FUSION_COMMAND_NICE <= 19:
     raise ImproperlyConfigured(f"FUSION_COMMAND_NICE must be between 0 and 19, got {FUSION_COMMAND_NICE}")
 FUSION_SWEEP_INTERVAL = env_int("FUSION_SWEEP_INTERVAL", 120)

@@ -67,6 +67,7 @@ print(json.dumps({
     'eventstream_redis': getattr(settings, 'EVENTSTREAM_REDIS', None),
     'validators': settings.FUSION_VALIDATORS,
     'check_timeout': settings.FUSION_CHECK_TIMEOUT,
+    'command_nice': settings.FUSION_COMMAND_NICE,
     'eventstream_client': eventstream_client(),
 }, default=str))
 """
@@ -118,6 +119,7 @@ def test_default_is_sqlite_wal_immediate_with_file_test_db(tmp_path):
     assert s["layers"]["default"]["BACKEND"] == "missions.streams.InMemoryChannelLayer"
     assert s["eventstream_redis"] is None
     assert s["eventstream_client"] is None
+    assert s["command_nice"] == 0  # the commands run beside the one process, as asked
 
 
 def test_database_url_selects_postgresql(tmp_path):
@@ -131,6 +133,9 @@ def test_database_url_selects_postgresql(tmp_path):
     # The SQLite-only options must not leak into the PostgreSQL configuration.
     assert "transaction_mode" not in db.get("OPTIONS", {})
     assert "init_command" not in db.get("OPTIONS", {})
+    # The commands yield the cores to the loop's steps and the database (README, "Loop throughput").
+    assert s["command_nice"] == 10
+    assert _settings(tmp_path, DATABASE_URL="postgres://f@h/db", FUSION_COMMAND_NICE="0")["command_nice"] == 0
 
 
 @pytest.mark.parametrize(

@@ -73,10 +73,12 @@ def start_nicer(argv: list[str] | str, **popen: Any) -> subprocess.Popen:
     service. The service's transactions hold a mission's row lock across their round trips
     to the database, and every other step of that mission waits for them: a worker thread
     or a PostgreSQL backend kept waiting for the CPU by a check holds up the whole
-    mission's loop (README, "Loop throughput"). That is also why a command stays in the
-    service's session: under Linux's autogroup scheduling (`kernel.sched_autogroup_enabled`)
-    each session is a scheduling group of its own, so a command in a new session would
-    weigh as much as the whole worker process, niceness or not.
+    mission's loop (README, "Loop throughput"). That is also why a command asked for in a
+    session of its own (`start_new_session`) gets a process group of its own in the
+    service's session instead: under Linux's autogroup scheduling
+    (`kernel.sched_autogroup_enabled`) each session is a scheduling group of its own, so a
+    command in a new session would weigh as much as the whole worker process, niceness or
+    not. With `FUSION_COMMAND_NICE` 0, the process is started as asked.
 
     Linux keeps a niceness per thread, and a process inherits its starter's: the process
     is started by a thread of this module that is that much nicer, so it runs at that
@@ -85,6 +87,8 @@ def start_nicer(argv: list[str] | str, **popen: Any) -> subprocess.Popen:
     step = settings.FUSION_COMMAND_NICE
     if step <= 0:
         return subprocess.Popen(argv, **popen)
+    if popen.pop("start_new_session", False):  # in the service's session, so that the niceness counts
+        popen["process_group"] = 0
     if sys.platform.startswith("linux"):
         return _starter(step).submit(lambda: subprocess.Popen(argv, **popen)).result()
     proc = subprocess.Popen(argv, **popen)
@@ -177,9 +181,8 @@ def run_command(
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                # A process group of its own (the timeout kills the whole group), in the
-                # service's session: see `start_nicer`.
-                process_group=0,
+                # A process group of its own: the timeout kills the whole group.
+                start_new_session=True,
             )
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot start {command!r}: {exc}") from exc

@@ -1,8 +1,9 @@
-"""The commands the service runs (checks, command validators, executor tasks) run at a
-lower CPU priority than the service, each in a process group of its own inside the
-service's session, and so do its own helpers (git, `rm`, `cp`) (fusion_site/base/proc.py,
-README "Loop throughput"): the loop's transactions, which hold their mission's lock, get
-the CPU first. The timeout still kills everything a command started."""
+"""With `FUSION_COMMAND_NICE` (10 on PostgreSQL), the commands the service runs (checks,
+command validators, executor tasks) run at a lower CPU priority than the service, each in
+a process group of its own inside the service's session, and so do its own helpers (git,
+`rm`, `cp`) (fusion_site/base/proc.py, README "Loop throughput"): the loop's steps, which
+hold their mission's lock, get the cores first. The timeout still kills everything a
+command started."""
 
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def test_a_command_runs_nicer_than_the_service_in_a_group_of_its_own(tmp_path, s
     assert os.getpriority(os.PRIO_PROCESS, 0) == own, "the service's own priority is unchanged"
 
 
-def test_zero_keeps_the_services_priority(tmp_path, settings):
+def test_zero_keeps_the_services_priority_and_a_session_of_its_own(tmp_path, settings):
     settings.FUSION_COMMAND_NICE = 0
-    assert probe(tmp_path)["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
+    seen = probe(tmp_path)
+    assert seen["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
+    assert seen["sid"] == seen["pgid"] == seen["pid"], "its own session, as without a niceness to count"
 
 
 def test_the_services_own_helpers_run_at_the_lower_priority_too(tmp_path, settings):
