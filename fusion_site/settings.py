@@ -285,7 +285,7 @@ FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
 # for the cores, together with the database's own processes: the commands get what the
 # service leaves (fusion_site/base/proc.py, README "Loop throughput"). Embedded, the one
 # process's interpreter is the bound and the commands run beside it: 0, their own session
-# as before (measured no better niced).
+# as before (measured worse niced).
 FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10 if _db["ENGINE"] == "django.db.backends.postgresql" else 0)
 if not 0 <= FUSION_COMMAND_NICE <= 19:
     raise ImproperlyConfigured(f"FUSION_COMMAND_NICE must be between 0 and 19, got {FUSION_COMMAND_NICE}")
