@@ -65,8 +65,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shlex
 import shutil
 import signal
 import socket
@@ -151,47 +149,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bench.support import machine_cpu  # noqa: E402
+from bench.support.baseline import plain_mirror, snapshot_and_check  # noqa: E402
+from bench.support.mission import build_mission  # noqa: E402
 from bench.support.repos import make_repo  # noqa: E402
 from tests.gitserver import GitDaemon  # noqa: E402
-
-CHECK_RUN = {"run": "python -c \"print('ok')\"", "expect_output": "ok"}
-
-
-# --- set-up ------------------------------------------------------------------------------
-
-
-def build_mission(repository: str, n: int, name: str = "bench"):
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
-
-    from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
-    from missions.services.tasks import task_create
-
-    stamp = f"{name}-{int(time.time() * 1000)}-{os.getpid()}"
-    user = get_user_model().objects.create_user(stamp, password=os.urandom(12).hex(), is_staff=True, is_superuser=True)
-    token = Token.objects.create(user=user).key
-    mission = Mission.objects.create(key=stamp, title=name, status="active", repository=repository, owner=user)
-    milestone = Milestone.objects.create(mission=mission, key="m", title="m")
-    slice_ = Slice(milestone=milestone, key="s", title="s")
-    slice_.save()
-    tasks = []
-    for i in range(n):
-        feature = MissionFeature(slice=slice_, key=f"f{i}", title=f"f{i}")
-        feature.save()
-        a1 = ContractAssertion(
-            milestone=milestone,
-            key=f"F{i}-FILE",
-            title="file",
-            statement="s",
-            check_spec={"file": f"f{i}.txt", "contains": f"feature {i}"},
-        )
-        a2 = ContractAssertion(milestone=milestone, key=f"F{i}-RUN", title="run", statement="s", check_spec=CHECK_RUN)
-        a1.save()
-        a2.save()
-        feature.assertions.add(a1, a2)
-        tasks.append(task_create(user=user, feature=feature))
-    return mission, tasks, token
-
 
 # --- processes -----------------------------------------------------------------------------
 
@@ -451,52 +412,9 @@ def _noop(i: int) -> None:
             _round_trips["done"].set()
 
 
-# As the checks validator does: `python` is the interpreter this service runs with.
-PLAIN_ENV = {
-    "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-    "HOME": tempfile.gettempdir(),
-}
-
-
-def plain_mirror(source: str, home: Path) -> Path:
-    """A bare mirror of the source, as a worker's cache holds one (partial for a URL)."""
-    mirror = home / "mirror.git"
-    shutil.rmtree(mirror, ignore_errors=True)
-    home.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["git", "clone", "--bare", "--quiet", "--filter=blob:none", "--", source, str(mirror)],
-        check=True,
-        capture_output=True,
-    )
-    return mirror
-
-
 def plain_checks(i: int, mirror: Path, rev: str, home: Path, copy: bool = False) -> None:
-    """`copy`: the `run` check in a copy of the snapshot (`cp -a`), as the service's isolation rule has it."""
     snap = SNAPSHOTS / home.relative_to(TMP) / f"b{i}-{threading.get_ident()}"
-    snap.parent.mkdir(parents=True, exist_ok=True)
-    index = snap.with_name(snap.name + ".idx")
-    snap.mkdir()
-    try:
-        subprocess.run(
-            ["git", "--git-dir", str(mirror), "--work-tree", str(snap), "read-tree", "-u", "--reset", rev],
-            check=True,
-            capture_output=True,
-            env={**os.environ, "GIT_INDEX_FILE": str(index)},
-        )
-        assert re.search(f"feature {i}", (snap / f"f{i}.txt").read_text())
-        where = snap.with_name(snap.name + "-copy") if copy else snap
-        if copy:
-            subprocess.run(["cp", "-a", "--", str(snap), str(where)], check=True)
-        out = subprocess.run(
-            shlex.split(CHECK_RUN["run"]), cwd=where, capture_output=True, text=True, timeout=120, env=PLAIN_ENV
-        )
-        if copy:
-            shutil.rmtree(where)
-        assert out.returncode == 0 and re.search(CHECK_RUN["expect_output"], out.stdout)
-    finally:
-        index.unlink(missing_ok=True)
-        shutil.rmtree(snap)
+    snapshot_and_check(i, mirror, rev, snap, copy=copy)
 
 
 def run_baseline(n: int, source: str, rev: str, concurrency: int, home: Path) -> dict:
