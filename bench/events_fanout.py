@@ -50,6 +50,7 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
+from bench.support import machine_cpu  # noqa: E402
 from missions.management.commands.watch_mission import WebSocketClient  # noqa: E402
 
 
@@ -68,11 +69,6 @@ def wait_port(port: int, timeout: float = 30) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"nothing listens on port {port}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -105,7 +101,7 @@ class Servers:
             wait_port(port)
 
     def cpu(self) -> float:
-        return sum(cpu_seconds(p.pid) for p in self.procs)
+        return sum(machine_cpu.process_cpu(p.pid)[0] for p in self.procs)
 
     def rss(self) -> list[int]:
         return [rss_kib(p.pid) for p in self.procs]

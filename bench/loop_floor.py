@@ -95,8 +95,7 @@ class Meter:
     def _backend_cpu(self) -> float:
         if self.backend is None:
             return 0.0
-        fields = Path(f"/proc/{self.backend}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return machine_cpu.process_cpu(self.backend)[0]
 
     def _now(self) -> tuple[float, float, float]:
         times = os.times()

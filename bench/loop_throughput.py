@@ -246,11 +246,9 @@ def peak_rss_mb(pid: int) -> float | None:
 def cpu_seconds(pid: int) -> tuple[float, float] | None:
     """User + system seconds of the process itself, and of its reaped children (git, checks)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return machine_cpu.process_cpu(pid)
     except OSError:
         return None
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
 def wait_until(predicate, what: str, timeout: float, procs: list[Proc], poll: float = 0.1) -> None:

@@ -31,6 +31,14 @@ def snapshot() -> dict[int, tuple[str, float]]:
     return seen
 
 
+def process_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of one process: its own (user + system), and its reaped children's.
+    OSError once the process is gone."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
+
+
 def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> Counter:
     """CPU seconds per command between two snapshots (a process that exited in between
     is counted in its parent, once reaped)."""
