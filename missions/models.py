@@ -78,12 +78,27 @@ class Mission(TimeStamped):
         default="",
         help_text="Name of the environment variable, on the workers, holding an HTTPS token or an ssh key path.",
     )
+    # The name a person gave (a branch, a tag, a commit id), kept for display; protection
+    # and diffs read `base_commit`, the commit id it named when it was set, which moves only
+    # when a person sets the base again (docs/TRUTH.md, "Which files were protected").
     base_revision = models.CharField(max_length=80, blank=True, default="")
+    base_commit = models.CharField(max_length=64, blank=True, default="", editable=False)
     # Glob patterns (relative to the workspace) restored to their base_revision content in
     # every snapshot before a check runs; see docs/TRUTH.md.
     protected_paths = models.JSONField(default=list, blank=True)
     on_protected_change = models.CharField(max_length=16, choices=ProtectedChange.choices, default=ProtectedChange.FAIL)
+    # With any protected path, the files that decide how tests run (conftest.py, pytest.ini,
+    # sitecustomize.py, ...: validation/protect.py RUNNER_CONFIG) are protected too.
+    protect_runner_config = models.BooleanField(
+        default=True, help_text="Also protect the test runner's configuration files (docs/TRUTH.md)."
+    )
+    # Submodules are checked out (through the mirror cache) in every snapshot.
+    submodules = models.BooleanField(default=False, help_text="Check out the repository's submodules.")
     validator = models.CharField(max_length=80, default="composite", help_text="Validator profile name.")
+    # Other profiles that may judge this mission (besides `validator`); any other is refused.
+    allowed_validators = models.JSONField(
+        default=list, blank=True, help_text="Other validator profiles that may judge this mission."
+    )
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
     executor_command = models.TextField(blank=True, default="")
     owner = models.ForeignKey(
