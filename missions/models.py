@@ -225,6 +225,11 @@ class StopReason(models.TextChoices):
     VALIDATOR_BLOCKED = "validator_blocked"
     NO_ASSERTIONS = "no_assertions"
     WORKSPACE_UNAVAILABLE = "workspace_unavailable"
+    # docs/TRUTH.md: the changed files hold a known way to subvert the test process.
+    SUSPECTED_TAMPERING = "suspected_tampering"
+    # A check touched a Git LFS pointer, or an unpopulated submodule (docs/REPOSITORIES.md).
+    LFS_NOT_FETCHED = "lfs_not_fetched"
+    SUBMODULE_NOT_FETCHED = "submodule_not_fetched"
 
 
 class MissionFeature(TimeStamped):
