@@ -156,7 +156,7 @@ def ask(source: Source, mirror: Path, commit: str, *, timeout: float) -> None:
 
 def _probe(source: Source, commit: str, *, timeout: float) -> None:
     with tempfile.TemporaryDirectory(prefix="fusion-probe-") as tmp:
-        init = run_git(["init", "--bare", "--quiet", tmp], timeout=timeout)
+        init = run_git(["init", "--bare", "--quiet", "--template=", tmp], timeout=timeout)
         if init.returncode != 0:
             raise SnapshotError(f"git init failed: {init.stderr.strip()[:300]}")
         proc = run_git(
@@ -171,4 +171,3 @@ def _probe(source: Source, commit: str, *, timeout: float) -> None:
         raise SourceUnavailable(
             f"commit {commit} cannot be read from repository {source.display} with its access: {reason[:400]}"
         )
-

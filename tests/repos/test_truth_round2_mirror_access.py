@@ -31,19 +31,22 @@ def _fresh_worker():
 
 
 @pytest.fixture
-def over_http(http_git, monkeypatch):  # noqa: F811 — the fixture of tests/repos/test_credentials.py
+def over_http(http_git, token, monkeypatch):
+    """The server, every mission's source over it, and the token in the workers' variable."""
     monkeypatch.setattr(Mission, "source", lambda self: source_for(http_git, self.credentials_env))
+    monkeypatch.setenv(VAR, token)
     return http_git
 
 
 def statuses(mission: Mission, key: str) -> list[str]:
-    return list(ValidatorRun.objects.filter(feature=feature(mission, key)).order_by("id").values_list("status", flat=True))
+    return list(
+        ValidatorRun.objects.filter(feature=feature(mission, key)).order_by("id").values_list("status", flat=True)
+    )
 
 
 def test_a_mission_without_the_token_cannot_judge_a_commit_another_mission_fetched_with_it(
-    worker, over_http, git_repo, alice, token, monkeypatch  # noqa: F811
+    worker, over_http, git_repo, alice
 ):
-    monkeypatch.setenv(VAR, token)
     private = push(git_repo, {"f1.txt": "done f1\n"})
     with_token = url_mission(alice, over_http.url("shop.git"), ("f1",), key="holder", credentials_env=VAR)
     complete(alice, with_token, "f1", private)
@@ -64,9 +67,8 @@ def test_a_mission_without_the_token_cannot_judge_a_commit_another_mission_fetch
 
 
 def test_a_commit_the_mirror_holds_is_confirmed_with_the_missions_access_once_per_worker(
-    worker, over_http, git_repo, alice, token, monkeypatch  # noqa: F811
+    worker, over_http, git_repo, alice, token, monkeypatch
 ):
-    monkeypatch.setenv(VAR, token)
     revision = push(git_repo, {f"f{i}.txt": f"done f{i}\n" for i in range(1, 5)})
     mission = url_mission(alice, over_http.url("shop.git"), ("f1", "f2", "f3", "f4"), credentials_env=VAR)
     complete(alice, mission, "f1", revision)
@@ -96,9 +98,8 @@ def test_a_commit_the_mirror_holds_is_confirmed_with_the_missions_access_once_pe
 
 
 def test_the_probe_for_servers_without_negotiation_reads_one_commit_with_the_sources_access(
-    over_http, git_repo, token, monkeypatch  # noqa: F811
+    over_http, git_repo, token, monkeypatch
 ):
-    monkeypatch.setenv(VAR, token)
     revision = push(git_repo, {"f1.txt": "done f1\n"})
     source = source_for(over_http)
     mirror_guard._probe(source, revision, timeout=60)  # no exception: the server has it

@@ -41,7 +41,9 @@ def commit_app_as_symlink(git_repo: Repo, tmp_path, target: str) -> str:
     """The agent's commit, made in a clone of its own (the user's working tree keeps its
     real `app/`): `app` replaced by a symlink to `target`."""
     agent = Repo(tmp_path / "agent")
-    subprocess.run(["git", "clone", "-q", str(git_repo.path), str(agent.path)], check=True, env={**os.environ, **GIT_ENV})
+    subprocess.run(
+        ["git", "clone", "-q", str(git_repo.path), str(agent.path)], check=True, env={**os.environ, **GIT_ENV}
+    )
     agent.git("rm", "-r", "-q", "app")
     os.symlink(target, agent.path / "app")
     revision = agent.commit(message="app lives elsewhere now")
