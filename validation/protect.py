@@ -238,8 +238,12 @@ def _write(root: Path, rel: str, entry: Entry, content: bytes) -> None:
 
 
 def _prune_empty(root: Path, rel: str) -> None:
-    # A folder holding only removed files is not in the base revision either.
-    parent = (root / rel).parent
+    # A folder holding only removed files is not in the base revision either. Only real
+    # folders of the snapshot: through a symlink the empty folder would be another's.
+    target = _inside(root, rel, make=False)
+    if target is None:
+        return
+    parent = target.parent
     while parent != root and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
         parent.rmdir()
         parent = parent.parent

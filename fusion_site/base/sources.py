@@ -61,8 +61,12 @@ class Source:
 
     @property
     def key(self) -> str:
-        """The mirror's name in the cache: a hash of the normalized URL."""
-        return hashlib.sha256(self.url.encode()).hexdigest()[:24]
+        """The mirror's name in the cache: a hash of the normalized URL and of the name of
+        the variable that holds its credentials (never of their value). Missions that read
+        one URL with different access never share a mirror: a commit fetched with one
+        mission's token is never read by another without asking the server."""
+        identity = self.url if not self.credentials_env else f"{self.url}\n{self.credentials_env}"
+        return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
     @property
     def display(self) -> str:
@@ -192,6 +196,11 @@ def git_env(source: Source | None = None) -> dict[str, str]:
         "GIT_ASKPASS": "/bin/false",
         "SSH_ASKPASS": "/bin/false",
         "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
+        # Replace refs and grafts rewrite what a commit id means: a check that wrote one
+        # into a mirror would swap the tree judged at a commit, or the protected-file diff.
+        # The host's git reads objects as their ids name them (docs/REPOSITORIES.md).
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_GRAFT_FILE": os.devnull,
     }
     config = [("protocol.allow", "never")] + [(f"protocol.{s}.allow", "always") for s in URL_SCHEMES]
     secret = credentials(source)
