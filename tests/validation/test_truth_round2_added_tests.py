@@ -32,7 +32,11 @@ NOTE = "set aside 1 file the implementation added under protected paths: tests/t
 @pytest.fixture
 def base(git_repo) -> str:
     return git_repo.commit(
-        {"calc.py": "def add(a, b):\n    raise NotImplementedError\n", "tests/__init__.py": "", "tests/test_calc.py": TEST_CALC}
+        {
+            "calc.py": "def add(a, b):\n    raise NotImplementedError\n",
+            "tests/__init__.py": "",
+            "tests/test_calc.py": TEST_CALC,
+        }
     )
 
 

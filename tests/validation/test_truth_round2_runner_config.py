@@ -23,7 +23,9 @@ from validation.services.admission import feature_admit
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
 TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"
-PYPROJECT = '[project]\nname = "calc"\nversion = "1"\ndependencies = []\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+PYPROJECT = (
+    '[project]\nname = "calc"\nversion = "1"\ndependencies = []\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+)
 WRONG = "def add(a, b):\n    return a - b\n"
 RIGHT = "def add(a, b):\n    return a + b\n"
 PYTEST = {"run": f"{sys.executable} -m pytest -q -p no:cacheprovider tests"}

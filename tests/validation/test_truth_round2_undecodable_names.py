@@ -41,7 +41,11 @@ def write(repo, rel: str, content: bytes) -> None:
 def base(git_repo) -> str:
     write(git_repo, KEPT, b"fixture\n")
     return git_repo.commit(
-        {"calc.py": "def add(a, b):\n    raise NotImplementedError\n", "tests/__init__.py": "", "tests/test_calc.py": TEST_CALC}
+        {
+            "calc.py": "def add(a, b):\n    raise NotImplementedError\n",
+            "tests/__init__.py": "",
+            "tests/test_calc.py": TEST_CALC,
+        }
     )
 
 
