@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from missions.models import Mission, MissionFeature
+from tests.validation.protected_runs import BASE_FILES, RIGHT, TEST_CALC, UNDONE, judge_protected
 from validation.models import RunStatus
-from validation.services import runner
-from validation.services.admission import feature_admit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
-TEST_CALC = (
-    "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-    "    def test_add(self):\n        self.assertEqual(add(2, 2), 4)\n"
-)
-RIGHT = "def add(a, b):\n    return a + b\n"
 MINE = "import unittest\nfrom calc import add\n\n\nclass Mine(unittest.TestCase):\n    def test_zero(self):\n"
 CHECKS = [
     {"run": "python -m unittest -q tests.test_calc"},
@@ -31,23 +24,11 @@ NOTE = "set aside 1 file the implementation added under protected paths: tests/t
 
 @pytest.fixture
 def base(git_repo) -> str:
-    return git_repo.commit(
-        {
-            "calc.py": "def add(a, b):\n    raise NotImplementedError\n",
-            "tests/__init__.py": "",
-            "tests/test_calc.py": TEST_CALC,
-        }
-    )
+    return git_repo.commit(BASE_FILES)
 
 
 def judged(build_mission, base: str):
-    mission = build_mission({"calc": [(f"VAL-{i}", c) for i, c in enumerate(CHECKS, 1)]})
-    Mission.objects.filter(pk=mission.pk).update(protected_paths=["tests/**"], base_revision=base)
-    run = feature_admit(feature_id=MissionFeature.objects.get(key="calc").pk, trigger="manual", cause="validate").run
-    runner.execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.verdict is not None, run.error
-    return run, {a["key"]: a for a in run.verdict["assertions"]}
+    return judge_protected(build_mission, CHECKS, protected_paths=["tests/**"], base_revision=base)
 
 
 def test_a_correct_implementation_that_adds_its_own_tests_passes_with_them_set_aside(build_mission, git_repo, base):

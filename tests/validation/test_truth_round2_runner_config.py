@@ -13,12 +13,10 @@ import sys
 
 import pytest
 
-from missions.models import Mission, MissionFeature
+from tests.validation.protected_runs import BASE_FILES, RIGHT, UNDONE, WRONG, judge_protected
 from validation import protect
 from validation.models import RunStatus
 from validation.runner_config import fix
-from validation.services import runner
-from validation.services.admission import feature_admit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
@@ -26,8 +24,6 @@ TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 
 PYPROJECT = (
     '[project]\nname = "calc"\nversion = "1"\ndependencies = []\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
 )
-WRONG = "def add(a, b):\n    return a - b\n"
-RIGHT = "def add(a, b):\n    return a + b\n"
 PYTEST = {"run": f"{sys.executable} -m pytest -q -p no:cacheprovider tests"}
 ALL_PASSED = (
     "import pytest\n\n\n@pytest.hookimpl(wrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
@@ -38,29 +34,19 @@ EXIT_0 = "import atexit, os\n\natexit.register(lambda: os._exit(0))\n"
 
 @pytest.fixture
 def base(git_repo) -> str:
-    return git_repo.commit(
-        {
-            "calc.py": "def add(a, b):\n    raise NotImplementedError\n",
-            "tests/__init__.py": "",
-            "tests/test_calc.py": TEST_CALC,
-            "pyproject.toml": PYPROJECT,
-        }
-    )
+    return git_repo.commit({**BASE_FILES, "tests/test_calc.py": TEST_CALC, "pyproject.toml": PYPROJECT})
 
 
 def judged(build_mission, base: str, check: dict, *, paths=("tests/**",), on_change="fail", runner_config=True):
-    mission = build_mission({"calc": [("VAL-1", check)]})
-    Mission.objects.filter(pk=mission.pk).update(
+    run, verdicts = judge_protected(
+        build_mission,
+        [check],
         protected_paths=list(paths),
         base_revision=base,
         on_protected_change=on_change,
         protect_runner_config=runner_config,
     )
-    run = feature_admit(feature_id=MissionFeature.objects.get(key="calc").pk, trigger="manual", cause="validate").run
-    runner.execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.verdict is not None, run.error
-    return run, run.verdict["assertions"][0]
+    return run, verdicts["VAL-1"]
 
 
 def notes(verdict: dict) -> list[str]:

@@ -12,19 +12,12 @@ import pytest
 
 from fusion_site.base.snapshots import snapshot
 from missions.models import Mission, MissionFeature
+from tests.validation.protected_runs import BASE_FILES, RIGHT, TEST_CALC, UNDONE, WRONG, judge_protected
 from validation.models import RunStatus
-from validation.services import runner
-from validation.services.admission import feature_admit
 from validation.verdict import AssertionVerdict, Evidence, FrozenContext, Verdict, file_evidence_exists, file_ref
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
-TEST_CALC = (
-    "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-    "    def test_add(self):\n        self.assertEqual(add(2, 2), 4)\n"
-)
-WRONG = "def add(a, b):\n    return a - b\n"
-RIGHT = "def add(a, b):\n    return a + b\n"
 CHECKS = [{"run": "python -m unittest -q tests.test_calc"}, {"file": "calc.py", "contains": "def add"}]
 INSIDE = os.fsdecode(b"tests/\xff-mine.txt")  # under the protected folder
 OUTSIDE = os.fsdecode(b"data/\xfe\xfd.bin")
@@ -50,16 +43,8 @@ def base(git_repo) -> str:
 
 
 def judged(build_mission, base: str, on_change: str = "fail"):
-    mission = build_mission({"calc": [(f"VAL-{i}", c) for i, c in enumerate(CHECKS, 1)]})
-    Mission.objects.filter(pk=mission.pk).update(
-        protected_paths=["tests/**"], base_revision=base, on_protected_change=on_change
-    )
-    feature = MissionFeature.objects.get(key="calc")
-    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run
-    runner.execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.verdict is not None, (run.status, run.error)
-    return run, {a["key"]: a for a in run.verdict["assertions"]}
+    fields = {"protected_paths": ["tests/**"], "base_revision": base, "on_protected_change": on_change}
+    return judge_protected(build_mission, CHECKS, **fields)
 
 
 @pytest.mark.parametrize(("calc", "status"), [(RIGHT, RunStatus.PASSED), (WRONG, RunStatus.FAILED)])
