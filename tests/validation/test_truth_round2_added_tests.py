@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.validation.protected_runs import BASE_FILES, RIGHT, TEST_CALC, UNDONE, judge_protected
+from tests.validation.protected_runs import BASE_FILES, RIGHT, TEST_CALC, judge_protected
 from validation.models import RunStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]

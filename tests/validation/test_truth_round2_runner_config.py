@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.validation.protected_runs import BASE_FILES, RIGHT, UNDONE, WRONG, judge_protected
+from tests.validation.protected_runs import BASE_FILES, RIGHT, WRONG, judge_protected
 from validation import protect
 from validation.models import RunStatus
 from validation.runner_config import fix

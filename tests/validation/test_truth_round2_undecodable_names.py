@@ -12,7 +12,7 @@ import pytest
 
 from fusion_site.base.snapshots import snapshot
 from missions.models import Mission, MissionFeature
-from tests.validation.protected_runs import BASE_FILES, RIGHT, TEST_CALC, UNDONE, WRONG, judge_protected
+from tests.validation.protected_runs import BASE_FILES, RIGHT, WRONG, judge_protected
 from validation.models import RunStatus
 from validation.verdict import AssertionVerdict, Evidence, FrozenContext, Verdict, file_evidence_exists, file_ref
 
@@ -33,13 +33,7 @@ def write(repo, rel: str, content: bytes) -> None:
 @pytest.fixture
 def base(git_repo) -> str:
     write(git_repo, KEPT, b"fixture\n")
-    return git_repo.commit(
-        {
-            "calc.py": "def add(a, b):\n    raise NotImplementedError\n",
-            "tests/__init__.py": "",
-            "tests/test_calc.py": TEST_CALC,
-        }
-    )
+    return git_repo.commit(BASE_FILES)
 
 
 def judged(build_mission, base: str, on_change: str = "fail"):
