@@ -14,6 +14,7 @@ from fusion_site.base.snapshots import snapshot
 from missions.models import Mission, MissionFeature
 from tests.validation.protected_runs import BASE_FILES, RIGHT, WRONG, judge_protected
 from validation.models import RunStatus
+from validation.replay import replay_run
 from validation.verdict import AssertionVerdict, Evidence, FrozenContext, Verdict, file_evidence_exists, file_ref
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
@@ -56,6 +57,7 @@ def test_undecodable_names_inside_and_outside_protected_paths_end_in_a_real_verd
     note = "set aside 1 file the implementation added under protected paths: tests/\\xff-mine.txt"
     assert {"kind": "other", "text": note} in verdicts["VAL-1"]["evidence"]
     assert feature_state(run) != "blocked"
+    assert replay_run(run.pk).ok  # the replay restores the same files and judges the same
 
 
 def test_a_changed_protected_file_with_an_undecodable_name_is_named_and_restored(build_mission, git_repo, base):
