@@ -165,10 +165,6 @@ class TreeDiff:
             sorted(p for p in self.base.keys() | self.head.keys() if self.base.get(p) != self.head.get(p))
         )
 
-    def under(self, patterns: Iterable[str]) -> list[str]:
-        rx = compile_patterns(patterns)
-        return [p for p in self.changed if rx is not None and rx.match(p)]
-
 
 def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[str, bytes]:
     """Blob contents in one `git cat-file --batch`, as bytes: a protected file may be binary."""
