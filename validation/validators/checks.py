@@ -201,34 +201,35 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
         return _assertion_verdict(
             assertion.key, "blocked", message, "other", f"{assertion.key}: protect {', '.join(own)}"
         )
-    own_changed = protection.diff().under(own) if own else []
-    with _check_root(ctx.checkout, spec, protection, own_changed, in_place=in_place) as (root, restored):
+    guarded = protection.guard(own) if own else protect.Guard()
+    with _check_root(ctx.checkout, spec, protection, guarded, in_place=in_place) as (root, restored):
         verdict = judge_assertion(root, assertion)
     if restored:
         verdict = _outside_checkout(verdict)
-    return _protection_rule(verdict, sorted(set(protection.changed) | set(own_changed)), protection)
+    changed = sorted({*protection.changed, *guarded.changed})
+    return _protection_rule(verdict, changed, sorted({*protection.added, *guarded.added}), protection)
 
 
 @contextlib.contextmanager
 def _check_root(
-    checkout: Path, spec: dict[str, Any], protection: protect.Protection, own_changed: list[str], *, in_place: bool
+    checkout: Path, spec: dict[str, Any], protection: protect.Protection, guarded: protect.Guard, *, in_place: bool
 ):
     """(folder, whether the checked file was restored in it). A run check runs in a private
     copy of the snapshot, so that what it deletes or generates no other check sees (or, the
     last reader, in the snapshot itself); a file check reads the snapshot itself, unless its
-    own `protect` covers its file and the implementation changed it: then the base content
+    own `protect` covers its file and the implementation changed or added it: then the base
     is judged."""
-    if "run" not in spec and posixpath.normpath(spec["file"]) not in own_changed:
+    if "run" not in spec and not guarded.touches(posixpath.normpath(spec["file"])):
         yield checkout, False
         return
     if in_place and "run" in spec:
-        if own_changed:
-            protect.restore(checkout, protection.diff(), own_changed)
+        if guarded.changed or guarded.added:
+            protect.apply(checkout, protection.diff(), guarded)
         yield checkout, False
         return
     with private_copy(checkout) as root:
-        if own_changed:
-            protect.restore(root, protection.diff(), own_changed)
+        if guarded.changed or guarded.added:
+            protect.apply(root, protection.diff(), guarded)
         yield root, "run" not in spec
 
 
@@ -239,13 +240,17 @@ def _outside_checkout(verdict: AssertionVerdict) -> AssertionVerdict:
     return verdict.model_copy(update={"evidence": evidence})
 
 
-def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: protect.Protection) -> AssertionVerdict:
+def _protection_rule(
+    verdict: AssertionVerdict, changed: list[str], added: list[str], protection: protect.Protection
+) -> AssertionVerdict:
     """A check whose protected files the implementation changed says so (evidence); it
-    fails unless the mission judges against the restored files (`restore`)."""
+    fails unless the mission judges against the restored files (`restore`). Files it
+    added under protection were set aside: said too, never a reason to fail."""
+    evidence = [*verdict.evidence, *([Evidence(kind="other", text=_shown(protect.added_note(added)))] if added else [])]
     if not changed:
-        return verdict
+        return verdict.model_copy(update={"evidence": evidence}) if added else verdict
     note = protect.changed_note(changed)
-    evidence = [*verdict.evidence, Evidence(kind="other", text=_shown(note))]
+    evidence.append(Evidence(kind="other", text=_shown(note)))
     if protection.on_change == "restore":
         return verdict.model_copy(update={"evidence": evidence})
     outcome = "passed" if verdict.verdict == "pass" else "failed" if verdict.verdict == "fail" else "was blocked"
