@@ -57,7 +57,6 @@ REPORT_HOOKS = {
 }
 END_HOOKS = {"pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure"}
 MAX_FILE_BYTES = 2_000_000
-_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ class Finding:
 
 def run_findings(ctx: Any) -> list[Finding]:
     """The findings in what the run's implementation changed, scanned once per run."""
-    with _LOCK:
+    with ctx.extra.setdefault("subversion_lock", threading.Lock()):  # one run's check threads
         if "subversion" not in ctx.extra:
             ctx.extra["subversion"] = _scan_run(ctx)
         return ctx.extra["subversion"]

@@ -62,7 +62,6 @@ SUBSET = {"-k", "-m", "--keyword", "--deselect", "--lf", "--last-failed", "--sw"
 # Invocations that run no test at all.
 NO_RUN = {"--co", "--collect-only", "--setup-plan", "--setup-only", "--fixtures", "--funcargs", "--fixtures-per-test",
           "--markers", "--help", "-h", "--version", "-V", "--cache-show", "--cache-clear-only"}  # fmt: skip
-_CACHE_LOCK = threading.Lock()
 
 
 def pytest_args(spec: dict[str, Any]) -> list[str] | None:
@@ -216,7 +215,7 @@ def _in_selection(rel: str, test: TestFile, chosen: Selection) -> bool:
 def protected_tests(ctx: Any, patterns: tuple[str, ...]) -> dict[str, TestFile]:
     """The protected Python files at the base with the tests read from each, once per run
     and set of patterns (the check's own `protect` adds some)."""
-    with _CACHE_LOCK:
+    with ctx.extra.setdefault("witness_lock", threading.Lock()):  # one run's check threads
         cache = ctx.extra.setdefault("witness_files", {})
         if patterns not in cache:
             diff = ctx.protection.diff()
