@@ -184,6 +184,13 @@ def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[st
     return found
 
 
+def base_contents(diff: TreeDiff, paths: list[str]) -> dict[str, bytes]:
+    """The content at the base revision of each of `paths` (files of `diff.base`)."""
+    entries = {p: diff.base[p] for p in paths if p in diff.base and diff.base[p].kind == "blob"}
+    blobs = _blobs(diff.repo, sorted({e.oid for e in entries.values()}), diff.source)
+    return {p: blobs.get(e.oid, b"") for p, e in entries.items()}
+
+
 # ---------------------------------------------------------------- what a run protects
 
 
