@@ -161,3 +161,33 @@ def test_a_mission_file_pins_the_base_and_export_writes_the_name(git_repo, base)
     assert getattr(refused.value, "code", "") == "unknown_base_revision"
     assert refused.value.fields["errors"][0].startswith("mission.base_revision: base_revision 'no-such-branch'")
     assert Mission.objects.get(pk=mission.pk).base_commit == base
+
+
+def test_a_person_moving_the_base_reopens_what_was_judged_under_the_old_one(
+    build_mission, api_for, alice, git_repo, base
+):
+    from missions.models import Milestone, Slice
+
+    feature = readme_mission(build_mission, api_for, alice)
+    git_repo.git("checkout", "-q", "-b", "work")
+    right = git_repo.commit({"calc.py": RIGHT}, "implement")
+    git_repo.git("checkout", "-q", "main")
+    assert judge(feature, right).status == RunStatus.PASSED
+    feature.refresh_from_db()
+    assert feature.loop_state == "passed"
+    Slice.objects.filter(mission=feature.mission).update(status="complete")
+    Milestone.objects.filter(mission=feature.mission).update(status="complete")
+    Mission.objects.filter(pk=feature.mission_id).update(status="complete")
+    moved = git_repo.commit({"tests/test_calc.py": TEST_CALC + "        self.assertEqual(add(1, 2), 3)\n"}, "more")
+    response = api_for(alice).patch(f"/api/missions/{feature.mission_id}/", {"base_revision": moved}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["base_commit"] == moved
+    events = MissionEvent.objects.filter(mission_id=feature.mission_id)
+    changed = events.filter(type="mission:base-changed").order_by("-seq").first().payload
+    assert (changed["from"], changed["to"], changed["cause"]) == (base, moved, "set")
+    for kind in ("milestone:reopened", "mission:reopened"):
+        assert events.get(type=kind).payload["cause"] == "base_changed"
+    assert events.filter(type="slice:reopened").exists()
+    feature.refresh_from_db()
+    assert feature.loop_state == "validating"  # judged again, against the new base
+    assert feature.last_run.protection["base"] == moved
