@@ -213,16 +213,20 @@ def credentials(source: Source | None) -> str:
     """The secret the source's `credentials_env` names, only where the deployment lets it go
     (`credentials_allowed`): a stored row the settings no longer allow (or never did) makes
     git go without credentials rather than hand a worker's variable to another URL."""
-    if source is None or not source.credentials_env:
+    if source is None or not credentials_allowed(source.credentials_env, source.url):
         return ""
-    if not credentials_allowed(source.credentials_env, source.url):
-        return ""
-    return os.environ.get(source.credentials_env, "")
+    return _named_secret(source)
+
+
+def _named_secret(source: Source | None) -> str:
+    """The value of the variable the source names, sent or not."""
+    return os.environ.get(source.credentials_env, "") if source is not None and source.credentials_env else ""
 
 
 def scrub(text: str, source: Source | None) -> str:
-    """`text` (git's output) without the source's secret or a URL password."""
-    secret = credentials(source)
+    """`text` (git's output) without the source's secret or a URL password (the value of the
+    variable it names even when it was not sent: it may still be echoed)."""
+    secret = _named_secret(source)
     if secret:
         text = text.replace(secret, "[redacted]")
         text = text.replace(base64.b64encode(secret.encode()).decode(), "[redacted]")

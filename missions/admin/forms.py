@@ -116,7 +116,7 @@ class MissionForm(forms.ModelForm):
                 mission=self.instance if self.instance.pk else None, fields=judged, user=self.user
             )
         except DomainError as exc:
-            named = [name for name in exc.fields if name in self.fields]
+            named: list[str | None] = [name for name in exc.fields if name in self.fields]
             for name in named or [None]:
                 self.add_error(name, exc.detail)
         return cleaned

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 
 from fusion_site.base.mirrors import source_of
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
@@ -44,19 +44,22 @@ MAX_ALLOWED_VALIDATORS = 20
 JUDGES = ("validator", "allowed_validators")
 
 
+def _default(name: str) -> Any:
+    field = Mission._meta.get_field(name)
+    assert isinstance(field, models.Field)  # a column of the mission
+    return field.get_default()
+
+
 def _value(mission: Mission | None, fields: dict[str, Any], name: str) -> Any:
     if name in fields:
         return fields[name]
-    if mission is not None:
-        return getattr(mission, name)
-    return Mission._meta.get_field(name).get_default()
+    return getattr(mission, name) if mission is not None else _default(name)
 
 
 def _changed(mission: Mission | None, fields: dict[str, Any], name: str) -> bool:
     if name not in fields:
         return False
-    before = getattr(mission, name) if mission is not None else Mission._meta.get_field(name).get_default()
-    return fields[name] != before
+    return fields[name] != (getattr(mission, name) if mission is not None else _default(name))
 
 
 def _staff(user: Any) -> bool:
@@ -126,9 +129,7 @@ def allowed_validators_problems(value: Any) -> list[str]:
 
 def _check_judges(mission: Mission | None, fields: dict[str, Any], user: Any) -> None:
     if "allowed_validators" in fields and (problems := allowed_validators_problems(fields["allowed_validators"])):
-        raise Invalid(
-            "allowed_validators: " + "; ".join(problems), fields={"allowed_validators": problems}
-        )
+        raise Invalid("allowed_validators: " + "; ".join(problems), fields={"allowed_validators": problems})
     changed = [name for name in JUDGES if _changed(mission, fields, name)]
     if not changed or mission is None or _staff(user) or mission.owner_id == getattr(user, "pk", None):
         return
@@ -148,16 +149,12 @@ def judges_of(mission: Mission) -> list[str]:
 
 
 def pin_base(*, repository: str, credentials_env: str, name: str) -> str:
-    """The full commit id `name` names at the repository now (`unknown_base_revision`)."""
+    """The full commit id `name` names at the repository now (`unknown_base_revision`).
+    Without a repository yet, a full id is taken as it is and a name waits ('') until one
+    is set (setting the repository pins the base)."""
     name = name.strip()
     if not repository.strip():
-        if FULL_COMMIT.match(name):
-            return name
-        raise Invalid(
-            f"base_revision {name!r} cannot be resolved: the mission has no repository; give the full commit id",
-            code="unknown_base_revision",
-            fields={"base_revision": ["not a full commit id, and no repository to resolve it"]},
-        )
+        return name if FULL_COMMIT.match(name) else ""
     try:
         return pin_revision(source_of(repository, credentials_env), name)
     except SnapshotError as exc:

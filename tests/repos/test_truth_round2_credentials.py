@@ -131,9 +131,7 @@ def test_prefixes_compare_scheme_host_port_and_whole_path_segments(url, inside):
     assert url_within("git@github.com:acme/shop.git", "ssh://git@github.com/acme/")
 
 
-def test_git_never_receives_a_stored_variable_the_deployment_does_not_allow(
-    tmp_path, git_repo, monkeypatch, settings
-):
+def test_git_never_receives_a_stored_variable_the_deployment_does_not_allow(tmp_path, git_repo, monkeypatch, settings):
     """A row stored before the rule (or a setting changed since) names SECRET_KEY-like
     variable: git goes without credentials, so the server never sees its value."""
     monkeypatch.setattr(sources, "URL_SCHEMES", (*sources.URL_SCHEMES, "http"))

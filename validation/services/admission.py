@@ -111,6 +111,14 @@ def _pinned(feature: MissionFeature, revision: str) -> str:
     return pin_revision(feature.mission.source(), revision)
 
 
+def _known_profile(name: str) -> None:
+    """An unknown profile is told as such before it is told it is not allowed."""
+    try:
+        profiles.get_profile(name)
+    except profiles.ProfileError as exc:
+        raise Invalid(str(exc), code="unknown_validator", fields={"validator": [str(exc)]}) from exc
+
+
 def _block(feature: MissionFeature, *, cause: str, reason: str, detail: str, actor_id: int | None) -> Admission:
     feature_transition(
         feature=feature.pk,
@@ -165,6 +173,7 @@ def admit(
         )
     # Only the mission's own profiles judge it, whoever asks (docs/TRUTH.md).
     if profile_name and profile_name not in (judges := judges_of(feature.mission)):
+        _known_profile(profile_name)
         raise Invalid(
             f"validator {profile_name!r} may not judge this mission; it allows: {', '.join(judges)}",
             code="validator_not_allowed",

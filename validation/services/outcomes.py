@@ -222,11 +222,7 @@ def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: lis
     are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
 
     standing = feature_revision(feature, fixes=fixes) or run.revision
-    if (
-        standing == run.revision
-        and same_contract(feature_assertion_specs(feature), run.assertions)
-        and _same_base(run)
-    ):
+    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
         return False
     follow_up(
         run.mission_id,
