@@ -191,3 +191,31 @@ def test_a_person_moving_the_base_reopens_what_was_judged_under_the_old_one(
     feature.refresh_from_db()
     assert feature.loop_state == "validating"  # judged again, against the new base
     assert feature.last_run.protection["base"] == moved
+
+
+def test_the_admin_pins_the_base_refuses_an_unknown_one_and_moving_it_is_recorded(
+    admin_client, admin_user, git_repo, base
+):
+    from tests.validation.test_protected_paths import _change_form
+
+    mission = Mission.objects.create(key="adm", title="Adm", owner=admin_user, repository=str(git_repo.path))
+    url = f"/admin/missions/mission/{mission.pk}/change/"
+    data = _change_form(admin_client.get(url))
+    fields = {"protected_paths": '["tests/**"]', "allowed_validators": '["checks"]', "submodules": "on"}
+    refused = admin_client.post(url, {**data, **fields, "base_revision": "no-such-branch"})
+    assert refused.status_code == 200 and "base_revision &#x27;no-such-branch&#x27;" in refused.content.decode()
+    nothing = admin_client.post(url, {**data, "protected_paths": '["spec/**"]', "base_revision": "main"})
+    assert nothing.status_code == 200 and "spec/**" in nothing.content.decode()
+    assert Mission.objects.get(pk=mission.pk).base_commit == ""
+    assert admin_client.post(url, {**data, **fields, "base_revision": "main"}).status_code == 302
+    mission.refresh_from_db()
+    assert (mission.base_revision, mission.base_commit, mission.allowed_validators) == ("main", base, ["checks"])
+    assert mission.submodules is True
+    page = admin_client.get(url).content.decode()
+    assert base in page  # shown, read-only
+    moved = git_repo.commit({"tests/test_calc.py": TEST_CALC + "        pass\n"}, "later")
+    data = _change_form(admin_client.get(url))
+    assert admin_client.post(url, {**data, "base_revision": moved}).status_code == 302
+    assert Mission.objects.get(pk=mission.pk).base_commit == moved
+    event = MissionEvent.objects.filter(mission=mission, type="mission:base-changed").order_by("-seq").first()
+    assert (event.payload["from"], event.payload["to"], event.payload["cause"]) == (base, moved, "set")
