@@ -16,7 +16,7 @@ from missions.models import AssertionStatus, ContractAssertion, LoopState, Missi
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
 from missions.transitions.loop import feature_transition
-from validation import journal
+from validation import journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
 from validation.services.admission import (
@@ -206,12 +206,19 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
             reason=verdict.blocked_reason[:500],
             payload={"run": run.pk},
             fields={
-                "stop_reason": StopReason.VALIDATOR_BLOCKED,
+                "stop_reason": blocked_stop_reason(run, verdict),
                 "stop_detail": bounded(verdict.blocked_reason, 2000),
                 "stopped_at": timezone.now(),
             },
         )
         autopilot_notify(run.mission_id)
+
+
+def blocked_stop_reason(run: ValidatorRun, verdict: Verdict) -> str:
+    """Why a blocked run stops its feature: missing content a check needed (a submodule,
+    an LFS object: what to enable, docs/REPOSITORIES.md), or the validator's block."""
+    checked = [a["key"] for a in run.assertions if a.get("check")]
+    return unfetched.stop_code(verdict, checked) or StopReason.VALIDATOR_BLOCKED
 
 
 def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:

@@ -19,8 +19,9 @@ from django.conf import settings
 from fusion_site.base.proc import CommandError, run_command
 from fusion_site.base.redact import bounded, redact
 from fusion_site.base.snapshots import is_whole_snapshot, private_copy
+from fusion_site.base.tree_index import TreeFacts, facts_of
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
-from validation import journal, protect
+from validation import journal, protect, unfetched
 from validation.context import AssertionSpec, ValidationContext
 from validation.verdict import (
     AssertionVerdict,
@@ -203,7 +204,7 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
         )
     own_changed = protection.diff().under(own) if own else []
     with _check_root(ctx.checkout, spec, protection, own_changed, in_place=in_place) as (root, restored):
-        verdict = judge_assertion(root, assertion)
+        verdict = _content_rule(judge_assertion(root, assertion), spec, root, facts_of(ctx.checkout))
     if restored:
         verdict = _outside_checkout(verdict)
     return _protection_rule(verdict, sorted(set(protection.changed) | set(own_changed)), protection)
@@ -230,6 +231,17 @@ def _check_root(
         if own_changed:
             protect.restore(root, protection.diff(), own_changed)
         yield root, "run" not in spec
+
+
+def _content_rule(
+    verdict: AssertionVerdict, spec: dict[str, Any], root: Path, facts: TreeFacts | None
+) -> AssertionVerdict:
+    """Blocked when the check read what the snapshot could not hold (validation/unfetched.py)."""
+    if "run" in spec:
+        return unfetched.run_rule(verdict, facts)
+    target = _confined(root, spec["file"])
+    rel = target.relative_to(root.resolve()).as_posix() if target is not None else spec["file"]
+    return unfetched.file_rule(verdict, spec, target, rel, facts)
 
 
 def _outside_checkout(verdict: AssertionVerdict) -> AssertionVerdict:
