@@ -14,9 +14,10 @@ import hashlib
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 GITLINK = 0o160000
 # The spec's limit: a pointer is at most this long (git-lfs never reads a longer file as one).
@@ -94,8 +95,20 @@ class TreeFacts:
     indexes: list[tuple[str, Path]] = field(default_factory=list)
     populated: set[str] = field(default_factory=set)
     unfetched: dict[str, str] = field(default_factory=dict)
+    # What was read once: parallel checks of one run ask the same questions.
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def _once(self, name: str, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            if name not in self._memo:
+                self._memo[name] = compute()
+            return self._memo[name]
 
     def _entries(self) -> list[tuple[str, IndexEntry]]:
+        return self._once("entries", self._read_entries)
+
+    def _read_entries(self) -> list[tuple[str, IndexEntry]]:
         found = []
         for where, index in self.indexes:
             with contextlib.suppress(OSError, ValueError):  # unknown facts: nothing detected
@@ -118,6 +131,9 @@ class TreeFacts:
 
     def lfs_pointers(self) -> list[str]:
         """The LFS pointers of the mission's folder, as committed (relative to the snapshot)."""
+        return self._once("lfs", self._find_pointers)
+
+    def _find_pointers(self) -> list[str]:
         found = []
         for path, entry in self._entries():
             if entry.mode & 0o170000 != 0o100000 or not 0 < entry.size <= LFS_POINTER_MAX:

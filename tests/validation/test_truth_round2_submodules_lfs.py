@@ -10,9 +10,12 @@ import stat
 
 import pytest
 
-from fusion_site.base.snapshots import snapshot
+from fusion_site.base import mirrors
+from fusion_site.base.snapshots import snapshot, snapshot_root, sweep_snapshots
+from fusion_site.base.sources import normalize
 from missions.models import LoopState, Mission, MissionFeature, StopReason
 from tests.conftest import Repo
+from tests.gitserver import GitDaemon
 from validation.models import RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
@@ -140,9 +143,9 @@ def test_a_failing_run_check_on_a_tree_with_an_empty_submodule_is_blocked_a_pass
     assert feature.stop_reason == StopReason.SUBMODULE_NOT_FETCHED
 
 
-def _gitlink(repo: Repo, path: str, url: str) -> None:
+def _gitlink(repo: Repo, path: str, url: str, commit: str = "") -> None:
     """A submodule entry written by hand: any `.gitmodules` URL a pusher chooses."""
-    commit = repo.git("rev-parse", "HEAD").strip()
+    commit = commit or repo.git("rev-parse", "HEAD").strip()
     repo.write(".gitmodules", f'[submodule "x"]\n\tpath = {path}\n\turl = {url}\n')
     repo.git("add", ".gitmodules")
     repo.git("update-index", "--add", "--cacheinfo", f"160000,{commit},{path}")
@@ -231,3 +234,31 @@ def test_a_pointer_a_check_writes_itself_does_not_turn_its_fail_into_a_block(bui
     run, feature = _judge(mission)
     assert run.status == RunStatus.FAILED, run.verdict
     assert feature.stop_reason == ""
+
+
+def test_a_relative_submodule_url_is_read_against_the_served_url_through_a_mirror_of_its_own(git_repo, tmp_path):
+    served = tmp_path / "served"
+    lib = _repo(tmp_path / "lib", {"data.txt": "served answer\n"})
+    lib_commit = lib.git("rev-parse", "HEAD").strip()
+    _gitlink(git_repo, "vendor/lib", "../lib.git", lib_commit)
+    commit = git_repo.git("rev-parse", "HEAD").strip()
+    served.mkdir()
+    for name, repo in (("lib.git", lib), ("super.git", git_repo)):
+        repo.git("clone", "-q", "--bare", str(repo.path), str(served / name))
+    with GitDaemon(served) as daemon:
+        lib_mirror = mirrors.mirror_dir(normalize(daemon.url("lib.git")))
+        counts = []
+        for _ in range(2):
+            with snapshot(daemon.url("super.git"), commit, submodules=True) as root:
+                assert (root / "vendor" / "lib" / "data.txt").read_text() == "served answer\n"
+            counts.append(mirrors.fetch_count(lib_mirror))
+    assert counts[0] >= 1 and counts[1] == counts[0]  # its own mirror; the second snapshot fetched nothing
+
+
+def test_the_sweep_removes_the_submodule_index_files_a_killed_worker_left():
+    root = snapshot_root()
+    left = [root / "run-999-0123456789ab.1.idx", root / "run-999-0123456789ab.2.idx.lock"]
+    for path in left:
+        path.write_bytes(b"DIRC")
+    sweep_snapshots(live_labels=set)
+    assert not any(path.exists() for path in left)
