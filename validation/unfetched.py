@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion_site.base.tree_index import TreeFacts, is_lfs_pointer
-from validation.verdict import AssertionVerdict, Evidence, Verdict
+from validation.verdict import AssertionVerdict, Evidence, Verdict, escape_invisible
 
 SUBMODULE_NOT_FETCHED = "submodule_not_fetched"
 LFS_NOT_FETCHED = "lfs_not_fetched"
@@ -77,6 +77,8 @@ def _listed(paths: Iterable[str]) -> str:
 
 
 def _blocked(verdict: AssertionVerdict, code: str, detail: str) -> AssertionVerdict:
+    # Paths may hold invisible characters: escaped, as in every verdict of the host's own.
+    detail = escape_invisible(detail)
     outcome = {"pass": "passed", "fail": "failed"}.get(verdict.verdict, "was blocked")
     return verdict.model_copy(
         update={

@@ -262,3 +262,15 @@ def test_the_sweep_removes_the_submodule_index_files_a_killed_worker_left():
         path.write_bytes(b"DIRC")
     sweep_snapshots(live_labels=set)
     assert not any(path.exists() for path in left)
+
+
+def test_a_pointer_whose_name_holds_an_invisible_character_is_blocked_not_an_error(build_mission, git_repo):
+    name = "assets/mo\u200bdel.bin"
+    git_repo.commit({name: POINTER})
+    mission = build_mission(
+        {"f": [("VAL-run", {"run": 'python -c "raise SystemExit(1)"'}), ("VAL-file", {"file": name, "contains": "x"})]}
+    )
+    run, feature = _judge(mission)
+    assert run.status == RunStatus.BLOCKED, (run.error, run.verdict)
+    assert "mo\\u200bdel.bin" in _verdicts(run)["VAL-run"]["message"]
+    assert feature.stop_reason == StopReason.LFS_NOT_FETCHED
