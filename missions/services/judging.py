@@ -145,8 +145,7 @@ def _check_judges(mission: Mission | None, fields: dict[str, Any], user: Any) ->
     if not changed or mission is None or _staff(user) or mission.owner_id == getattr(user, "pk", None):
         return
     raise Forbidden(
-        "only the mission's owner or staff may change how it is judged (its validator profiles and "
-        "protected paths)",
+        "only the mission's owner or staff may change how it is judged (its validator profiles and protected paths)",
         code="owner_only",
         fields={name: ["only the owner or staff may change this field"] for name in changed},
     )
