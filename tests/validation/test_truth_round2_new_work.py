@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import dramatiq
 import pytest
 import yaml
 
 from missions.models import Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
 from missions.services.files import mission_export, mission_file_import
 from missions.services.lifecycle import mission_activate
+from tests.conftest import WorkerHandle
 from tests.missions.loop_helpers import add_slice, feature, make_mission, open_task
 from tests.validation.test_truth_milestones import completed_mission, land, last_seq, statuses
 from validation.models import RunScope, ValidatorRun
@@ -24,15 +26,34 @@ pytestmark = pytest.mark.django_db(transaction=True)
 REOPENED = ["slice:reopened", "milestone:reopened", "mission:reopened"]
 
 
+def _started(broker) -> dramatiq.Worker:
+    started = dramatiq.Worker(broker, worker_threads=4, worker_timeout=50)
+    started.start()
+    return started
+
+
+@pytest.fixture
+def worker(transactional_db):
+    """The real worker of `tests/conftest.py`, which `held` may stop and start again."""
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    handle = WorkerHandle(broker, _started(broker))
+    try:
+        yield handle
+    finally:
+        handle.worker.stop()
+        broker.flush_all()
+
+
 @contextmanager
-def held(worker):
-    """The worker holds its messages while the action runs, so that the events read after
-    it are the action's alone (what the autopilot does next comes after)."""
-    worker.worker.pause()
+def held(worker: WorkerHandle):
+    """No worker runs while the action does, so that the events read after it are the
+    action's alone; what it sent waits in the queue for the worker started after it."""
+    worker.worker.stop()
     try:
         yield
     finally:
-        worker.worker.resume()
+        worker.worker = _started(worker.broker)
 
 
 def published(mission: Mission, *, after: int) -> list[tuple[str, str | None]]:
@@ -55,7 +76,7 @@ def test_a_feature_created_in_a_complete_slice_reopens_slice_milestone_and_missi
         )
         assert response.status_code == 201, response.json()
         assert published(mission, after=seq) == [("feature:updated", None), *reopened_by("feature_created")]
-    assert statuses(mission) == ("active", "active", "active")
+        assert statuses(mission) == ("active", "active", "active")
     c = MissionFeature.objects.get(pk=response.json()["id"])
     reopened = MissionEvent.objects.filter(mission=mission, seq__gt=seq, type__in=REOPENED)
     assert {e.payload["feature_id"] for e in reopened} == {c.pk}
@@ -77,9 +98,9 @@ def test_a_slice_created_in_a_complete_milestone_reopens_it_and_the_mission(work
             ("slice:created", None),
             *reopened_by("slice_created", ["milestone:reopened", "mission:reopened"]),
         ]
-    m1.refresh_from_db()
-    mission.refresh_from_db()
-    assert (m1.status, mission.status) == ("active", "active")
+        m1.refresh_from_db()
+        mission.refresh_from_db()
+        assert (m1.status, mission.status) == ("active", "active")
     # The autopilot takes the new slice up; being empty, it is done at once, and the
     # milestone (its input unchanged) and the mission complete again.
     worker.drain()
@@ -103,10 +124,23 @@ def test_a_milestone_created_in_a_complete_mission_reopens_it(worker, alice, git
             ("milestone:validation:updated", None),
             ("mission:reopened", "milestone_created"),
         ]
-    mission.refresh_from_db()
-    assert mission.status == "active"
+        mission.refresh_from_db()
+        assert mission.status == "active"
     reopened = MissionEvent.objects.get(mission=mission, seq__gt=seq, type="mission:reopened")
     assert reopened.payload["milestone_id"] == response.json()["id"]
+    # The autopilot looks again: the new milestone is empty, so done at once, and the
+    # mission completes again.
+    worker.drain()
+    mission.refresh_from_db()
+    assert mission.status == "complete"
+    assert Milestone.objects.get(mission=mission, key="m2").status == "complete"
+
+
+def statuses_of(mission: Mission) -> set[str]:
+    """The statuses of the mission, every milestone and the slice s1."""
+    mission.refresh_from_db()
+    milestones = set(Milestone.objects.filter(mission=mission).values_list("status", flat=True))
+    return {mission.status, Slice.objects.get(mission=mission, key="s1").status} | milestones
 
 
 def two_milestones(worker, alice, git_repo) -> Mission:
@@ -137,7 +171,7 @@ def test_an_unfinished_feature_moved_into_a_complete_slice_reopens_it_and_is_jud
             ("feature:updated", None),
             *reopened_by("feature_moved", ["slice:reopened", "milestone:reopened"]),
         ]
-    assert Slice.objects.get(key="s1").status == "active" and Milestone.objects.get(key="m1").status == "active"
+        assert Slice.objects.get(key="s1").status == "active" and Milestone.objects.get(key="m1").status == "active"
     worker.drain()
     land(worker, alice, git_repo, mission, "b")
     assert {f.loop_state for f in MissionFeature.objects.filter(mission=mission)} == {"passed"}
@@ -166,6 +200,7 @@ def test_a_passed_feature_moved_into_a_complete_slice_reopens_both_milestones_an
             *reopened_by("feature_moved"),
             ("milestone:reopened", "feature_moved"),  # m2, which it left
         ]
+        assert statuses_of(mission) == {"active"}
     worker.drain()
     mission.refresh_from_db()
     assert mission.status == "complete", mission.status_reason
@@ -184,7 +219,7 @@ def test_a_mission_file_adding_a_feature_to_a_complete_slice_reopens_it(worker, 
             *reopened_by("feature_created"),
             ("mission:imported", None),
         ]
-    assert statuses(mission) == ("active", "active", "active")
+        assert statuses(mission) == ("active", "active", "active")
     worker.drain()
     assert open_task(feature(mission, "c")) is not None
 
@@ -209,7 +244,6 @@ def test_the_admin_adding_a_feature_to_a_complete_slice_reopens_it(worker, alice
         )
         assert response.status_code == 302, response.content.decode()[:2000]
         assert published(mission, after=seq) == reopened_by("feature_created")
-    assert statuses(mission) == ("active", "active", "active")
+        assert statuses(mission) == ("active", "active", "active")
     worker.drain()
     assert Task.objects.filter(feature__key="c").exists()
-
