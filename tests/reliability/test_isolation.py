@@ -79,7 +79,10 @@ def test_a_command_check_does_not_see_the_servers_secrets(server_secrets, tmp_pa
     env = _env_of(result.output)
     assert_no_server_secret(result.output)
     assert Path(env["PATH"].split(os.pathsep)[0]) == Path(sys.executable).parent  # `python` is the service's
-    assert set(env) <= {"PATH", "HOME", "PYTHONDONTWRITEBYTECODE", "LANG", "LC_ALL", "TZ", "TERM", "PWD", "SHLVL", "_"}
+    # GIT_CEILING_DIRECTORIES: git in a check finds no repository above the snapshots (docs/TRUTH.md).
+    allowed = {"PATH", "HOME", "PYTHONDONTWRITEBYTECODE", "LANG", "LC_ALL", "TZ", "TERM", "PWD", "SHLVL", "_"}
+    assert set(env) <= allowed | {"GIT_CEILING_DIRECTORIES"}
+    assert env["GIT_CEILING_DIRECTORIES"] == str(settings.FUSION_SNAPSHOT_DIR)
 
 
 def test_a_shell_check_does_not_see_the_servers_secrets(server_secrets, tmp_path):
