@@ -71,6 +71,7 @@ from missions.services import hierarchy, lifecycle
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.tasks import task_complete, task_create
 from tests.validation import truth_model as model
+from validation import protect
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.selectors import feature_revision
 from validation.services import operator, runner
@@ -85,6 +86,7 @@ STEPS = int(os.environ.get("FUSION_TRUTH_STEPS", 20))
 SHRINK = os.environ.get("FUSION_TRUTH_SHRINK", "1") != "0"
 SKIP = {s.strip() for s in os.environ.get("FUSION_TRUTH_SKIP", "").split(",") if s.strip()}
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
+TOKEN_ENV = "FUSION_TRUTH_TOKEN"  # the credential variable `credentials` toggles (a local source ignores it)
 OPEN_TASK = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
 
 
@@ -163,6 +165,9 @@ class TruthMachine(RuleBasedStateMachine):
         self.finished = True  # until the set-up says otherwise
         self.seen_seq = 0  # the audit log read so far (fix rounds per root)
         self.rounds: dict[int, int] = {}
+        self.grown = 0  # features `grow` made
+        self.judged: set[int] = set()  # finished runs whose verdicts were read
+        self.base_named = "sha"
         _Sink.machine = self
 
     # ------------------------------------------------------------ set-up and teardown
@@ -175,9 +180,14 @@ class TruthMachine(RuleBasedStateMachine):
         per_slice=st.sampled_from(((1, 1), (1, 1), (1, 2), (2, 1), (2, 2))),
         per_feature=st.lists(st.integers(1, 2), min_size=4, max_size=4),
         variants=st.lists(st.sampled_from(("file", "run", "protected")), min_size=9, max_size=9),
-        milestone_check=st.sampled_from((None, None, "file", "run", "protected")),
+        milestone_check=st.sampled_from((None, None, "file", "run", "protected", "pytest")),
         spare=st.sampled_from((False, False, True)),  # an unlinked assertion: the milestone never passes
         may_finish=st.booleans(),
+        # One assertion (of a1..a3) checked by a protected pytest test, in half the examples:
+        # what an implementation can subvert from inside the test process (~0.2 s a run).
+        pytest_at=st.sampled_from((None, None, None, 0, 1, 2)),
+        # The base named by a branch the implementations commit onto (README's own shape).
+        base_named=st.sampled_from(("sha", "sha", "sha", "main")),
     )
     def setup(
         self,
@@ -191,9 +201,14 @@ class TruthMachine(RuleBasedStateMachine):
         milestone_check,
         spare,
         may_finish=True,
+        pytest_at=None,
+        base_named="sha",
     ):
         self.finished = not may_finish  # `finish` in half of the examples (it costs a dozen runs)
         self.history = self.template.clone(self.tmp / "repo")
+        if pytest_at is not None:
+            variants = [*variants[:pytest_at], "pytest", *variants[pytest_at + 1 :]]
+        self.base_named = base_named
         self.mission = Mission.objects.create(
             key=f"truth-{uuid.uuid4().hex[:12]}",
             title="Truth",
@@ -202,7 +217,7 @@ class TruthMachine(RuleBasedStateMachine):
             auto_fix=auto_fix,
             retry_budget=budget,
             repository=str(self.history.repo.path),
-            base_revision=self.template.base,
+            base_revision=self.template.base if base_named == "sha" else "main",
             protected_paths=["tests/**"],
         )
         milestone = Milestone.objects.create(mission=self.mission, key="m1", title="Milestone 1")
@@ -255,8 +270,16 @@ class TruthMachine(RuleBasedStateMachine):
         STATS[f"steps of an example ~{self.steps // 5 * 5}"] += 1
         runs = ValidatorRun.objects.filter(mission=self.mission)
         STATS["runs"] += runs.count()
-        for status in runs.values_list("status", flat=True):
+        for status, revision, assertions in runs.values_list("status", "revision", "assertions"):
             STATS[f"run {status}"] += 1
+            kind = self.kinds.get(revision, "base").split()[0]
+            if kind not in ("base", "correct", "wrong"):
+                STATS[f"run at a {kind} commit {status}"] += 1
+            if any(model.variant_of(a["check"]) == "pytest" for a in assertions):
+                STATS[f"run with a pytest check {status}"] += 1
+        if self.base_named != "sha":
+            STATS[f"examples with the base named {self.base_named}"] += 1
+        STATS["features grown"] += self.grown
         STATS["milestone runs"] += runs.filter(scope=RunScope.MILESTONE).count()
         for run in runs.filter(scope=RunScope.MILESTONE, status=RunStatus.FAILED):
             for key in run.failures.values_list("assertion_key", flat=True):
@@ -327,6 +350,11 @@ class TruthMachine(RuleBasedStateMachine):
 
     def _deliver(self, message: Message) -> None:
         note(f"deliver {self._describe(message)}")
+        if (
+            message.actor == "run_validator"
+            and Mission.objects.filter(pk=self.mission.pk).exclude(credentials_env="").exists()
+        ):
+            STATS["run_validator delivered with credentials"] += 1
         actor = dramatiq.get_broker().get_actor(message.actor)
         started = time.monotonic()
         try:
@@ -342,17 +370,32 @@ class TruthMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ implementation and tasks
 
+    KINDS = (
+        "correct",
+        "correct",
+        "correct",
+        "correct",
+        "own_tests",
+        "wrong",
+        "rewrite",
+        "subvert",
+        "runner_config",
+    )
+
     @rule(
         data=st.data(),
-        kind=st.sampled_from(("correct", "correct", "correct", "wrong", "rewrite")),
+        kind=st.sampled_from(KINDS),
         naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")),
     )
     @_counted
     def complete(self, data, kind, naming):
         """Complete the open task of a feature (made first with `task_create` when it has
-        none): a correct implementation, a wrong one, or one that rewrites a protected test
-        to always pass and leaves the implementation wrong; named by its commit id, `main`
-        or `HEAD`, or (`old`) an earlier commit id of the repository."""
+        none): a correct implementation, a correct one that adds its own test under the
+        protected `tests/` (`own_tests`), a wrong one, one that rewrites a protected test to
+        always pass and leaves the implementation wrong, one whose module subverts the test
+        process from inside (`subvert`), or one that adds or edits the test runner's
+        configuration (`runner_config`); named by its commit id, `main` or `HEAD`, or
+        (`old`) an earlier commit id of the repository."""
         tasked = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).values_list("feature_id", flat=True)
         feature = (
             self._feature(data, pk__in=list(tasked))
@@ -375,6 +418,7 @@ class TruthMachine(RuleBasedStateMachine):
             changes = self._implementation(data, feature, kind)
             sha = self.history.commit(changes, f"{kind} {feature.key}")
             self.kinds[sha] = f"{kind} {feature.key}"
+            STATS[f"commit {kind}"] += 1
             revision = {"sha": sha, "main": "main", "HEAD": "HEAD"}[naming]
         note(f"complete task {task.pk} of {feature.key} at {revision[:8]} ({self.kinds.get(self.history.head, 'old')})")
         try:
@@ -382,12 +426,16 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"complete task {task.pk}", exc)
 
-    def _implementation(self, data, feature: MissionFeature, kind: str) -> dict[str, str]:
+    def _implementation(self, data, feature: MissionFeature, kind: str) -> dict[str, str | None]:
         linked = self._linked(feature)
         keys = [a.key for a in linked]
-        changes = dict(model.PROTECTED)  # an implementation that does not tamper restores the tests
+        # An implementation that does not tamper restores the tests, the runner
+        # configuration and the modules the tests import, and drops a root conftest.
+        changes: dict[str, str | None] = {**model.HONEST, "conftest.py": None}
         milestone = ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.MILESTONE).first()
-        if kind == "correct":
+        if kind == "own_tests":  # correct, and its own test under the protected folder
+            changes[f"tests/test_mine_{len(self.history.order)}.py"] = model.OWN_TEST
+        if kind in ("correct", "own_tests"):
             for a in linked:
                 changes[f"{a.key}.txt"] = model.correct_text(a.key, model.variant_of(a.check_spec))
             if milestone is not None:
@@ -407,9 +455,22 @@ class TruthMachine(RuleBasedStateMachine):
         else:
             for key in keys:
                 changes[f"{key}.txt"] = model.wrong_text(key)
-            tampered = [a.key for a in linked if model.variant_of(a.check_spec) == "protected"] or keys[:1] or ["a1"]
-            for key in tampered:
-                changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
+            # Aimed at the checks that the tampering defeats, else at the first key.
+            aimed = [a.key for a in linked if model.variant_of(a.check_spec) in ("protected", "pytest")]
+            tampered = aimed or keys[:1] or ["a1"]
+            if kind == "rewrite":
+                for key in tampered:
+                    changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
+                    changes[f"tests/test_{key}.py"] = "def test_done():\n    pass\n"
+            elif kind == "subvert":
+                form = data.draw(st.sampled_from(sorted(model.SUBVERSIONS)), label="subversion")
+                STATS[f"commit subvert by {form}"] += 1
+                for key in tampered:
+                    changes[f"{key}_impl.py"] = model.SUBVERSIONS[form]
+            else:
+                form = data.draw(st.sampled_from(sorted(model.RUNNER_SUBVERSIONS)), label="runner configuration")
+                STATS[f"commit runner_config by {form}"] += 1
+                changes.update(model.RUNNER_SUBVERSIONS[form])
         return changes
 
     def _create_task(self, data):
@@ -484,6 +545,8 @@ class TruthMachine(RuleBasedStateMachine):
         "edit_check",
         "activate",
         "advance",
+        "grow",
+        "credentials",
     )
 
     @rule(data=st.data(), action=st.sampled_from(OPERATIONS))
@@ -569,6 +632,94 @@ class TruthMachine(RuleBasedStateMachine):
             autopilot_advance(mission_id=self.mission.pk)
         except DomainError as exc:
             self._refused("autopilot_advance", exc)
+
+    GROWTH = ("feature", "slice", "milestone", "move")
+    GROWN = 4  # new features per example at most: each is more runs
+
+    def _grow(self, data):
+        """New work, through the services the API uses: a feature (linked to an existing
+        assertion) in an existing slice, a slice with its feature in an existing milestone,
+        a milestone with a slice and a feature, or a feature moved to another slice. Work
+        added under a complete node reopens it: `complete_done` holds after each."""
+        how = data.draw(st.sampled_from(self.GROWTH), label="growth")
+        STATS[f"grow {how}"] += 1
+        try:
+            if how == "move":
+                self._move_feature(data)
+                return
+            if self.grown >= self.GROWN:
+                return
+            if how == "milestone":
+                n = Milestone.objects.filter(mission=self.mission).count() + 1
+                milestone = hierarchy.milestone_create(
+                    user=None, mission=self.mission, key=f"m{n}", title=f"Milestone {n}", order=n
+                )
+            else:
+                milestone = Milestone.objects.get(
+                    mission=self.mission, key=self._draw_key(data, Milestone, "milestone")
+                )
+            if how == "feature":
+                slice_ = Slice.objects.get(mission=self.mission, key=self._draw_key(data, Slice, "slice"))
+            else:
+                n = Slice.objects.filter(mission=self.mission).count() + 1
+                slice_ = hierarchy.slice_create(
+                    user=None, milestone=milestone, key=f"s{n}", title=f"Slice {n}", order=n
+                )
+            self._new_feature(data, slice_)
+        except DomainError as exc:
+            self._refused(f"grow {how}", exc)
+
+    def _draw_key(self, data, model_class, label: str) -> str:
+        keys = list(model_class.objects.filter(mission=self.mission).order_by("id").values_list("key", flat=True))
+        return data.draw(st.sampled_from(keys), label=label)
+
+    def _new_feature(self, data, slice_: Slice) -> None:
+        keys = list(
+            ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.FEATURE)
+            .order_by("key")
+            .values_list("key", flat=True)
+        )
+        assertion = ContractAssertion.objects.get(
+            mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion")
+        )
+        self.grown += 1
+        key = f"n{self.grown}"
+        hierarchy.feature_create(
+            user=None,
+            slice_=slice_,
+            assertions=[assertion],
+            key=key,
+            title=f"Feature {key}",
+            description=f"Build {key}.",
+            order=10 + self.grown,
+        )
+        note(f"grow: feature {key} {{{assertion.key}}} in slice {slice_.key} of milestone {slice_.milestone.key}")
+
+    def _move_feature(self, data) -> None:
+        feature = self._feature(data)
+        slices = list(
+            Slice.objects.filter(mission=self.mission)
+            .exclude(pk=feature.slice_id)
+            .order_by("id")
+            .values_list("key", flat=True)
+        )
+        if not slices:
+            return
+        target = Slice.objects.get(mission=self.mission, key=data.draw(st.sampled_from(slices), label="to slice"))
+        note(f"move {feature.key} ({feature.loop_state}) from slice {feature.slice.key} to {target.key}")
+        hierarchy.feature_update(user=None, feature=feature, slice=target)
+
+    def _credentials(self, data):
+        """The mission's `credentials_env` toggled between none and an allowed variable:
+        its runs read the repository through two mirrors by turns (a mirror per source
+        and credential identity)."""
+        mission = Mission.objects.get(pk=self.mission.pk)
+        new = "" if mission.credentials_env else TOKEN_ENV
+        STATS[f"credentials {'set' if new else 'cleared'}"] += 1
+        try:
+            hierarchy.mission_update(mission=mission, user=None, credentials_env=new)
+        except DomainError as exc:
+            self._refused("credentials", exc)
 
     # ------------------------------------------------------------ delivery
 
@@ -692,6 +843,7 @@ class TruthMachine(RuleBasedStateMachine):
         self._failure_has_fix(mission, features)
         self._budgets(mission, features)
         self._runs_are_frozen(runs)
+        self._protected_fail_is_true()
 
     def _passed_means_true(self, features: list[MissionFeature], links) -> None:
         """(a) A passed feature: its last run passed, over the feature's current contract
@@ -908,6 +1060,32 @@ class TruthMachine(RuleBasedStateMachine):
         ):
             self._check("frozen", bool(model.HEX40.match(revision)), f"task {pk} done at {revision!r}")
 
+    def _protected_fail_is_true(self) -> None:
+        """(g) A verdict fails an assertion for changed protected files only at a commit that
+        modified or deleted a protected file the base holds: tests an implementation adds
+        are no tampering (they are set aside), and the base is the commit it was pinned to
+        when it was set, not wherever its branch has moved since."""
+        finished = (
+            ValidatorRun.objects.filter(
+                mission=self.mission, status__in=(RunStatus.PASSED, RunStatus.FAILED), reused_from__isnull=True
+            )
+            .exclude(pk__in=self.judged)
+            .values_list("pk", "revision", "verdict")
+        )
+        for pk, revision, verdict in finished:
+            self.judged.add(pk)
+            named = [
+                a["key"]
+                for a in (verdict or {}).get("assertions", [])
+                if a.get("verdict") == "fail" and protect.NOTE in a.get("message", "")
+            ]
+            self._check(
+                "false_protected_fail",
+                not named or model.protected_changed(self.history.tree(revision)),
+                f"run {pk} at {revision[:10]} ({self.kinds.get(revision, 'base')}) failed {named} for changed "
+                f"protected files, but the commit modified or deleted none that the base holds",
+            )
+
 
 def _no_worker(monkeypatch, tmp_path) -> None:
     """Messages are recorded, not sent; one template repository for the whole test."""
@@ -917,6 +1095,7 @@ def _no_worker(monkeypatch, tmp_path) -> None:
     # (event-stream storage and the Channels group: ~6 ms an event, a fifth of the time)
     # is left out. Nothing the invariants read depends on it.
     monkeypatch.setattr(events, "send_all", lambda events: None)
+    monkeypatch.setenv(TOKEN_ENV, "truth-token")
     TruthMachine.template = model.Template(tmp_path / "template-root")
 
 
