@@ -649,18 +649,18 @@ class TruthMachine(RuleBasedStateMachine):
                 return
             if self.grown >= self.GROWN:
                 return
-            if how == "milestone":
-                n = Milestone.objects.filter(mission=self.mission).count() + 1
-                milestone = hierarchy.milestone_create(
-                    user=None, mission=self.mission, key=f"m{n}", title=f"Milestone {n}", order=n
-                )
-            else:
-                milestone = Milestone.objects.get(
-                    mission=self.mission, key=self._draw_key(data, Milestone, "milestone")
-                )
             if how == "feature":
                 slice_ = Slice.objects.get(mission=self.mission, key=self._draw_key(data, Slice, "slice"))
             else:
+                if how == "milestone":
+                    n = Milestone.objects.filter(mission=self.mission).count() + 1
+                    milestone = hierarchy.milestone_create(
+                        user=None, mission=self.mission, key=f"m{n}", title=f"Milestone {n}", order=n
+                    )
+                else:
+                    milestone = Milestone.objects.get(
+                        mission=self.mission, key=self._draw_key(data, Milestone, "milestone")
+                    )
                 n = Slice.objects.filter(mission=self.mission).count() + 1
                 slice_ = hierarchy.slice_create(
                     user=None, milestone=milestone, key=f"s{n}", title=f"Slice {n}", order=n
@@ -1150,13 +1150,16 @@ class ByHand:
         step(*args)
         self.m.truth()
 
-    def land(self, key: str, kind: str, *wrong: str) -> None:
-        """`complete` for feature `key` (its open task, or a new one) at a new commit."""
+    def land(self, key: str, kind: str, *wrong: str, form: str = "") -> None:
+        """`complete` for feature `key` (its open task, or a new one) at a new commit; `form`:
+        of a `subvert` or `runner_config` implementation."""
         tasked = Task.objects.filter(mission=self.m.mission, status__in=OPEN_TASK)
         draws = [tasked.filter(feature__key=key).exists()] if tasked.exists() else []
         draws.append(key)
         if kind == "wrong":
             draws.append(set(wrong))
+        if form:
+            draws.append(form)
         self(self.m.complete, Scripted(*draws), kind, "sha")
 
     def deliver(self, actor: str, nth: int = 0) -> None:
@@ -1189,6 +1192,8 @@ def _set_up(m: TruthMachine, **shape) -> None:
             "milestone_check": None,
             "spare": False,
             "may_finish": False,
+            "pytest_at": None,
+            "base_named": "sha",
             **shape,
         },
     )
@@ -1238,3 +1243,146 @@ def test_found_a_run_admitted_before_a_contract_edit_does_not_pass_the_old_contr
     do(m.deliver_all, 40)  # f1's run; the autopilot
     do.land("f2", "correct")  # f2 at R2: done a1 v2, done a2
     do(m.deliver_all, 40)  # f2's run, the milestone run
+
+
+# ---------------------------------------------------------------- the implementation as an adversary, new and moved work
+
+
+def _state(m: TruthMachine, key: str) -> str:
+    return MissionFeature.objects.get(mission=m.mission, key=key).loop_state
+
+
+def test_found_a_base_named_main_does_not_move_onto_the_judged_commit(by_hand):
+    """The base is named `main` and the implementations commit onto `main`: f1 lands a
+    commit that rewrites its protected test to always pass, and its run judged it against
+    a base re-read as `main`, that commit itself: nothing had changed, the rewritten test
+    ran, and f1 passed."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, base_named="main", variants=["protected"] * 9)
+    do.land("f1", "rewrite")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") != LoopState.PASSED
+
+
+def test_found_a_base_named_main_that_moved_on_does_not_fail_an_honest_commit(by_hand):
+    """The other way round: f1 lands an honest commit R1, then f2 a test-rewriting one on
+    `main`; f1's run judged R1 against `main` re-read at admission (R2), and failed R1 for
+    protected files it never touched."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, base_named="main")
+    do.land("f1", "correct")
+    do.land("f2", "rewrite")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") == LoopState.PASSED
+
+
+def test_found_an_implementation_that_ends_the_test_process_at_import_does_not_pass(by_hand):
+    """a1 is checked by a protected pytest test that imports f1's module; the module ends
+    the process with exit 0 while pytest collects: no test ran, the exit status was 0, and
+    f1 passed."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, pytest_at=0)
+    do.land("f1", "subvert", form="exit")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") != LoopState.PASSED
+
+
+def test_found_an_implementation_that_rewrites_the_test_reports_does_not_pass(by_hand):
+    """As above, the module instead rewrites every report of pytest to `passed` at import:
+    the protected test failed, was reported passed, and f1 passed."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, pytest_at=0)
+    do.land("f1", "subvert", form="report")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") != LoopState.PASSED
+
+
+def test_found_a_root_conftest_that_passes_every_report_does_not_pass(by_hand):
+    """f1 leaves a1 wrong and adds a root `conftest.py` (outside the protected `tests/**`)
+    whose hook marks every report passed: the protected test failed, was reported passed,
+    and f1 passed."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, pytest_at=0)
+    do.land("f1", "runner_config", form="conftest")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") != LoopState.PASSED
+
+
+def test_found_an_edited_pytest_ini_that_only_collects_does_not_pass(by_hand):
+    """f1 leaves a1 wrong and edits the base's `pytest.ini` to only collect the tests:
+    pytest ran nothing, exited 0, and f1 passed."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, pytest_at=0)
+    do.land("f1", "runner_config", form="ini")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") != LoopState.PASSED
+
+
+def test_found_a_feature_created_in_a_complete_slice_reopens_it(by_hand):
+    """f1 passed and completed s1; a new feature (linked to a2) is made in s1 through the
+    services the API uses: s1 stayed complete with the new feature idle."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m.deliver_all, 40)  # the autopilot: s1 active, a task for f1
+    do.land("f1", "correct")
+    do(m.deliver_all, 40)
+    assert Slice.objects.get(mission=m.mission, key="s1").status == SliceStatus.COMPLETE
+    do(m.operate, Scripted("feature", "s1", "a2"), "grow")
+    assert Slice.objects.get(mission=m.mission, key="s1").status != SliceStatus.COMPLETE
+
+
+def test_found_a_feature_moved_into_a_complete_slice_reopens_it(by_hand):
+    """f1 passed and completed s1; f2, not done, moved into s1: s1 stayed complete."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m.deliver_all, 40)
+    do.land("f1", "correct")
+    do(m.deliver_all, 40)
+    assert Slice.objects.get(mission=m.mission, key="s1").status == SliceStatus.COMPLETE
+    do(m.operate, Scripted("move", "f2", "s1"), "grow")
+    assert Slice.objects.get(mission=m.mission, key="s1").status != SliceStatus.COMPLETE
+
+
+def test_work_added_under_a_complete_mission_reopens_it(by_hand):
+    """Every feature passed and the mission completed; a new slice with a feature in m1,
+    then a new milestone with a slice and a feature: the milestone and the mission reopen
+    (the new feature's assertion link alone reopened them before work itself did)."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m.finish)
+    assert Mission.objects.get(pk=m.mission.pk).status == MissionStatus.COMPLETE
+    do(m.operate, Scripted("slice", "m1", "a1"), "grow")
+    assert Milestone.objects.get(mission=m.mission, key="m1").status != MilestoneStatus.COMPLETE
+    m.finished = False
+    do(m.finish)
+    assert Mission.objects.get(pk=m.mission.pk).status == MissionStatus.COMPLETE
+    do(m.operate, Scripted("milestone", "a2"), "grow")
+    assert Mission.objects.get(pk=m.mission.pk).status != MissionStatus.COMPLETE
+
+
+def test_runs_judged_through_a_mirror_per_credential_identity_keep_the_truth(by_hand):
+    """f1's run reads the repository without credentials, f2's with an allowed variable,
+    then f1's again without: each commit is judged where it truly holds."""
+    do, m = by_hand, by_hand.m
+    _set_up(m)
+    do.land("f1", "correct")
+    do(m.deliver_all, 20)
+    do(m.operate, Scripted(), "credentials")
+    do.land("f2", "correct")
+    do(m.deliver_all, 20)
+    do(m.operate, Scripted(), "credentials")
+    do(m._create_task, Scripted("f1"))
+    do.land("f1", "wrong", "a1")
+    do(m.deliver_all, 20)
+    assert [_state(m, "f1"), _state(m, "f2")] == [LoopState.NEEDS_FIX, LoopState.PASSED]
+
+
+def test_found_an_implementations_own_tests_do_not_fail_it(by_hand):
+    """A correct f1 adds its own test under the protected `tests/`: it changed none of the
+    tests the base holds, yet every assertion failed "the implementation changed protected
+    files"."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, variants=["file", "protected", "run", "file"] * 2 + ["file"], per_feature=[2, 1, 1, 1])
+    do.land("f1", "own_tests")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") == LoopState.PASSED
