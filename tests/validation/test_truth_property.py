@@ -452,20 +452,28 @@ class TruthMachine(RuleBasedStateMachine):
                 )
             if milestone is not None and data.draw(st.booleans(), label="break the milestone assertion"):
                 changes[f"{milestone.key}.txt"] = model.wrong_text(milestone.key)
-        else:
+        elif kind == "rewrite":
             for key in keys:
                 changes[f"{key}.txt"] = model.wrong_text(key)
             # Aimed at the checks that the tampering defeats, else at the first key.
             aimed = [a.key for a in linked if model.variant_of(a.check_spec) in ("protected", "pytest")]
-            tampered = aimed or keys[:1] or ["a1"]
-            if kind == "rewrite":
-                for key in tampered:
-                    changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
-                    changes[f"tests/test_{key}.py"] = "def test_done():\n    pass\n"
-            elif kind == "subvert":
+            for key in aimed or keys[:1] or ["a1"]:
+                changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
+                changes[f"tests/test_{key}.py"] = "def test_done():\n    pass\n"
+        else:
+            # An adversary that does the easy parts right: the checks its subversion
+            # defeats (pytest's) stay wrong, the others are met.
+            aimed = [a.key for a in linked if model.variant_of(a.check_spec) == "pytest"] or keys[:1] or ["a1"]
+            for a in linked:
+                changes[f"{a.key}.txt"] = (
+                    model.wrong_text(a.key)
+                    if a.key in aimed
+                    else model.correct_text(a.key, model.variant_of(a.check_spec))
+                )
+            if kind == "subvert":
                 form = data.draw(st.sampled_from(sorted(model.SUBVERSIONS)), label="subversion")
                 STATS[f"commit subvert by {form}"] += 1
-                for key in tampered:
+                for key in aimed:
                     changes[f"{key}_impl.py"] = model.SUBVERSIONS[form]
             else:
                 form = data.draw(st.sampled_from(sorted(model.RUNNER_SUBVERSIONS)), label="runner configuration")
@@ -650,7 +658,7 @@ class TruthMachine(RuleBasedStateMachine):
             if self.grown >= self.GROWN:
                 return
             if how == "feature":
-                slice_ = Slice.objects.get(mission=self.mission, key=self._draw_key(data, Slice, "slice"))
+                slice_ = Slice.objects.get(mission=self.mission, key=self._draw_key(data, Slice, "slice", SliceStatus))
             else:
                 if how == "milestone":
                     n = Milestone.objects.filter(mission=self.mission).count() + 1
@@ -659,7 +667,7 @@ class TruthMachine(RuleBasedStateMachine):
                     )
                 else:
                     milestone = Milestone.objects.get(
-                        mission=self.mission, key=self._draw_key(data, Milestone, "milestone")
+                        mission=self.mission, key=self._draw_key(data, Milestone, "milestone", MilestoneStatus)
                     )
                 n = Slice.objects.filter(mission=self.mission).count() + 1
                 slice_ = hierarchy.slice_create(
@@ -669,9 +677,15 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"grow {how}", exc)
 
-    def _draw_key(self, data, model_class, label: str) -> str:
-        keys = list(model_class.objects.filter(mission=self.mission).order_by("id").values_list("key", flat=True))
-        return data.draw(st.sampled_from(keys), label=label)
+    def _draw_key(self, data, model_class, label: str, statuses, exclude=None) -> str | None:
+        """A slice's or milestone's key, a complete one in half of the draws when there is
+        one: work added under a complete node is what the moves are about."""
+        rows = model_class.objects.filter(mission=self.mission).exclude(pk=exclude).order_by("id")
+        complete = list(rows.filter(status=statuses.COMPLETE).values_list("key", flat=True))
+        if complete and data.draw(st.booleans(), label=f"a complete {label}"):
+            return data.draw(st.sampled_from(complete), label=label)
+        keys = list(rows.values_list("key", flat=True))
+        return data.draw(st.sampled_from(keys), label=label) if keys else None
 
     def _new_feature(self, data, slice_: Slice) -> None:
         keys = list(
@@ -697,15 +711,10 @@ class TruthMachine(RuleBasedStateMachine):
 
     def _move_feature(self, data) -> None:
         feature = self._feature(data)
-        slices = list(
-            Slice.objects.filter(mission=self.mission)
-            .exclude(pk=feature.slice_id)
-            .order_by("id")
-            .values_list("key", flat=True)
-        )
-        if not slices:
+        key = self._draw_key(data, Slice, "to slice", SliceStatus, exclude=feature.slice_id)
+        if key is None:
             return
-        target = Slice.objects.get(mission=self.mission, key=data.draw(st.sampled_from(slices), label="to slice"))
+        target = Slice.objects.get(mission=self.mission, key=key)
         note(f"move {feature.key} ({feature.loop_state}) from slice {feature.slice.key} to {target.key}")
         hierarchy.feature_update(user=None, feature=feature, slice=target)
 
@@ -1327,7 +1336,7 @@ def test_found_a_feature_created_in_a_complete_slice_reopens_it(by_hand):
     do.land("f1", "correct")
     do(m.deliver_all, 40)
     assert Slice.objects.get(mission=m.mission, key="s1").status == SliceStatus.COMPLETE
-    do(m.operate, Scripted("feature", "s1", "a2"), "grow")
+    do(m.operate, Scripted("feature", True, "s1", "a2"), "grow")
     assert Slice.objects.get(mission=m.mission, key="s1").status != SliceStatus.COMPLETE
 
 
@@ -1339,7 +1348,7 @@ def test_found_a_feature_moved_into_a_complete_slice_reopens_it(by_hand):
     do.land("f1", "correct")
     do(m.deliver_all, 40)
     assert Slice.objects.get(mission=m.mission, key="s1").status == SliceStatus.COMPLETE
-    do(m.operate, Scripted("move", "f2", "s1"), "grow")
+    do(m.operate, Scripted("move", "f2", True, "s1"), "grow")
     assert Slice.objects.get(mission=m.mission, key="s1").status != SliceStatus.COMPLETE
 
 
@@ -1351,7 +1360,7 @@ def test_work_added_under_a_complete_mission_reopens_it(by_hand):
     _set_up(m, autopilot=True)
     do(m.finish)
     assert Mission.objects.get(pk=m.mission.pk).status == MissionStatus.COMPLETE
-    do(m.operate, Scripted("slice", "m1", "a1"), "grow")
+    do(m.operate, Scripted("slice", True, "m1", "a1"), "grow")
     assert Milestone.objects.get(mission=m.mission, key="m1").status != MilestoneStatus.COMPLETE
     m.finished = False
     do(m.finish)
