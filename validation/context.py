@@ -39,6 +39,10 @@ class ValidationContext:
     replay: Any = None  # a journal replayer serves answers instead of live calls
     # The protected paths the run judges under; the checkout is already restored.
     protection: Protection = field(default_factory=Protection)
+    # Where a validator's own process works (`command`): a private copy of the checkout,
+    # so that nothing it writes reaches what the host judges (docs/TRUTH.md). None: it
+    # works nowhere but through the host's read-only tools.
+    workdir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

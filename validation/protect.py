@@ -3,13 +3,21 @@ make its checks pass, typically its own tests.
 
 Before a check runs, every protected path of the snapshot is put back as it is at the
 base revision: a file the implementation changed gets its base content back, a file it
-added is removed, a file it deleted returns. Which protected files it changed is kept,
-so that every verdict of a check can say so (and fail, unless the mission chose
-`restore`). Only the snapshot folder is written; the repository is only read.
+deleted returns, and a file it added is set aside (removed from the tree the checks see).
+Tampering is changing or deleting what the base holds: which protected files the
+implementation changed is kept, so that every verdict of a check can say so (and fail,
+unless the mission chose `restore`); the files it added are only reported. Only the
+snapshot folder is written; the repository is only read.
+
+With `runner_config` (the mission's `protect_runner_config`, frozen on the run), what
+decides how the protected tests run is protected the same way (validation/runner_config.py).
 
 Patterns are globs relative to the workspace folder, matched against whole paths: `*`
 and `?` stay within one folder, `**` crosses folders (`tests/**`, `**/test_*.py`), and a
-pattern ending in `/` covers everything under that folder.
+pattern that names a folder covers everything under it (`tests`, `tests/`).
+
+Paths are `str` decoded from git's bytes with `os.fsdecode` (surrogate escapes): a file
+name that is not UTF-8 is matched, restored and removed exactly, and shown escaped.
 """
 
 from __future__ import annotations
@@ -28,10 +36,15 @@ from fusion_site.base import mirrors
 from fusion_site.base.mirrors import LOCAL_TIMEOUT, mirror_git
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, git_env
+from validation.runner_config import RUNNER_CONFIG, SECTIONS, fixes, test_package_inits
 from validation.verdict import escape_invisible
 
 NOTE = "the implementation changed protected files: "
 NOTE_FILES = 50  # named in a note; the rest are counted
+
+# RUNNER_CONFIG: the files that decide how the protected tests run, protected with them
+# (`runner_config`): validation/runner_config.py, listed in docs/TRUTH.md.
+__all__ = ["RUNNER_CONFIG", "Guard", "Protection", "compile_patterns", "matches", "prepare"]
 
 
 # ---------------------------------------------------------------- patterns
@@ -40,7 +53,7 @@ NOTE_FILES = 50  # named in a note; the rest are counted
 def _translate(pattern: str) -> str:
     if pattern.startswith("./"):
         pattern = pattern[2:]
-    if pattern.endswith("/"):
+    if pattern.endswith("/"):  # a folder only, never a file of that name
         pattern += "**"
     out, i, n = [], 0, len(pattern)
     while i < n:
@@ -83,8 +96,11 @@ def _char_class(pattern: str, i: int) -> tuple[str, int]:
 
 
 def compile_patterns(patterns: Iterable[str]) -> re.Pattern | None:
+    """One regular expression for all `patterns`. A pattern also covers everything under
+    what it names, as in `.gitignore`: `tests` is the folder `tests` whole (matching only a
+    file of that name would silently protect nothing)."""
     parts = [_translate(p) for p in patterns]
-    return re.compile("|".join(f"(?:{p})" for p in parts) + r"\Z", re.S) if parts else None
+    return re.compile("|".join(f"(?:{p})" for p in parts).join(("(?:", r")(?:/.*)?\Z")), re.S) if parts else None
 
 
 def matches(path: str, patterns: Iterable[str]) -> bool:
@@ -104,17 +120,30 @@ class Entry:
 
 def tree(repo: Path, commit: str, prefix: str = "") -> dict[str, Entry]:
     """Every path of `commit` under the workspace folder `prefix` (relative to it, as
-    protected paths are) with its mode and object id; nothing when the folder is absent."""
+    protected paths are) with its mode and object id; nothing when the folder is absent.
+    Read as bytes: a file name need not be UTF-8 (`os.fsdecode` keeps it exact)."""
     treeish = f"{commit}:{prefix}" if prefix else commit
     if prefix and not _has_tree(repo, treeish):
         return {}
     entries = {}
-    for record in mirror_git(repo, "ls-tree", "-r", "-z", "--full-tree", treeish).split("\0"):
+    for record in _git_bytes(repo, ["ls-tree", "-r", "-z", "--full-tree", treeish]).split(b"\0"):
         if record:
-            meta, path = record.split("\t", 1)
-            mode, kind, oid = meta.split(" ")
-            entries[path] = Entry(mode, kind, oid)
+            meta, path = record.split(b"\t", 1)
+            mode, kind, oid = meta.decode().split(" ")
+            entries[os.fsdecode(path)] = Entry(mode, kind, oid)
     return entries
+
+
+def _git_bytes(repo: Path, args: list[str], *, source: Source | None = None, input: bytes | None = None) -> bytes:
+    """A local git command's output as bytes (the text adapter `mirror_git` would replace
+    what is not UTF-8: a file name, a binary file's content)."""
+    try:
+        proc = run_nicer(["git", "-C", str(repo), *args], env=git_env(source), input=input, timeout=LOCAL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SnapshotError(f"git {args[0]} failed: {exc}") from exc
+    if proc.returncode != 0:
+        raise SnapshotError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()[:500]}")
+    return proc.stdout
 
 
 def _has_tree(repo: Path, treeish: str) -> bool:
@@ -131,32 +160,18 @@ class TreeDiff:
         self.repo = repo
         self.source = source  # what a partial mirror fetches a missing file's content from
         self.base = tree(repo, base, prefix)
-        head = tree(repo, commit, prefix)
-        self.changed = tuple(sorted(p for p in self.base.keys() | head.keys() if self.base.get(p) != head.get(p)))
-
-    def under(self, patterns: Iterable[str]) -> list[str]:
-        rx = compile_patterns(patterns)
-        return [p for p in self.changed if rx is not None and rx.match(p)]
+        self.head = tree(repo, commit, prefix)
+        self.changed = tuple(
+            sorted(p for p in self.base.keys() | self.head.keys() if self.base.get(p) != self.head.get(p))
+        )
 
 
 def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[str, bytes]:
-    """Blob contents in one `git cat-file --batch`, as bytes: a protected file may be binary,
-    which the text adapter `git()` would mangle."""
+    """Blob contents in one `git cat-file --batch`, as bytes: a protected file may be binary."""
     if not oids:
         return {}
-    env = git_env(source)
-    try:
-        proc = run_nicer(
-            ["git", "-C", str(repo), "cat-file", "--batch"],
-            env=env,
-            input="".join(f"{oid}\n" for oid in oids).encode(),
-            timeout=LOCAL_TIMEOUT,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SnapshotError(f"git cat-file failed: {exc}") from exc
-    if proc.returncode != 0:
-        raise SnapshotError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()[:500]}")
-    out, pos, found = proc.stdout, 0, {}
+    out = _git_bytes(repo, ["cat-file", "--batch"], source=source, input="".join(f"{oid}\n" for oid in oids).encode())
+    pos, found = 0, {}
     while pos < len(out):
         end = out.index(b"\n", pos)
         header = out[pos:end].decode().split(" ")
@@ -167,6 +182,64 @@ def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[st
         found[oid] = out[start : start + int(size)]
         pos = start + int(size) + 1
     return found
+
+
+def base_contents(diff: TreeDiff, paths: list[str]) -> dict[str, bytes]:
+    """The content at the base revision of each of `paths` (files of `diff.base`)."""
+    entries = {p: diff.base[p] for p in paths if p in diff.base and diff.base[p].kind == "blob"}
+    blobs = _blobs(diff.repo, sorted({e.oid for e in entries.values()}), diff.source)
+    return {p: blobs.get(e.oid, b"") for p, e in entries.items()}
+
+
+# ---------------------------------------------------------------- what a run protects
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What protection does to one tree: `changed`, the protected files of the base the
+    implementation modified or deleted (tampering: restored); `added`, the files it added
+    under protection (set aside: removed, reported, never a reason to fail); `rewrites`,
+    shared configuration files whose test-runner part is put back (path -> the content
+    written, None to remove the file), each also in `changed` or `added`."""
+
+    changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    rewrites: tuple[tuple[str, bytes | None], ...] = ()
+
+    def touches(self, path: str) -> bool:
+        return path in self.changed or path in self.added
+
+
+def guard(diff: TreeDiff, patterns: Iterable[str], *, runner_config: bool) -> Guard:
+    """What protecting `patterns` (and, with `runner_config`, what decides how they run)
+    does to the judged commit's tree."""
+    rx = compile_patterns(patterns)
+    if rx is None:
+        return Guard()
+    whole = {p for p in diff.changed if rx.match(p)}
+    sections: list[str] = []
+    if runner_config:
+        config = compile_patterns(RUNNER_CONFIG)
+        assert config is not None
+        inits = test_package_inits(diff.base, lambda p: bool(rx.match(p) or config.match(p)))
+        for p in diff.changed:
+            if p in whole:
+                continue
+            if config.match(p) or p in inits:
+                whole.add(p)
+            elif p.rsplit("/", 1)[-1] in SECTIONS:
+                sections.append(p)
+    changed = {p for p in whole if p in diff.base}
+    added = whole - changed
+    rewrites = []
+    ends = {p: (diff.base.get(p), diff.head.get(p)) for p in sections}
+    for path, (state, content) in fixes(ends, lambda oids: _blobs(diff.repo, oids, diff.source)).items():
+        if state == "whole":
+            (changed if path in diff.base else added).add(path)
+        elif state != "same":
+            (changed if state == "changed" else added).add(path)
+            rewrites.append((path, content))
+    return Guard(tuple(sorted(changed)), tuple(sorted(added)), tuple(sorted(rewrites)))
 
 
 # ---------------------------------------------------------------- restoring
@@ -186,6 +259,19 @@ def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
             _write(root, rel, entry, blobs.get(entry.oid, b""))
         else:
             _prune_empty(root, rel)
+
+
+def apply(root: Path, diff: TreeDiff, guarded: Guard) -> None:
+    """Protect the tree at `root` as `guarded` says: whole files back as they are at the
+    base revision (an added one removed), then each rewritten configuration file."""
+    rewritten = dict(guarded.rewrites)
+    restore(root, diff, [p for p in (*guarded.changed, *guarded.added) if p not in rewritten])
+    for rel, content in sorted(rewritten.items()):
+        _clear(root, rel)
+        if content is None:
+            _prune_empty(root, rel)
+        else:
+            _write(root, rel, diff.head[rel], content)
 
 
 @overload
@@ -238,8 +324,12 @@ def _write(root: Path, rel: str, entry: Entry, content: bytes) -> None:
 
 
 def _prune_empty(root: Path, rel: str) -> None:
-    # A folder holding only removed files is not in the base revision either.
-    parent = (root / rel).parent
+    # A folder holding only removed files is not in the base revision either. Only real
+    # folders of the snapshot: through a symlink the empty folder would be another's.
+    target = _inside(root, rel, make=False)
+    if target is None:
+        return
+    parent = target.parent
     while parent != root and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
         parent.rmdir()
         parent = parent.parent
@@ -251,15 +341,18 @@ def _prune_empty(root: Path, rel: str) -> None:
 @dataclass
 class Protection:
     """What a run judges under: the mission's patterns, what to do when they were changed,
-    the base revision, and the mission-protected files the implementation changed (set
-    once the snapshot is restored)."""
+    the base revision, whether the runner's configuration is protected with them, and what
+    protecting the mission's patterns did (`changed`, `added`: set once the snapshot is
+    restored)."""
 
     paths: tuple[str, ...] = ()
     on_change: str = "fail"
     base: str = ""
     source: Source | None = None
     revision: str = ""
+    runner_config: bool = False
     changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
     _diff: TreeDiff | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -279,6 +372,10 @@ class Protection:
                     self._diff = TreeDiff(repo, base, self.revision, self.source.prefix, self.source)
             return self._diff
 
+    def guard(self, patterns: Iterable[str]) -> Guard:
+        """What protecting `patterns` (the mission's, or a check's own) does to this run's tree."""
+        return guard(self.diff(), patterns, runner_config=self.runner_config)
+
 
 def prepare(checkout: Path, *, source: Source | None, revision: str, frozen: dict[str, Any]) -> Protection:
     """The run's protection (`frozen` on the run at admission), with the mission's protected
@@ -289,17 +386,33 @@ def prepare(checkout: Path, *, source: Source | None, revision: str, frozen: dic
         base=frozen.get("base") or "",
         source=source,
         revision=revision,
+        # A run frozen before the runner's configuration was protected is judged (and
+        # replayed) as it was.
+        runner_config=frozen.get("runner_config") is True,
     )
     if protection.paths:
-        diff = protection.diff()
-        protection.changed = tuple(diff.under(protection.paths))
-        restore(checkout, diff, list(protection.changed))
+        guarded = protection.guard(protection.paths)
+        protection.changed, protection.added = guarded.changed, guarded.added
+        apply(checkout, protection.diff(), guarded)
     return protection
 
 
 def changed_note(files: Iterable[str]) -> str:
     """`the implementation changed protected files: a, b (and 3 more)`, sorted."""
+    return NOTE + _listed(files)
+
+
+def added_note(files: Iterable[str]) -> str:
+    """`set aside 2 files the implementation added under protected paths: a, b`, sorted:
+    evidence, never a reason to fail."""
+    count = len(set(files))
+    return f"set aside {count} file{'s' if count != 1 else ''} the implementation added under protected paths: " + (
+        _listed(files)
+    )
+
+
+def _listed(files: Iterable[str]) -> str:
+    # Escaped: a name may hold invisible characters or bytes that are not UTF-8.
     files = sorted(set(files))
     shown = ", ".join(escape_invisible(f) for f in files[:NOTE_FILES])
-    more = f" (and {len(files) - NOTE_FILES} more)" if len(files) > NOTE_FILES else ""
-    return NOTE + shown + more
+    return shown + (f" (and {len(files) - NOTE_FILES} more)" if len(files) > NOTE_FILES else "")

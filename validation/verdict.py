@@ -151,17 +151,33 @@ def line_count(text: str) -> int:
 
 
 def escape_invisible(text: str) -> str:
-    """Invisible characters as JSON-style `\\uXXXX` escapes (a surrogate pair beyond the BMP)."""
+    """Invisible characters as JSON-style `\\uXXXX` escapes (a surrogate pair beyond the
+    BMP), and a byte of a file name that is not UTF-8 as `\\xNN` (`escape_undecodable`)."""
     if not _invisible_in(text):
         return text
+    return _json_escaped(escape_undecodable(text))
+
+
+def _json_escaped(text: str) -> str:
     return "".join(json.dumps(ch)[1:-1] if unicodedata.category(ch) in INVISIBLE else ch for ch in text)
+
+
+# A byte that is not UTF-8, as `os.fsdecode` keeps it in a path: a lone surrogate.
+UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def escape_undecodable(text: str) -> str:
+    """Each undecodable byte of a path as `\\xNN`, visibly: a lone surrogate can be neither
+    stored (PostgreSQL refuses it) nor shown."""
+    return UNDECODABLE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", text)
 
 
 def file_ref(path: str, line: int | None = None) -> str:
     """File evidence naming `path` (and `line`) as `file_ref_problem` reads it back: a path
-    with whitespace, a colon, a quote, a backslash or an invisible character is quoted."""
+    with whitespace, a colon, a quote, a backslash or an invisible character is quoted (a
+    byte that is not UTF-8 as the JSON escape `\\udcNN`, which reads back to the same file)."""
     plain = bool(path) and not any(ch.isspace() or ch in ':"\\' for ch in path) and not _invisible_in(path)
-    text = path if plain else escape_invisible(json.dumps(path, ensure_ascii=False))
+    text = path if plain else _json_escaped(json.dumps(path, ensure_ascii=False))
     return text if line is None else f"{text}:{line}"
 
 

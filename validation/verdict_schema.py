@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from validation.verdict import file_ref, line_count, read_checkout_text
+from validation.verdict import UNDECODABLE, file_ref, line_count, read_checkout_text
 
 # Part of every schema-mode fingerprint (profiles.public_config): a change of what the
 # schema says is a change of the validator, so an old pass is not reused for it.
@@ -73,7 +73,10 @@ def checkout_files(checkout: Path | None, *, limit: int = MAX_ENUM_FILES) -> dic
                 lines = max(line_count(read_checkout_text(target)), 1)
             except (OSError, ValueError):
                 continue
-            found[path.relative_to(root).as_posix()] = lines
+            rel = path.relative_to(root).as_posix()
+            if UNDECODABLE.search(rel):  # not UTF-8: no answer could name it (cited as `other`)
+                continue
+            found[rel] = lines
             if len(found) > limit:
                 return None
     return dict(sorted(found.items()))

@@ -12,6 +12,9 @@ under `FUSION_REPO_CACHE`, keyed by a hash of the source's normalized URL.
 - `<key>.lock` serializes the changes to one mirror (clone, fetch, eviction) across threads
   and processes; readers hold `<key>.use` shared, so eviction never removes a mirror a
   snapshot is reading. Past `FUSION_REPO_CACHE_BYTES`, the least recently used mirrors go.
+- A mirror is trusted only as `mirror_guard` says: one that carries replace refs or grafts
+  is made again, and a commit it already holds is confirmed once per worker process with
+  the mission's own access before it is used.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import logging
 import os
 import re
 import shutil
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from fusion_site.base import mirror_guard
 from fusion_site.base.sources import (
     SnapshotError,
     Source,
@@ -46,6 +51,7 @@ FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 LOCAL_TIMEOUT = 120
 MIRROR_NAME = re.compile(r"^[0-9a-f]{24}\.git$")
 HEADS_AND_TAGS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+logger = logging.getLogger(__name__)
 
 
 def cache_root() -> Path:
@@ -153,9 +159,14 @@ def in_use(source: Source) -> Iterator[Path]:
 
 def ensure_mirror(source: Source) -> Path:
     path = mirror_dir(source)
-    if (path / "HEAD").is_file():
+    if (path / "HEAD").is_file() and not mirror_guard.rewritten(path):
         return path
     with _write_lock(source):
+        if (path / "HEAD").is_file() and (why := mirror_guard.rewritten(path)):
+            # Only a command that was given a path to the mirror writes these: the mirror is
+            # made again from the source rather than trusted or repaired (docs/REPOSITORIES.md).
+            logger.warning("mirror %s of %s carries %s: made again", path.name, source.display, why)
+            mirror_guard.discard(cache_root(), source.key, path)
         if not (path / "HEAD").is_file():
             _clone(source, path)
     evict(keep=source.key)
@@ -175,6 +186,7 @@ def _clone(source: Source, path: Path) -> None:
         mirror_git(tmp, "config", "gc.auto", "0")  # never a surprise repack in a worker's hot path
         _count_fetch(tmp, "clone")
         os.rename(tmp, path)
+        mirror_guard.cloned(source, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -243,18 +255,32 @@ def ensure_commit(source: Source, commit: str) -> Path:
 def _ensure_commit(source: Source, commit: str) -> Path:
     path = ensure_mirror(source)
     if has_commit(path, commit):
+        _confirm(source, path, commit)
         return path
     with _write_lock(source):
         if has_commit(path, commit):  # another worker thread fetched it meanwhile
+            _confirm(source, path, commit)
             return path
         by_id = _remote(source, ["fetch", "--quiet", "--no-tags", "origin", commit], cwd=path)
         _count_fetch(path, f"commit {commit}")
-        if by_id.returncode == 0 and has_commit(path, commit):
-            return path
-        refresh(source, path, locked=True)
-        if not has_commit(path, commit):
-            raise SourceUnavailable(f"commit {commit} is not in repository {source.display}")
+        if not (by_id.returncode == 0 and has_commit(path, commit)):
+            refresh(source, path, locked=True)
+            if not has_commit(path, commit):
+                raise SourceUnavailable(f"commit {commit} is not in repository {source.display}")
+    mirror_guard.remember(source, commit)  # fetched just now, with this source's access
     return path
+
+
+def _confirm(source: Source, mirror: Path, commit: str) -> None:
+    """A commit the mirror already held, confirmed with the source's own access once per
+    worker process (`mirror_guard`). One network call, counted like a fetch (`verify`)."""
+    if mirror_guard.known(source, mirror, commit):
+        return
+    try:
+        mirror_guard.ask(source, mirror, commit, timeout=settings.FUSION_GIT_REMOTE_TIMEOUT)
+    finally:
+        _count_fetch(mirror, f"verify {commit}")
+    mirror_guard.remember(source, commit)
 
 
 def _lacks_blobs(mirror: Path, commit: str) -> bool:
@@ -346,7 +372,9 @@ def _ls_remote(source: Source, name: str) -> str:
     # The order git itself reads a short name in (a peeled annotated tag is its commit).
     for ref in (name, f"refs/{name}", f"refs/tags/{name}", f"refs/heads/{name}"):
         if ref in refs:
-            return refs.get(f"{ref}^{{}}", refs[ref])
+            found = refs.get(f"{ref}^{{}}", refs[ref])
+            mirror_guard.remember(source, found)  # the source showed it, with this source's access
+            return found
     return ""
 
 

@@ -26,6 +26,19 @@ from django.conf import settings
 # Only these survive the scrub; everything else (SECRET_KEY, DATABASE_URL, API keys, …)
 # never reaches a command the host runs.
 KEPT_ENV = ("LANG", "LC_ALL", "TZ", "TERM")
+# What would point a command's git at another repository than one inside its own folder
+# (`confined_git`); none of them reaches a command the host runs.
+GIT_LOCATION_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)
 
 
 class CommandError(Exception):
@@ -54,6 +67,18 @@ def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -
     env["HOME"] = home or tempfile.gettempdir()
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra or {})
+    return env
+
+
+def confined_git(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a command the host runs in a snapshot, a check's copy or a task's clone
+    (all under `FUSION_SNAPSHOT_DIR`): git in it never looks for a repository above that
+    folder. With the default data folder the snapshots lie inside the service's own
+    checkout, whose history `git log` or a version-from-git build would read instead of
+    failing ("not a git repository"); a task's clone still finds its own `.git`
+    (docs/REPOSITORIES.md, "Snapshots")."""
+    env = {k: v for k, v in env.items() if k not in GIT_LOCATION_ENV}
+    env["GIT_CEILING_DIRECTORIES"] = str(Path(settings.FUSION_SNAPSHOT_DIR).resolve())
     return env
 
 
@@ -177,7 +202,7 @@ def run_command(
                 _argv(command, shell),
                 cwd=str(cwd),
                 shell=shell,
-                env=env or scrubbed_env(),
+                env=confined_git(env or scrubbed_env()),
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -132,17 +132,40 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iter
         small = _index_entries(index) <= SMALL_TREE_FILES
         index.unlink(missing_ok=True)
         _writable_folders(target)
-        folder = target / source.prefix if source.prefix else target
-        if not folder.is_dir():
-            raise SnapshotError(
-                f"revision {commit[:12]} has no folder {source.prefix} (the mission's folder in its repository)"
-            )
-        yield folder
+        yield mission_folder(target, source.prefix, commit)
     except subprocess.TimeoutExpired as exc:
         raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
         index.unlink(missing_ok=True)
         remove_tree(target, in_process=small)
+
+
+def mission_folder(target: Path, prefix: str, commit: str) -> Path:
+    """The mission's folder in the snapshot `target`: every part of `prefix` a real folder
+    of the checkout. A part committed as a symlink is never followed: it may point out of
+    the snapshot (to another repository, or the user's working tree), where the checks would
+    judge other files and protection would write (docs/REPOSITORIES.md, "Snapshots")."""
+    folder = target
+    for part in [p for p in prefix.split("/") if p]:
+        folder = folder / part
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            raise SnapshotError(
+                f"revision {commit[:12]} has no folder {prefix} (the mission's folder in its repository)"
+            ) from None
+        if stat.S_ISLNK(st.st_mode):
+            link = folder.relative_to(target).as_posix()
+            raise SnapshotError(
+                f"the mission's folder {prefix} is a symlink at revision {commit[:12]} ({link} -> "
+                f"{os.readlink(folder)[:200]}); a committed symlink is never followed, so this revision "
+                "cannot be judged there"
+            )
+        if not stat.S_ISDIR(st.st_mode):
+            raise SnapshotError(
+                f"revision {commit[:12]} has no folder {prefix} (the mission's folder in its repository)"
+            )
+    return folder
 
 
 # A checkout of at most this many files is removed in this process: starting `rm -rf`

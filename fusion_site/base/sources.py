@@ -61,8 +61,12 @@ class Source:
 
     @property
     def key(self) -> str:
-        """The mirror's name in the cache: a hash of the normalized URL."""
-        return hashlib.sha256(self.url.encode()).hexdigest()[:24]
+        """The mirror's name in the cache: a hash of the normalized URL and of the name of
+        the variable that holds its credentials (never of their value). Missions that read
+        one URL with different access never share a mirror: a commit fetched with one
+        mission's token is never read by another without asking the server."""
+        identity = self.url if not self.credentials_env else f"{self.url}\n{self.credentials_env}"
+        return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
     @property
     def display(self) -> str:
@@ -192,6 +196,11 @@ def git_env(source: Source | None = None) -> dict[str, str]:
         "GIT_ASKPASS": "/bin/false",
         "SSH_ASKPASS": "/bin/false",
         "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
+        # Replace refs and grafts rewrite what a commit id means: a check that wrote one
+        # into a mirror would swap the tree judged at a commit, or the protected-file diff.
+        # The host's git reads objects as their ids name them (docs/REPOSITORIES.md).
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_GRAFT_FILE": os.devnull,
     }
     config = [("protocol.allow", "never")] + [(f"protocol.{s}.allow", "always") for s in URL_SCHEMES]
     secret = credentials(source)
@@ -233,10 +242,13 @@ def run_git(
     extra_env: dict[str, str] | None = None,
     umask: int = -1,
 ) -> subprocess.CompletedProcess:
-    """`umask`: the git process's own (-1: this process's)."""
+    """`umask`: the git process's own (-1: this process's). Output is read as UTF-8 with
+    undecodable bytes replaced: a file name or a diff line that is not UTF-8 must never
+    fail the call (and a lone surrogate would reach the database); a caller that needs a
+    path exactly reads git's bytes itself (`validation.protect.tree`)."""
     env = {**git_env(source), **(extra_env or {})}
     command = ["git", *(["-C", str(cwd)] if cwd else []), *args]
-    return run_nicer(command, text=True, timeout=timeout, env=env, umask=umask)
+    return run_nicer(command, text=True, encoding="utf-8", errors="replace", timeout=timeout, env=env, umask=umask)
 
 
 def safe_revision(name: str) -> str:

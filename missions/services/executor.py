@@ -46,7 +46,7 @@ from fusion_site.base import mirrors
 from fusion_site.base.mirrors import FULL_COMMIT
 from fusion_site.base.proc import CommandError, CommandResult, run_command, scrubbed_env
 from fusion_site.base.redact import redact
-from fusion_site.base.snapshots import remove_tree, snapshot_root
+from fusion_site.base.snapshots import mission_folder, remove_tree, snapshot_root
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
 from missions.models import Executor, Mission, Task, TaskStatus
 from missions.services.executor_lease import claim, clone_name, fail, finish, heartbeat, holds
@@ -184,9 +184,8 @@ def _run_in_clone(task: Task, source: Source, token: str) -> tuple[str, str]:
             partial = _partial_filter(mirror)
             clone = folder / "repo"
             _clone(source, mirror, partial, start=start, clone=clone, branch=result_branch(task))
-            workdir = clone / source.prefix if source.prefix else clone
-            if not workdir.is_dir():
-                raise ExecutorFailed(f"revision {start[:12]} has no folder {source.prefix} (the mission's folder)")
+            # Never through a committed symlink: the command would work (and write) outside its clone.
+            workdir = mission_folder(clone, source.prefix, start)
             result = _run_command(task, workdir, folder)
             log = redact(result.output)
             if not result.ok:

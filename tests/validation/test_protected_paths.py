@@ -1,9 +1,10 @@
 """Protected paths: an implementation cannot pass its checks by rewriting its own tests.
 
 Before any check runs, every protected path of the snapshot is restored to its base
-revision content; the verdict of every check records which protected files the
-implementation changed, and fails on it unless the mission judges the restored files
-(`on_protected_change: restore`). Real runs over real git repositories, through
+revision content; the verdict of every check records which protected files of the base
+the implementation changed or deleted, and fails on it unless the mission judges the
+restored files (`on_protected_change: restore`). Files it added under a protected path
+are set aside and reported, never a reason to fail. Real runs over real git repositories, through
 admission; then the mission fields through the API, the mission file and the admin.
 """
 
@@ -37,7 +38,8 @@ BINARY = bytes(range(256))  # not text: restored byte for byte
 WRONG = "def add(a, b):\n    return a - b\n"
 RIGHT = "def add(a, b):\n    return a + b\n"
 UNITTEST = {"run": "python -m unittest -q tests.test_calc"}
-CHANGED = ["tests/data.bin", "tests/test_calc.py", "tests/test_new.py", "tests/test_other.py"]
+CHANGED = ["tests/data.bin", "tests/test_calc.py", "tests/test_other.py"]  # of the base: modified or deleted
+ADDED = "set aside 1 file the implementation added under protected paths: tests/test_new.py"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
@@ -87,16 +89,16 @@ def test_admission_freezes_the_protection_and_a_changed_test_fails_the_check(bui
     implement(git_repo)
     feature = protected_mission(build_mission, base, [UNITTEST, {"file": "calc.py", "contains": "def add"}])
     run, verdicts = execute(feature)
-    assert run.protection == {"paths": ["tests/**"], "on_change": "fail", "base": base}
+    assert run.protection == {"paths": ["tests/**"], "on_change": "fail", "base": base, "runner_config": True}
     assert run.status == RunStatus.FAILED
     note = "the implementation changed protected files: " + ", ".join(CHANGED)
     for key in ("VAL-1", "VAL-2"):  # every assertion whose check ran, not only the test run
         verdict = verdicts[key]
         assert verdict["verdict"] == "fail" and verdict["message"] == note
         assert verdict["expected"] and verdict["actual"]
-        assert verdict["evidence"][-1] == {"kind": "other", "text": note}
+        assert verdict["evidence"][-2:] == [{"kind": "other", "text": ADDED}, {"kind": "other", "text": note}]
     # The rewritten test was not run: the check itself failed against the base test.
-    assert verdicts["VAL-1"]["actual"] == "4 protected files changed; with them restored, the check itself failed"
+    assert verdicts["VAL-1"]["actual"] == "3 protected files changed; with them restored, the check itself failed"
     journaled = {e.key: e.payload["result"] for e in JournalEntry.objects.filter(run_id=run.pk, kind="check")}
     assert journaled == verdicts, "the journal holds the final verdicts"
     assert replay_run(run.pk).ok
@@ -140,6 +142,7 @@ def test_the_validators_see_the_restored_snapshot_and_the_repository_is_untouche
             data=(root / "tests/data.bin").read_bytes(),
             notes=(root / "docs/notes.md").read_text(),
             changed=ctx.protection.changed,
+            added=ctx.protection.added,
             writable=[
                 rel
                 for rel in ("tests/test_calc.py", "tests/test_other.py", "tests/data.bin")
@@ -157,6 +160,7 @@ def test_the_validators_see_the_restored_snapshot_and_the_repository_is_untouche
         "data": BINARY,
         "notes": "done\n",
         "changed": tuple(CHANGED),
+        "added": ("tests/test_new.py",),
         "writable": [],
     }
     assert git_repo.git("status", "--porcelain") == ""
@@ -210,7 +214,8 @@ def test_a_file_check_whose_file_is_protected_judges_the_base_content(build_miss
     feature = protected_mission(build_mission, base, checks, paths=(), on_change="restore")
     run, verdicts = execute(feature)
     assert verdicts["VAL-1"]["verdict"] == "pass"
-    assert [e["kind"] for e in verdicts["VAL-1"]["evidence"]] == ["other", "other"]  # not the checkout's file
+    # not the checkout's file; then the notes: test_new.py set aside, the changes restored
+    assert [e["kind"] for e in verdicts["VAL-1"]["evidence"]] == ["other", "other", "other"]
     assert verdicts["VAL-2"]["verdict"] == "fail" and verdicts["VAL-2"]["evidence"][0]["kind"] == "file"
 
 

@@ -88,7 +88,12 @@ def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, A
     if not mission.protected_paths and not protects:
         return {}
     base = pin_revision(mission.source(), mission.base_revision) if mission.base_revision else ""
-    return {"paths": list(mission.protected_paths), "on_change": mission.on_protected_change, "base": base}
+    return {
+        "paths": list(mission.protected_paths),
+        "on_change": mission.on_protected_change,
+        "base": base,
+        "runner_config": bool(mission.protect_runner_config),  # what decides how protected tests run (protect.py)
+    }
 
 
 def standing_revision(feature: MissionFeature) -> str:

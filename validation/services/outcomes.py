@@ -31,6 +31,7 @@ from validation.services.follow_up import follow_up
 from validation.services.milestones import milestone_run_completed, milestone_run_errored
 from validation.services.queueing import autopilot_notify, queue_run
 from validation.services.run_state import run_finish
+from validation.subversion import PREFIX as SUSPECTED
 from validation.verdict import Verdict
 
 RUN_STATUS = {"pass": RunStatus.PASSED, "fail": RunStatus.FAILED, "blocked": RunStatus.BLOCKED}
@@ -206,7 +207,7 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
             reason=verdict.blocked_reason[:500],
             payload={"run": run.pk},
             fields={
-                "stop_reason": StopReason.VALIDATOR_BLOCKED,
+                "stop_reason": blocked_stop_reason(verdict),
                 "stop_detail": bounded(verdict.blocked_reason, 2000),
                 "stopped_at": timezone.now(),
             },
@@ -317,3 +318,10 @@ def _retry(feature: MissionFeature, failed: ValidatorRun, errors: int) -> None:
     )
     run_started_event(run, retry_of=failed.pk)
     queue_run(run, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))
+
+
+def blocked_stop_reason(verdict: Verdict) -> StopReason:
+    """Why a blocked verdict stops its feature: `suspected_tampering` when a scan of the
+    changed files blocked an assertion (validation/subversion.py), for a person to look."""
+    tampering = any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions)
+    return StopReason.SUSPECTED_TAMPERING if tampering else StopReason.VALIDATOR_BLOCKED

@@ -3,9 +3,13 @@ candidate verdict document (a dict) plus token usage; the runner host-validates 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fusion_site.base.snapshots import private_copy
 from validation.context import ValidationContext, ValidatorCrashed
 
 
@@ -40,5 +44,21 @@ def judge(ctx: ValidationContext) -> Judgement:
         from validation.validators.command import judge_command
         from validation.validators.composite import with_declared_checks
 
-        return with_declared_checks(ctx, judge_command(ctx))
+        with own_workdir(ctx) as own:
+            judged = judge_command(own)
+        return with_declared_checks(ctx, judged)
     raise ValidatorCrashed(f"unknown validator kind {kind!r}", code="misconfigured")
+
+
+@contextlib.contextmanager
+def own_workdir(ctx: ValidationContext) -> Iterator[ValidationContext]:
+    """`ctx` with a private copy of the prepared checkout as the validator's `workdir`,
+    removed afterwards: what a command validator's CLI generates, edits or deletes (a
+    `make`, an `npm install`, a restored protected test rewritten) never reaches the tree
+    the host's declared checks and host validation judge (docs/TRUTH.md). A replay
+    invokes nothing: it needs no copy."""
+    if ctx.replay is not None or ctx.checkout is None:
+        yield ctx
+        return
+    with private_copy(ctx.checkout) as copy:
+        yield dataclasses.replace(ctx, workdir=copy)

@@ -16,11 +16,11 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base.proc import CommandError, run_command
+from fusion_site.base.proc import CommandError, run_command, scrubbed_env
 from fusion_site.base.redact import bounded, redact
 from fusion_site.base.snapshots import is_whole_snapshot, private_copy
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
-from validation import journal, protect
+from validation import journal, protect, subversion, witness
 from validation.context import AssertionSpec, ValidationContext
 from validation.verdict import (
     AssertionVerdict,
@@ -83,7 +83,8 @@ def _output_tail(output: str, limit: int) -> str:
     return f"[… output truncated, last {limit} characters shown]\n" + text[-limit:]
 
 
-def judge_run(root: Path, spec: dict[str, Any]) -> tuple[Outcome, str, str, str]:
+def judge_run(root: Path, spec: dict[str, Any], env: dict[str, str] | None = None) -> tuple[Outcome, str, str, str]:
+    """`env`: added to the check's environment (the witness's)."""
     timeout = min(float(spec.get("timeout", settings.FUSION_CHECK_TIMEOUT)), MAX_TIMEOUT)
     expect_exit = spec.get("expect_exit", 0)
     pattern = spec.get("expect_output")
@@ -97,6 +98,7 @@ def judge_run(root: Path, spec: dict[str, Any]) -> tuple[Outcome, str, str, str]
             max_output=settings.FUSION_CHECK_OUTPUT_BYTES,
             shell=spec.get("shell", False) is True,
             match=pattern,
+            env=scrubbed_env(env) if env else None,
         )
     except CommandError as exc:
         return "fail", f"`{spec['run']}` runs", str(exc), str(exc)
@@ -149,7 +151,22 @@ def _assertion_verdict(
     )
 
 
-def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
+def judge_witnessed(root: Path, spec: dict[str, Any], expected: witness.Expected) -> tuple[Outcome, str, str, str]:
+    """`judge_run` of a pytest check, which passes only when the witness saw every
+    protected test it expects pass (validation/witness.py)."""
+    with witness.watching(root) as watch:
+        verdict, wanted, actual, evidence = judge_run(root, spec, watch.env())
+        gap = witness.mismatch(expected, watch) if verdict == "pass" else None
+    if gap is None:
+        return verdict, wanted, actual, evidence
+    wanted, actual = gap
+    return "fail", wanted, actual, f"{actual}\n{evidence}"
+
+
+def judge_assertion(
+    root: Path, assertion: AssertionSpec, *, expected: witness.Expected | None = None
+) -> AssertionVerdict:
+    """`expected`: what the witness expects of a pytest check (`witness.plan`)."""
     spec = assertion.check
     problems = check_spec_problems(spec)
     if problems:  # never guess what a check means: a human fixes it
@@ -163,15 +180,17 @@ def judge_assertion(root: Path, assertion: AssertionSpec) -> AssertionVerdict:
     assert spec is not None  # check_spec_problems has a problem for anything but an object
     kind: EvidenceKind
     if "run" in spec:
-        verdict, expected, actual, evidence = judge_run(root, spec)
+        verdict, wanted, actual, evidence = (
+            judge_run(root, spec) if expected is None else judge_witnessed(root, spec, expected)
+        )
         kind = "test-output"
     else:
-        verdict, expected, actual, evidence = judge_file(root, spec)
+        verdict, wanted, actual, evidence = judge_file(root, spec)
         target = _confined(root, spec["file"])
         # A `file` evidence must name a file that exists in the checkout.
         kind = "file" if target is not None and target.is_file() else "other"
     message = f"check {'passed' if verdict == 'pass' else 'failed'}: {assertion.title}"
-    return _assertion_verdict(assertion.key, verdict, message, kind, evidence, expected, actual)
+    return _assertion_verdict(assertion.key, verdict, message, kind, evidence, wanted, actual)
 
 
 def _journal(ctx: ValidationContext, judged: list[tuple[AssertionSpec, AssertionVerdict]]) -> None:
@@ -201,34 +220,40 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
         return _assertion_verdict(
             assertion.key, "blocked", message, "other", f"{assertion.key}: protect {', '.join(own)}"
         )
-    own_changed = protection.diff().under(own) if own else []
-    with _check_root(ctx.checkout, spec, protection, own_changed, in_place=in_place) as (root, restored):
-        verdict = judge_assertion(root, assertion)
+    guarded = protection.guard(own) if own else protect.Guard()
+    expected = witness.plan(ctx, spec)
+    # A run check's process runs the implementation: known ways to subvert it ask a person.
+    # Scanned before the check runs: one that runs in the snapshot itself could change it.
+    findings = subversion.run_findings(ctx) if "run" in spec else []
+    with _check_root(ctx.checkout, spec, protection, guarded, in_place=in_place) as (root, restored):
+        verdict = judge_assertion(root, assertion, expected=expected)
     if restored:
         verdict = _outside_checkout(verdict)
-    return _protection_rule(verdict, sorted(set(protection.changed) | set(own_changed)), protection)
+    changed = sorted({*protection.changed, *guarded.changed})
+    verdict = _protection_rule(verdict, changed, sorted({*protection.added, *guarded.added}), protection)
+    return subversion.blocked_by(verdict, findings)
 
 
 @contextlib.contextmanager
 def _check_root(
-    checkout: Path, spec: dict[str, Any], protection: protect.Protection, own_changed: list[str], *, in_place: bool
+    checkout: Path, spec: dict[str, Any], protection: protect.Protection, guarded: protect.Guard, *, in_place: bool
 ):
     """(folder, whether the checked file was restored in it). A run check runs in a private
     copy of the snapshot, so that what it deletes or generates no other check sees (or, the
     last reader, in the snapshot itself); a file check reads the snapshot itself, unless its
-    own `protect` covers its file and the implementation changed it: then the base content
+    own `protect` covers its file and the implementation changed or added it: then the base
     is judged."""
-    if "run" not in spec and posixpath.normpath(spec["file"]) not in own_changed:
+    if "run" not in spec and not guarded.touches(posixpath.normpath(spec["file"])):
         yield checkout, False
         return
     if in_place and "run" in spec:
-        if own_changed:
-            protect.restore(checkout, protection.diff(), own_changed)
+        if guarded.changed or guarded.added:
+            protect.apply(checkout, protection.diff(), guarded)
         yield checkout, False
         return
     with private_copy(checkout) as root:
-        if own_changed:
-            protect.restore(root, protection.diff(), own_changed)
+        if guarded.changed or guarded.added:
+            protect.apply(root, protection.diff(), guarded)
         yield root, "run" not in spec
 
 
@@ -239,13 +264,17 @@ def _outside_checkout(verdict: AssertionVerdict) -> AssertionVerdict:
     return verdict.model_copy(update={"evidence": evidence})
 
 
-def _protection_rule(verdict: AssertionVerdict, changed: list[str], protection: protect.Protection) -> AssertionVerdict:
+def _protection_rule(
+    verdict: AssertionVerdict, changed: list[str], added: list[str], protection: protect.Protection
+) -> AssertionVerdict:
     """A check whose protected files the implementation changed says so (evidence); it
-    fails unless the mission judges against the restored files (`restore`)."""
+    fails unless the mission judges against the restored files (`restore`). Files it
+    added under protection were set aside: said too, never a reason to fail."""
+    evidence = [*verdict.evidence, *([Evidence(kind="other", text=_shown(protect.added_note(added)))] if added else [])]
     if not changed:
-        return verdict
+        return verdict.model_copy(update={"evidence": evidence}) if added else verdict
     note = protect.changed_note(changed)
-    evidence = [*verdict.evidence, Evidence(kind="other", text=_shown(note))]
+    evidence.append(Evidence(kind="other", text=_shown(note)))
     if protection.on_change == "restore":
         return verdict.model_copy(update={"evidence": evidence})
     outcome = "passed" if verdict.verdict == "pass" else "failed" if verdict.verdict == "fail" else "was blocked"

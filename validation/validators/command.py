@@ -1,5 +1,6 @@
-"""The `command` validator (docs/validators.md, "`command`"): an external agent CLI run in the checkout with the
-prompt on stdin; its standard output must be the verdict JSON.
+"""The `command` validator (docs/validators.md, "`command`"): an external agent CLI run in a private copy of the
+checkout (`ValidationContext.workdir`) with the prompt on stdin; its standard output must be the verdict JSON.
+Its file evidence is judged against the checkout itself, as host validation judges it.
 
 The parse is strict: the whole of stdout is one JSON document, or else it holds exactly
 one ```json fenced block (accepted, and the decision records `parse: fenced`). Anything
@@ -154,7 +155,7 @@ def judge_command(ctx: ValidationContext) -> Judgement:
             response_kind="model_response",
             key=key,
             request=request,
-            live_fn=lambda stdin=stdin: _invoke(options, ctx.checkout, stdin),
+            live_fn=lambda stdin=stdin: _invoke(options, ctx.workdir or ctx.checkout, stdin),
             what=f"command invocation {attempt + 1}",
         )
         _check_exit(answer, options)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fusion_site.base.redact import redact
 from validation.validators.checks import judge_isolated
+from validation.verdict import escape_undecodable
 
 MAX_OUTPUT = 16_000  # characters of one tool answer
 MAX_LINES = 400  # lines `read` returns at once
@@ -55,7 +56,7 @@ def confine(root: Path, rel: str) -> Path:
 
 
 def _bounded(text: str) -> str:
-    text = redact(text)
+    text = redact(escape_undecodable(text))  # a file name that is not UTF-8, shown as `\xNN`
     if len(text) <= MAX_OUTPUT:
         return text
     return text[:MAX_OUTPUT] + f"\n[… output truncated at {MAX_OUTPUT} characters]"
