@@ -216,12 +216,12 @@ class History:
     def commit(self, changes: dict[str, str | None], message: str) -> str:
         """A commit of `changes` (path -> text; None deletes the file) on `main`."""
         changes = {p: t for p, t in changes.items() if self.files.get(p) != t}
+        for rel, text in changes.items():
+            if text is None:
+                (self.repo.path / rel).unlink()
+            else:
+                self.repo.write(rel, text)
         if all(p in self.files for p in changes):  # only tracked files change: one git process
-            for rel, text in changes.items():
-                if text is None:
-                    (self.repo.path / rel).unlink()
-                else:
-                    self.repo.write(rel, text)
             subprocess.run(
                 ["git", "-C", str(self.repo.path), "commit", "-q", "-a", "--allow-empty", "-m", message],
                 check=True,
@@ -229,9 +229,8 @@ class History:
                 env=git_env(),
             )
             sha = (self.repo.path / ".git" / "refs" / "heads" / "main").read_text().strip()
-        else:
-            assert None not in changes.values(), "only tracked files are deleted"
-            sha = self.repo.commit(changes, message)  # type: ignore[arg-type]
+        else:  # new files: `git add -A` (deletions included), then the commit
+            sha = self.repo.commit({}, message)
         assert HEX40.match(sha), sha
         for rel, text in changes.items():
             if text is None:
