@@ -324,6 +324,20 @@ FUSION_GIT_REMOTE_TIMEOUT = env_int("FUSION_GIT_REMOTE_TIMEOUT", 120)
 # Folders inside which a member who is not staff may name a local repository (`:`-separated).
 FUSION_WORKSPACE_ROOTS = [p for p in os.environ.get("FUSION_WORKSPACE_ROOTS", "").split(os.pathsep) if p.strip()]
 FUSION_ADMIN_USER = os.environ.get("FUSION_ADMIN_USER", "admin")
+# Which workers' variables a mission's `credentials_env` may name, and the URL prefixes
+# each may be sent to: {"GITHUB_TOKEN": ["https://github.com/acme/"]} (docs/REPOSITORIES.md).
+FUSION_GIT_CREDENTIALS = json_object_from_env(
+    "FUSION_GIT_CREDENTIALS", of="variable names to lists of URL prefixes", error=ImproperlyConfigured
+)
+if not all(
+    isinstance(v, list) and v and all(isinstance(p, str) and "://" in p for p in v)
+    for v in FUSION_GIT_CREDENTIALS.values()
+):
+    raise ImproperlyConfigured(
+        "FUSION_GIT_CREDENTIALS maps each variable name to a non-empty list of URL prefixes (scheme://host/path/)"
+    )
+# Whether members who are not staff may set a mission's `credentials_env` (to a listed variable).
+FUSION_MEMBERS_SET_CREDENTIALS = env_bool("FUSION_MEMBERS_SET_CREDENTIALS", False)
 
 
 FUSION_VALIDATORS = json_object_from_env("FUSION_VALIDATORS", of="profiles", error=ImproperlyConfigured)

@@ -38,6 +38,7 @@ EVENT_TYPES: dict[str, str] = {
     "mission:created": "a mission was created",
     "mission:imported": "a mission file was imported (created or changed)",
     "mission:updated": "a mission's own fields were edited (`changed`: their names)",
+    "mission:base-changed": "the protection base was pinned (`from`, `to`: commit ids; `cause`: set or first_use)",
     "mission:activated": "planning or blocked -> active",
     "mission:paused": "active or blocked -> paused",
     "mission:resumed": "paused or blocked -> active",

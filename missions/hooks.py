@@ -25,6 +25,12 @@ mission_may_advance = Signal()
 # unlinked or deleted; passed features whose contract changed must be judged again.
 contract_changed = Signal()
 
+# A question, in the caller's flow, `source`, `commit`, `patterns`: which protected path
+# patterns match no file of the commit (how a pattern matches is the validation floor's,
+# `validation/protect.py`). The receiver answers with that list; a `SnapshotError` when
+# the commit cannot be read.
+protected_paths_unmatched = Signal()
+
 
 def announce_on_commit(signal: Signal, **kwargs: Any) -> None:
     transaction.on_commit(lambda: signal.send(sender=None, **kwargs))

@@ -416,3 +416,28 @@ def _listed(files: Iterable[str]) -> str:
     files = sorted(set(files))
     shown = ", ".join(escape_invisible(f) for f in files[:NOTE_FILES])
     return shown + (f" (and {len(files) - NOTE_FILES} more)" if len(files) > NOTE_FILES else "")
+
+
+# ---------------------------------------------------------------- patterns against a tree
+
+
+def unmatched_patterns(patterns: Iterable[str], paths: Iterable[str]) -> list[str]:
+    """The patterns (in their order) that match none of `paths` (a tree's paths, as `tree`
+    lists them): a protected path that names nothing at the base protects nothing, which a
+    writer refuses rather than let it pass unnoticed (docs/TRUTH.md)."""
+    wanted = list(dict.fromkeys(patterns))
+    compiled = {pattern: compile_patterns([pattern]) for pattern in wanted}
+    left = set(wanted)
+    for path in paths:
+        left -= {pattern for pattern in left if (rx := compiled[pattern]) is not None and rx.match(path)}
+        if not left:
+            break
+    return [pattern for pattern in wanted if pattern in left]
+
+
+def unmatched_at(source: Source, commit: str, patterns: Iterable[str]) -> list[str]:
+    """`unmatched_patterns` against the files of `commit` in the source's folder, read from
+    the worker's mirror (`SnapshotError` when the commit cannot be read)."""
+    with mirrors.in_use(source):
+        repo = mirrors.ensure_commit(source, commit)
+        return unmatched_patterns(patterns, tree(repo, commit, source.prefix))

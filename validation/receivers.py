@@ -9,6 +9,7 @@ from django.dispatch import receiver
 
 from missions import hooks
 from validation import hooks as validation_hooks
+from validation import protect
 from validation.services.operator import revalidate_changed_contracts
 from validation.services.outcomes import apply_pass
 from validation.services.queueing import autopilot_notify, judge_task_outcome
@@ -32,3 +33,8 @@ def revalidate_contracts(sender: Any, *, milestone_ids: list[int], cause: str, *
 @receiver(validation_hooks.pass_reused, dispatch_uid="validation.pass_reused")
 def apply_reused_pass(sender: Any, *, feature: Any, run: Any, old_state: str, **_: Any) -> None:
     apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=old_state)
+
+
+@receiver(hooks.protected_paths_unmatched, dispatch_uid="validation.protected_paths_unmatched")
+def unmatched_protected_paths(sender: Any, *, source: Any, commit: str, patterns: list[str], **_: Any) -> list[str]:
+    return protect.unmatched_at(source, commit, patterns)

@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
@@ -219,14 +219,23 @@ def git_env(source: Source | None = None) -> dict[str, str]:
 
 
 def credentials(source: Source | None) -> str:
-    if source is None or not source.credentials_env:
+    """The secret the source's `credentials_env` names, only where the deployment lets it go
+    (`credentials_allowed`): a stored row the settings no longer allow (or never did) makes
+    git go without credentials rather than hand a worker's variable to another URL."""
+    if source is None or not credentials_allowed(source.credentials_env, source.url):
         return ""
-    return os.environ.get(source.credentials_env, "")
+    return _named_secret(source)
+
+
+def _named_secret(source: Source | None) -> str:
+    """The value of the variable the source names, sent or not."""
+    return os.environ.get(source.credentials_env, "") if source is not None and source.credentials_env else ""
 
 
 def scrub(text: str, source: Source | None) -> str:
-    """`text` (git's output) without the source's secret or a URL password."""
-    secret = credentials(source)
+    """`text` (git's output) without the source's secret or a URL password (the value of the
+    variable it names even when it was not sent: it may still be echoed)."""
+    secret = _named_secret(source)
     if secret:
         text = text.replace(secret, "[redacted]")
         text = text.replace(base64.b64encode(secret.encode()).decode(), "[redacted]")
@@ -257,3 +266,76 @@ def safe_revision(name: str) -> str:
     if not name or name.startswith("-") or CONTROL.search(name) or ".." in name or ":" in name or "\\" in name:
         raise SourceRefused(f"{name[:80]!r} is not a revision name (a commit id, a branch or a tag)")
     return name
+
+
+# ---------------------------------------------------------------- where a credential may go
+
+
+@dataclasses.dataclass(frozen=True)
+class UrlPlace:
+    """Where a URL leads, compared part by part: scheme, host, port, user (when named) and
+    the path's segments (decoded; no `.` or `..`)."""
+
+    scheme: str
+    host: str
+    port: int | None
+    user: str
+    segments: tuple[str, ...]
+
+
+DEFAULT_PORTS = {"https": 443, "ssh": 22, "git": 9418}
+
+
+def url_place(url: str) -> UrlPlace | None:
+    """The place `url` (a URL, an scp-like address or an absolute local path) names, or
+    None when it cannot be read safely (a `.`/`..` segment, an unreadable port, no host)."""
+    url = (url or "").strip()
+    if scp := SCP_LIKE.match(url):
+        scheme, host, port, user, path = "ssh", scp.group("host"), None, scp.group("user"), scp.group("path")
+    elif "://" in url:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            return None
+        scheme, host, user, path = parts.scheme.lower(), parts.hostname or "", parts.username or "", parts.path
+        if scheme != "file" and not host:
+            return None
+    elif os.path.isabs(url):
+        scheme, host, port, user, path = "file", "", None, "", url
+    else:
+        return None
+    if re.search(r"%(?:2f|5c)", path, re.I):  # an escaped slash: servers read it either way
+        return None
+    segments = tuple(s for s in unquote(path).split("/") if s)
+    if any(s in (".", "..") or "\\" in s for s in segments):
+        return None
+    host = host.lower().rstrip(".")
+    return UrlPlace(scheme, host, port or DEFAULT_PORTS.get(scheme), user, segments)
+
+
+def url_within(url: str, prefix: str) -> bool:
+    """Whether `url` lies under `prefix`: the same scheme, host and port (and user, when the
+    prefix names one), and the prefix's path segments are the first segments of the URL's.
+    `https://github.com/acme/` covers `https://github.com/acme/shop.git`, never
+    `https://github.com/acme-evil/…` nor `https://github.com.evil.com/acme/…`."""
+    place, within = url_place(url), url_place(prefix)
+    if place is None or within is None:
+        return False
+    if (place.scheme, place.host, place.port) != (within.scheme, within.host, within.port):
+        return False
+    if within.user and place.user != within.user:
+        return False
+    return place.segments[: len(within.segments)] == within.segments
+
+
+def credential_prefixes(name: str) -> list[str]:
+    """The URL prefixes the deployment lets variable `name` be sent to
+    (`FUSION_GIT_CREDENTIALS`, README "Configuration"); none for an unlisted variable."""
+    prefixes = settings.FUSION_GIT_CREDENTIALS.get(name) if name else None
+    return [p for p in prefixes if isinstance(p, str)] if isinstance(prefixes, list) else []
+
+
+def credentials_allowed(name: str, url: str) -> bool:
+    """Whether the variable `name` may be used for the repository at `url`."""
+    return any(url_within(url, prefix) for prefix in credential_prefixes(name))

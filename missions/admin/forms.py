@@ -13,7 +13,7 @@ from django.forms.models import BaseInlineFormSet
 from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
 from missions.admin.helpers import related
 from missions.checks_spec import pattern_problems
-from missions.errors import Invalid
+from missions.errors import DomainError, Invalid
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -26,6 +26,17 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services.hierarchy import _check_dependencies
+from missions.services.judging import allowed_validators_problems, settle_mission_fields
+
+# The fields whose rules need more than the field itself (`settle_mission_fields`).
+SETTLED_FIELDS = (
+    "repository",
+    "credentials_env",
+    "base_revision",
+    "protected_paths",
+    "validator",
+    "allowed_validators",
+)
 
 
 def mission_id_of(parent: models.Model | None) -> int | None:
@@ -44,8 +55,17 @@ class MissionForm(forms.ModelForm):
         fields = "__all__"
         help_texts = {
             "protected_paths": 'A JSON list of glob patterns, e.g. ["tests/**"]: restored to their '
-            "base revision content before any check runs."
+            "base revision content before any check runs; each must match a file at the base.",
+            "base_revision": "A branch, a tag or a commit id: pinned to its commit id when saved "
+            "(shown as the base commit), and moved only when you change it here.",
+            "allowed_validators": 'A JSON list of validator profile names, e.g. ["checks"]: besides '
+            "the validator, the only profiles that may judge this mission.",
         }
+
+    # Who is saving (`MissionAdmin.get_form`); the admin site lets staff in only.
+    user: Any = None
+    # What `settle_mission_fields` pinned (`base_commit`), for `MissionAdmin.save_model`.
+    settled: dict[str, Any]
 
     def clean_repository(self):
         value = self.cleaned_data.get("repository") or ""
@@ -72,12 +92,33 @@ class MissionForm(forms.ModelForm):
             raise forms.ValidationError(problems)
         return value
 
+    def clean_allowed_validators(self):
+        value = self.cleaned_data.get("allowed_validators")
+        if value in (None, ""):
+            return []
+        problems = allowed_validators_problems(value)
+        if problems:
+            raise forms.ValidationError(problems)
+        return value
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         cleaned = self.cleaned_data  # what ModelForm.clean() returns
+        self.settled = {}
         base = cleaned.get("base_revision", self.instance.base_revision)
         if cleaned.get("protected_paths") and not (base or "").strip():
             self.add_error("base_revision", "Set a base revision: protected paths are restored from it.")
+        if self.errors:
+            return cleaned
+        judged = {name: cleaned[name] for name in SETTLED_FIELDS if name in cleaned}
+        try:  # the rules every writer applies (the base pinned, credentials, who picks validators)
+            self.settled = settle_mission_fields(
+                mission=self.instance if self.instance.pk else None, fields=judged, user=self.user
+            )
+        except DomainError as exc:
+            named: list[str | None] = [name for name in exc.fields if name in self.fields]
+            for name in named or [None]:
+                self.add_error(name, exc.detail)
         return cleaned
 
 

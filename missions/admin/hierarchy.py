@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 from django.utils.html import format_html, format_html_join
 
 from missions.admin.actions import MISSION_ACTIONS
@@ -22,6 +23,7 @@ from missions.admin.inlines import ContractAssertionInline, FeatureInline, Miles
 from missions.events import audience, revoke_on_commit
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, MissionStatus, Slice
 from missions.services import lifecycle
+from missions.services.judging import base_changed
 
 
 @admin.register(Mission)
@@ -45,20 +47,36 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     ordering = ("-created_at",)
     autocomplete_fields = ("owner",)
     filter_horizontal = ("members",)
-    readonly_fields = ("status", "status_reason", "resume_blockers", "event_seq", *TIMESTAMPS)
+    readonly_fields = ("status", "status_reason", "resume_blockers", "base_commit", "event_seq", *TIMESTAMPS)
     fieldsets = (
         (None, {"fields": ("key", "title", "description", "status", "status_reason", "resume_blockers")}),
-        ("Loop", {"fields": ("autopilot", "auto_fix", "retry_budget", "validator")}),
+        (
+            "Loop",
+            {
+                "fields": ("autopilot", "auto_fix", "retry_budget", "validator", "allowed_validators"),
+                "description": "Only the validator and the allowed profiles may judge this mission; the owner "
+                "or staff change them (docs/TRUTH.md).",
+            },
+        ),
         (
             "Repository and executor",
             {
-                "fields": ("repository", "credentials_env", "base_revision", "executor", "executor_command"),
+                "fields": (
+                    "repository",
+                    "credentials_env",
+                    "submodules",
+                    "base_revision",
+                    "base_commit",
+                    "executor",
+                    "executor_command",
+                ),
                 "description": "The repository is a git URL or an absolute path on the workers; credentials_env "
-                "names the workers' variable holding its token or ssh key, never the secret itself "
-                "(docs/REPOSITORIES.md).",
+                "names the workers' variable holding its token or ssh key, never the secret itself, and must be "
+                "one FUSION_GIT_CREDENTIALS allows for this repository (docs/REPOSITORIES.md). The base revision "
+                "is pinned to its commit when saved.",
             },
         ),
-        ("Protected paths", {"fields": ("protected_paths", "on_protected_change")}),
+        ("Protected paths", {"fields": ("protected_paths", "on_protected_change", "protect_runner_config")}),
         ("People", {"fields": ("owner", "members")}),
         ("Record", {"fields": ("event_seq", *TIMESTAMPS)}),
     )
@@ -86,9 +104,22 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
             ),
         )
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.user = request.user  # type: ignore[attr-defined]  # MissionForm's own attribute
+        return form
+
     def save_model(self, request, obj, form, change):
         request.fusion_audience = audience(obj.pk) if change else set()
-        super().save_model(request, obj, form, change)
+        old = Mission.objects.filter(pk=obj.pk).values_list("base_commit", flat=True).first() if change else ""
+        settled = getattr(form, "settled", {})
+        if "base_commit" in settled:
+            obj.base_commit = settled["base_commit"]
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if change and "base_commit" in settled:  # not a form field: written here, with its consequences
+                Mission.objects.filter(pk=obj.pk).update(base_commit=obj.base_commit)
+                base_changed(mission=obj, old=old or "", actor_id=request.user.pk)
 
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)

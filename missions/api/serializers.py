@@ -24,6 +24,7 @@ from missions.models import (
     Task,
 )
 from missions.selectors import visible_missions
+from missions.services.judging import allowed_validators_problems
 
 
 class VisiblePK(serializers.PrimaryKeyRelatedField):
@@ -57,7 +58,8 @@ class CheckField(serializers.JSONField):
 class MissionSerializer(serializers.ModelSerializer):
     """`repository` is a git URL or a local path (docs/REPOSITORIES.md), checked with the
     requesting user's staff flag; `credentials_env` names a variable on the workers, never
-    its value. `workspace`, the repository's former name, is read on input for one release
+    its value. `base_commit` is the commit `base_revision` named when it was set (read-only;
+    `missions/services/judging.py` pins it, checks credentials and who picks the validators). `workspace`, the repository's former name, is read on input for one release
     and never written in responses (a client sending back what it read would otherwise
     send the old value next to a changed `repository`)."""
 
@@ -87,9 +89,13 @@ class MissionSerializer(serializers.ModelSerializer):
             "workspace",
             "credentials_env",
             "base_revision",
+            "base_commit",
             "protected_paths",
             "on_protected_change",
+            "protect_runner_config",
+            "submodules",
             "validator",
+            "allowed_validators",
             "executor",
             "executor_command",
             "owner",
@@ -97,10 +103,16 @@ class MissionSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["status", "status_reason", "autopilot", "owner", "created_at", "updated_at"]
+        read_only_fields = ["status", "status_reason", "autopilot", "base_commit", "owner", "created_at", "updated_at"]
 
     def validate_protected_paths(self, value):
         problems = pattern_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return value
+
+    def validate_allowed_validators(self, value):
+        problems = allowed_validators_problems(value)
         if problems:
             raise serializers.ValidationError(problems)
         return value

@@ -5,8 +5,8 @@ user's checkout — and pushes the result to the source (docs/REPOSITORIES.md).
 - **Where a task starts.** At the newest revision a task of the mission landed: tasks of
   one mission build on each other, so a fix (and a feature's next task) starts from the
   code it fixes, and a milestone's features stay on one line of history (what milestone
-  validation judges). Before any task landed: the mission's `base_revision` (a commit, a
-  branch or a tag), else the source's HEAD.
+  validation judges). Before any task landed: the mission's pinned base (`base_commit`,
+  the commit its `base_revision` named when a person set it), else the source's HEAD.
 - **The clone.** `git clone --shared` of the mirror: the mirror's objects are read through
   `objects/info/alternates`, everything new is written into the clone only, and the
   mirror is held (`mirrors.in_use`) so that eviction never removes it under the clone. A
@@ -50,6 +50,7 @@ from fusion_site.base.snapshots import mission_folder, remove_tree, snapshot_roo
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
 from missions.models import Executor, Mission, Task, TaskStatus
 from missions.services.executor_lease import claim, clone_name, fail, finish, heartbeat, holds
+from missions.services.judging import mission_base
 from missions.services.tasks import task_complete
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def start_revision(task: Task, source: Source) -> str:
     )
     if landed and FULL_COMMIT.match(landed):
         return landed
-    return mirrors.resolve(source, task.mission.base_revision.strip() or "HEAD")
+    return mission_base(task.mission) or mirrors.resolve(source, "HEAD")
 
 
 def _run_in_clone(task: Task, source: Source, token: str) -> tuple[str, str]:

@@ -24,6 +24,7 @@ from missions.models import (
     Slice,
     TaskStatus,
 )
+from missions.services.judging import base_changed, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.progress import milestone_inputs_changed
 
@@ -72,6 +73,7 @@ def _unique_key_guard(fn):
 @_unique_key_guard
 def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
     require_staff_for_code(user=user, old="", new=fields.get("executor_command", ""), field="executor_command")
+    fields = settle_mission_fields(mission=None, fields=fields, user=user)
     mission = Mission.objects.create(owner=user if user and user.is_authenticated else None, **fields)
     if members:
         mission.members.set(members)
@@ -92,8 +94,10 @@ def mission_update(*, mission: Mission, user, members: Iterable | None = None, *
         new=fields.get("executor_command", mission.executor_command),
         field="executor_command",
     )
-    before = audience(mission.pk)
+    fields = settle_mission_fields(mission=mission, fields=fields, user=user)
+    before, base = audience(mission.pk), mission.base_commit
     changed = apply_fields(mission, fields)
+    base_changed(mission=mission, old=base, actor_id=getattr(user, "pk", None))
     if members is not None and set(mission.members.all()) != set(members):
         mission.members.set(members)
         changed.append("members")

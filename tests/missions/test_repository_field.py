@@ -56,6 +56,17 @@ def roots(settings, tmp_path):
     return root
 
 
+@pytest.fixture(autouse=True)
+def credentials_allowed(settings):
+    """The deployment lets SHOP_TOKEN (and TOK) go to the example host and local paths, and
+    members name them: this file is about the repository's forms (the binding itself:
+    tests/repos/test_truth_round2_credentials.py)."""
+    hosts = ["https://git.example.com/", "ssh://git.example.com:2222/", "ssh://git.example.com/"]
+    prefixes = [*hosts, "git://git.example.com/", "file:///"]
+    settings.FUSION_GIT_CREDENTIALS = {"SHOP_TOKEN": prefixes, "TOK": prefixes}
+    settings.FUSION_MEMBERS_SET_CREDENTIALS = True
+
+
 @pytest.fixture
 def no_roots(settings):
     settings.FUSION_WORKSPACE_ROOTS = []

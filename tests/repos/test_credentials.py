@@ -70,9 +70,10 @@ def token() -> str:
 
 
 @pytest.fixture
-def http_git(tmp_path, token, git_repo, monkeypatch):
+def http_git(tmp_path, token, git_repo, monkeypatch, settings):
     monkeypatch.setattr(sources, "URL_SCHEMES", (*sources.URL_SCHEMES, "http"))
     server = HttpGit(tmp_path / "http", user="x-access-token", token=token, echo=True).start()
+    settings.FUSION_GIT_CREDENTIALS = {VAR: [server.url("")]}  # the deployment lets VAR go there
     server.bare("shop.git", source=git_repo.path)
     git_repo.git("remote", "add", "origin", str(server.base / "shop.git"))  # the agent pushes to it
     try:
@@ -112,10 +113,11 @@ def test_the_token_opens_the_repository_and_a_wrong_one_is_refused_unseen(http_g
     assert leaks(files_text(mirrors.cache_root()), token, wrong) == []  # nothing on disk either
 
 
-def test_a_variable_holding_user_and_password_is_sent_as_they_are(tmp_path, git_repo, monkeypatch):
+def test_a_variable_holding_user_and_password_is_sent_as_they_are(tmp_path, git_repo, monkeypatch, settings):
     monkeypatch.setattr(sources, "URL_SCHEMES", (*sources.URL_SCHEMES, "http"))
     password = secrets.token_hex(12)
     with HttpGit(tmp_path / "http", user="alice", token=password) as server:
+        settings.FUSION_GIT_CREDENTIALS = {VAR: [server.url("")]}
         server.bare("shop.git", source=git_repo.path)
         revision = git_repo.git("rev-parse", "HEAD").strip()
         monkeypatch.setenv(VAR, f"alice:{password}")

@@ -106,8 +106,11 @@ def test_opting_out_leaves_the_runner_configuration_to_the_implementation(build_
     git_repo.commit({"calc.py": WRONG, "conftest.py": ALL_PASSED})
     run, verdict = judged(build_mission, base, PYTEST, runner_config=False)
     assert run.protection["runner_config"] is False
-    assert run.status == RunStatus.PASSED  # what `protect_runner_config: false` gives up
-    assert notes(verdict) == []
+    # The conftest is the implementation's now, but a hook that rewrites reports is still a
+    # known way to subvert the test process: the scan asks a person (docs/TRUTH.md).
+    assert run.status == RunStatus.BLOCKED, verdict
+    assert verdict["message"].startswith("suspected tampering: conftest.py:"), verdict["message"]
+    assert not any("protected" in text and "set aside" in text for text in notes(verdict))
 
 
 def test_a_test_packages_init_is_protected_with_its_tests(build_mission, git_repo, base):

@@ -15,6 +15,7 @@ from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
+from missions.services.judging import judges_of, mission_base
 from missions.transitions.loop import feature_transition
 from validation import hooks, profiles
 from validation.journal import canonical, sha256_of
@@ -83,11 +84,13 @@ def input_fingerprint(
 
 def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, Any]:
     """The protection a run judges under (the mission's patterns, and the base a check's
-    own `protect` restores from), frozen with the base pinned to its commit id."""
+    own `protect` restores from), frozen with the mission's pinned base (`base_commit`,
+    set when a person set the base: never where a branch points now, which the judged
+    work may have moved; docs/TRUTH.md)."""
     protects = any((a.get("check") or {}).get("protect") for a in assertions)
     if not mission.protected_paths and not protects:
         return {}
-    base = pin_revision(mission.source(), mission.base_revision) if mission.base_revision else ""
+    base = mission_base(mission)
     return {
         "paths": list(mission.protected_paths),
         "on_change": mission.on_protected_change,
@@ -111,6 +114,14 @@ def _pinned(feature: MissionFeature, revision: str) -> str:
     if not revision or FULL_COMMIT.match(revision) or not feature.mission.repository:
         return revision
     return pin_revision(feature.mission.source(), revision)
+
+
+def _known_profile(name: str) -> None:
+    """An unknown profile is told as such before it is told it is not allowed."""
+    try:
+        profiles.get_profile(name)
+    except profiles.ProfileError as exc:
+        raise Invalid(str(exc), code="unknown_validator", fields={"validator": [str(exc)]}) from exc
 
 
 def _block(feature: MissionFeature, *, cause: str, reason: str, detail: str, actor_id: int | None) -> Admission:
@@ -164,6 +175,15 @@ def admit(
             force=force,
             raise_conflict=raise_conflict,
             reason=reason,
+        )
+    # Only the mission's own profiles judge it, whoever asks (docs/TRUTH.md).
+    if profile_name and profile_name not in (judges := judges_of(feature.mission)):
+        _known_profile(profile_name)
+        raise Invalid(
+            f"validator {profile_name!r} may not judge this mission; it allows: {', '.join(judges)}",
+            code="validator_not_allowed",
+            fields={"validator": [f"not one of the mission's profiles ({', '.join(judges)})"]},
+            extra={"allowed": judges},
         )
     # Its id first (a run row carries its frozen input and verdict: large, and rarely wanted).
     running_ids = _RUNNING.all(feature=feature.pk)

@@ -8,6 +8,7 @@ from django.db.models import Q
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission
 from missions.models import LoopState, MissionFeature, MissionStatus
+from missions.services.judging import same_base
 from missions.transitions.loop import feature_transition
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.admission import Admission, feature_admit, feature_assertion_specs, same_contract
@@ -113,14 +114,17 @@ def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> lis
     for feature in candidates:
         judged = feature.last_run
         assert judged is not None  # last_run__isnull=False above
-        if same_contract(feature_assertion_specs(feature), judged.assertions):
+        # Its assertions, or the base its protected files are compared with (a person moved it).
+        if same_contract(feature_assertion_specs(feature), judged.assertions) and same_base(
+            judged.protection, feature.mission.base_commit
+        ):
             continue
         if not feature_transition(
             feature=feature.pk,
             old=LoopState.PASSED,
             new=LoopState.IDLE,
             cause="contract_changed",
-            reason=f"its assertions changed ({cause}); it is judged again",
+            reason=f"what it is judged by changed ({cause}); it is judged again",
         ):
             continue
         moved.append(feature.pk)

@@ -12,7 +12,8 @@ from django.utils import timezone
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.redact import bounded
 from missions.events import lock_mission, publish_on_commit, published_together
-from missions.models import AssertionStatus, ContractAssertion, LoopState, MissionFeature, StopReason
+from missions.models import AssertionStatus, ContractAssertion, LoopState, Mission, MissionFeature, StopReason
+from missions.services.judging import same_base
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
 from missions.transitions.loop import feature_transition
@@ -222,7 +223,7 @@ def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: lis
     are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
 
     standing = feature_revision(feature, fixes=fixes) or run.revision
-    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions):
+    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
         return False
     follow_up(
         run.mission_id,
@@ -230,6 +231,15 @@ def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: lis
         lambda: feature_admit(feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing),
     )
     return True
+
+
+def _same_base(run: ValidatorRun) -> bool:
+    """Whether the run was judged against the mission's base as it stands: a person who
+    moved the base while the run judged makes its verdict one over an old input."""
+    if not (run.protection or {}).get("base"):
+        return True
+    current = Mission.objects.filter(pk=run.mission_id).values_list("base_commit", flat=True).first() or ""
+    return same_base(run.protection, current)
 
 
 def apply_pass(

@@ -17,6 +17,7 @@ from fusion_site.base.prepared import Prepared, PreparedUpdate
 from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
+from missions.services.judging import mission_base
 from validation import journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import JournalEntry, RunStatus, ValidatorRun
@@ -80,10 +81,22 @@ def build_context(
         profile=profile,
         task_summary=summary,
         log_tail=log_tail,
-        diff=bounded_diff(mission.source(), mission.base_revision, run.revision) if reads else "",
+        diff=bounded_diff(mission.source(), _diff_base(run), run.revision) if reads else "",
         replay=replay,
         protection=protection or protect.Protection(),
     )
+
+
+def _diff_base(run: ValidatorRun) -> str:
+    """The base the diff is read from: the run's frozen one, else the mission's pinned base
+    (never where its branch points now: the judged work may have moved it)."""
+    frozen = (run.protection or {}).get("base") or ""
+    if frozen:
+        return frozen
+    try:
+        return mission_base(run.mission)
+    except SnapshotError:
+        return ""  # the agent works without a diff, as when there is no base
 
 
 def _lease() -> timedelta:

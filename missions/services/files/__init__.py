@@ -29,8 +29,13 @@ Decisions (what the file means):
   unchanged value is not judged again. A refusal is `Invalid(code="repository_refused")`.
   `credentials_env` names a variable on the workers (never its value). Export writes
   `repository` and `credentials_env` as stored, never `workspace`.
-- The validator profile name is not checked against the configured profiles: they
-  depend on the environment, and a missing one is reported when a run needs it.
+- The validator profile names (`validator`, `allowed_validators`) are not checked against
+  the configured profiles: they depend on the environment, and a missing one is reported
+  when a run needs it. The rules every writer applies (`missions/services/judging.py`:
+  the base pinned to `base_commit`, protected patterns that match something at the base,
+  credentials the deployment allows, the owner or staff changing the validators) refuse
+  with the field's path (`mission.base_revision: …`) and their code. Export writes
+  `base_revision` as given, never `base_commit`.
 
 Where it lives:
 - `schema`: the file declared once (pydantic models whose types, defaults and limits come

@@ -10,7 +10,7 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from fusion_site.base.sources import SourceRefused, check_repository
-from missions.errors import Forbidden, Invalid, StaffOnly
+from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
 from missions.events import publish_on_commit
 from missions.models import (
     AssertionScope,
@@ -23,6 +23,7 @@ from missions.models import (
 )
 from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
+from missions.services.judging import base_changed, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
 
 
@@ -135,6 +136,24 @@ def _check_repository(doc: Document, mission: Mission | None, user) -> None:
         raise Invalid(line, code="repository_refused", fields={"errors": [line]}) from exc
 
 
+def _settle(doc: Document, mission: Mission | None, user) -> None:
+    """The rules every writer applies (`missions/services/judging.py`): the base pinned to
+    its commit, credentials where they may go, who picks the validators. A refusal names
+    the file's fields (`mission.base_revision: …`) and keeps its code."""
+    values = doc.mission.values
+    try:
+        settled = settle_mission_fields(mission=mission, fields=values, user=user)
+    except DomainError as exc:
+        lines = [f"mission.{name}: {exc.detail}" for name in exc.fields] or [f"mission: {exc.detail}"]
+        raise type(exc)(lines[0], code=exc.code, fields={"errors": lines}, extra=exc.extra) from exc
+    if "base_commit" in settled:
+        values["base_commit"] = settled["base_commit"]
+
+
+def _actor(user) -> int | None:
+    return user.pk if user is not None and getattr(user, "is_authenticated", False) else None
+
+
 class _Writer:
     """Saves only what differs, so an unchanged file leaves every `updated_at` alone."""
 
@@ -203,9 +222,13 @@ def _apply(doc: Document, user) -> ImportResult:
         _guard_links(doc, existing)
         _guard_staff(doc, mission, existing, user)
         _check_repository(doc, mission, user)
+        _settle(doc, mission, user)
         writer = _Writer()
         created = mission is None
+        base = mission.base_commit if mission is not None else ""
         mission = _write_mission(doc.mission, mission, user, writer)
+        if not created:
+            base_changed(mission=mission, old=base, actor_id=_actor(user))
         milestones = _write_milestones(doc, mission, existing, writer)
         assertions = _write_assertions(doc, milestones, existing, writer)
         _write_slices_and_features(doc, milestones, assertions, existing, writer)
@@ -213,9 +236,8 @@ def _apply(doc: Document, user) -> ImportResult:
             milestone_rollup_refresh(
                 milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)
             )
-            actor_id = user.pk if user is not None and getattr(user, "is_authenticated", False) else None
             payload = {"mission": mission.pk, "status": mission.status, "created": created}
-            publish_on_commit(mission, "mission:imported", payload, actor_id=actor_id)
+            publish_on_commit(mission, "mission:imported", payload, actor_id=_actor(user))
         return ImportResult(mission=mission, created=created, changed=writer.changed)
 
 

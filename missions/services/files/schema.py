@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from fusion_site.base.sources import SourceRefused, check_credentials_env
 from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
+from missions.services.judging import MAX_ALLOWED_VALIDATORS, allowed_validators_problems
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
@@ -185,6 +186,21 @@ class Patterns(_Reworded):
         }
 
 
+class ProfileNames(_Reworded):
+    """Validator profile names (`missions.services.judging.allowed_validators_problems`)."""
+
+    wrong_type = "must be a list of validator profile names"
+
+    def check(self, value: list) -> list:
+        if problems := allowed_validators_problems(value):
+            raise _problem("; ".join(problems))
+        return value
+
+    def json(self) -> dict[str, Any]:
+        limit = Mission._meta.get_field("validator").max_length
+        return {"items": {"type": "string", "minLength": 1, "maxLength": limit}, "maxItems": MAX_ALLOWED_VALIDATORS}
+
+
 class _KeyRule(_Reworded):
     wrong_type = "must be a key (a non-empty string)"
 
@@ -219,7 +235,7 @@ def column(model: type[models.Model], name: str, *more: _Rule) -> Any:
     assert isinstance(f, models.Field), f"{model.__name__}.{name} is not a column"
     rule: _Rule | None
     if isinstance(f, models.JSONField):
-        rule = Check() if name == "check" else Patterns()
+        rule = Check() if name == "check" else ProfileNames() if name == "allowed_validators" else Patterns()
     elif isinstance(f, models.BooleanField):
         rule = None
     elif isinstance(f, models.IntegerField):
@@ -322,7 +338,10 @@ class MissionFileMission(_Closed):
     base_revision: str = column(Mission, "base_revision")
     protected_paths: list[Any] = column(Mission, "protected_paths")
     on_protected_change: str = column(Mission, "on_protected_change")
+    protect_runner_config: bool = column(Mission, "protect_runner_config")
+    submodules: bool = column(Mission, "submodules")
     validator: str = column(Mission, "validator")
+    allowed_validators: list[Any] = column(Mission, "allowed_validators")
     executor: str = column(Mission, "executor")
     executor_command: str = column(Mission, "executor_command")
     autopilot: bool = column(Mission, "autopilot")
