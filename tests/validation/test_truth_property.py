@@ -87,6 +87,7 @@ SHRINK = os.environ.get("FUSION_TRUTH_SHRINK", "1") != "0"
 SKIP = {s.strip() for s in os.environ.get("FUSION_TRUTH_SKIP", "").split(",") if s.strip()}
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
 TOKEN_ENV = "FUSION_TRUTH_TOKEN"  # the credential variable `credentials` toggles (a local source ignores it)
+CREDENTIALS = (TOKEN_ENV, TOKEN_ENV, "SECRET_KEY")  # the last one the deployment does not allow
 OPEN_TASK = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
 
 
@@ -209,7 +210,10 @@ class TruthMachine(RuleBasedStateMachine):
         if pytest_at is not None:
             variants = [*variants[:pytest_at], "pytest", *variants[pytest_at + 1 :]]
         self.base_named = base_named
-        self.mission = Mission.objects.create(
+        # Through the service the API and mission files use: the base is pinned to the
+        # commit its name resolves to now, whatever the branch does later.
+        self.mission = hierarchy.mission_create(
+            user=None,
             key=f"truth-{uuid.uuid4().hex[:12]}",
             title="Truth",
             status=MissionStatus.ACTIVE if active else MissionStatus.PLANNING,
@@ -719,16 +723,26 @@ class TruthMachine(RuleBasedStateMachine):
         hierarchy.feature_update(user=None, feature=feature, slice=target)
 
     def _credentials(self, data):
-        """The mission's `credentials_env` toggled between none and an allowed variable:
-        its runs read the repository through two mirrors by turns (a mirror per source
-        and credential identity)."""
+        """The mission's `credentials_env` toggled between none and a variable the
+        deployment allows for its repository: its runs read the repository through two
+        mirrors by turns (a mirror per source and credential identity). Now and then a
+        variable it does not allow, which is refused and changes nothing."""
         mission = Mission.objects.get(pk=self.mission.pk)
-        new = "" if mission.credentials_env else TOKEN_ENV
-        STATS[f"credentials {'set' if new else 'cleared'}"] += 1
+        new = "" if mission.credentials_env else data.draw(st.sampled_from(CREDENTIALS), label="variable")
+        STATS[f"credentials {new or 'cleared'}"] += 1
         try:
             hierarchy.mission_update(mission=mission, user=None, credentials_env=new)
         except DomainError as exc:
             self._refused("credentials", exc)
+            self._check(
+                "credentials",
+                new != TOKEN_ENV and exc.code == "credentials_not_allowed",
+                f"credentials_env {new!r} refused: {exc.code} {exc}",
+            )
+        else:
+            self._check("credentials", new != "SECRET_KEY", "credentials_env 'SECRET_KEY' was accepted")
+        now = Mission.objects.values_list("credentials_env", flat=True).get(pk=mission.pk)
+        self._check("credentials", now in ("", TOKEN_ENV), f"the mission's credentials_env is {now!r}")
 
     # ------------------------------------------------------------ delivery
 
@@ -1105,6 +1119,8 @@ def _no_worker(monkeypatch, tmp_path) -> None:
     # is left out. Nothing the invariants read depends on it.
     monkeypatch.setattr(events, "send_all", lambda events: None)
     monkeypatch.setenv(TOKEN_ENV, "truth-token")
+    # The deployment allows the variable for the examples' repositories (local paths).
+    monkeypatch.setattr(django_settings, "FUSION_GIT_CREDENTIALS", {TOKEN_ENV: [f"file://{tempfile.gettempdir()}/"]})
     TruthMachine.template = model.Template(tmp_path / "template-root")
 
 
@@ -1376,7 +1392,7 @@ def test_runs_judged_through_a_mirror_per_credential_identity_keep_the_truth(by_
     _set_up(m)
     do.land("f1", "correct")
     do(m.deliver_all, 20)
-    do(m.operate, Scripted(), "credentials")
+    do(m.operate, Scripted(TOKEN_ENV), "credentials")
     do.land("f2", "correct")
     do(m.deliver_all, 20)
     do(m.operate, Scripted(), "credentials")
