@@ -10,6 +10,16 @@ itself, in any order, twice, late, or never (a worker that dies holding a run).
 The model (`truth_model.py`) knows the files of every commit the test makes, so it knows
 whether each check truly holds there without asking the code under test.
 
+The implementation is an adversary: besides right and wrong ones, a commit may rewrite a
+protected test, subvert the test process from inside (a module the protected pytest test
+imports ends the process or rewrites the reports), add or edit the test runner's
+configuration, or be right and add its own tests under the protected folder (which must
+never fail it: invariant `false_protected_fail`). The base may be named by the branch the
+implementations commit onto (`main`); work may be added or moved under complete slices,
+milestones and the mission; the mission's credentials variable may change between runs
+(a mirror per credential identity), and a variable the deployment does not allow is
+refused.
+
 The `test_found_*` tests at the end drive the same machine by hand through sequences this
 property found (each was a real defect): fast, deterministic guards of them.
 
