@@ -79,7 +79,9 @@ def _checkout(run: ValidatorRun, notes: list[str]) -> Iterator[Any]:
     otherwise no checkout, and the report says so."""
     stack = contextlib.ExitStack()
     try:
-        path = stack.enter_context(snapshot(run.mission.source(), run.revision, label=f"replay-{run.pk}"))
+        path = stack.enter_context(
+            snapshot(run.mission.source(), run.revision, label=f"replay-{run.pk}", submodules=run.mission.submodules)
+        )
         # The run judged its snapshot with the protected files restored: so does the replay.
         protect.prepare(path, source=run.mission.source(), revision=run.revision, frozen=run.protection)
     except SnapshotError as exc:

@@ -25,10 +25,12 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import mirrors
+from fusion_site.base import mirrors, tree_index
+from fusion_site.base import submodules as subs
 from fusion_site.base.mirrors import FULL_COMMIT, source_of
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+from fusion_site.base.tree_index import GITLINK, TreeFacts, read_index
 
 __all__ = ["FULL_COMMIT", "SnapshotError", "SourceUnavailable", "source_of"]
 
@@ -93,50 +95,37 @@ def _writable_folders(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def snapshot(source: Source | str, revision: str, *, label: str = "run") -> Iterator[Path]:
+def snapshot(source: Source | str, revision: str, *, label: str = "run", submodules: bool = False) -> Iterator[Path]:
     """The revision's files, read-only. What is yielded is the source's own folder in the
-    snapshot: a local repository path that is a sub-folder of its repository is judged there."""
+    snapshot: a local repository path that is a sub-folder of its repository is judged there.
+    `submodules`: the revision's submodules are filled too, each from a mirror of its own
+    (docs/REPOSITORIES.md, "Submodules"); without it their folders stay empty, and the
+    snapshot's facts (`tree_index.facts_of`) say so to the checks."""
     source = as_source(source)
     commit = revision if FULL_COMMIT.match(revision or "") else pin_revision(source, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
     index = target.with_name(target.name + ".idx")
+    off = "" if submodules else "the mission does not check out submodules: set `submodules: true` on it"
+    facts = TreeFacts(top=target, folder=source.prefix, hash_size=len(commit) // 2, default_reason=off)
+    facts.indexes.append(("", index))
     small = False
     try:
         with mirrors.in_use(source):
             mirror = mirrors.ensure_commit(source, commit)
             target.mkdir()
-            # One batch fetch of the blobs a partial mirror lacks, then the checkout.
-            with mirrors.filling(source, mirror, commit):
-                fill = run_git(
-                    [
-                        *MIRROR_MODES,
-                        "--git-dir",
-                        str(mirror),
-                        "--work-tree",
-                        str(target),
-                        "read-tree",
-                        "-u",
-                        "--reset",
-                        commit,
-                    ],
-                    source=source,
-                    timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
-                    extra_env={"GIT_INDEX_FILE": str(index)},
-                    umask=READ_ONLY_UMASK,
-                )
-        if fill.returncode != 0:
-            raise SourceUnavailable(
-                f"commit {commit[:12]} of {source.display} could not be checked out: "
-                + scrub(fill.stderr.strip()[-400:], source)
-            )
-        small = _index_entries(index) <= SMALL_TREE_FILES
-        index.unlink(missing_ok=True)
+            _fill(source, mirror, commit, target, index)
+            links = subs.urls(mirror, commit) if submodules else {}
+        small = not submodules and _index_entries(index) <= SMALL_TREE_FILES
+        if submodules:
+            _populate(source, links, index, target, "", facts, depth=0)
         _writable_folders(target)
-        yield mission_folder(target, source.prefix, commit)
+        with tree_index.registered(facts):
+            yield mission_folder(target, source.prefix, commit)
     except subprocess.TimeoutExpired as exc:
         raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
-        index.unlink(missing_ok=True)
+        for _where, path in facts.indexes:
+            path.unlink(missing_ok=True)
         remove_tree(target, in_process=small)
 
 
@@ -166,6 +155,82 @@ def mission_folder(target: Path, prefix: str, commit: str) -> Path:
                 f"revision {commit[:12]} has no folder {prefix} (the mission's folder in its repository)"
             )
     return folder
+
+
+# The index `_fill` writes is read back by `tree_index` (version 2, whole): whatever a
+# mirror's config says about index formats.
+INDEX_FORMAT = ["-c", "index.version=2", "-c", "core.splitIndex=false"]
+
+
+def _fill(source: Source, mirror: Path, commit: str, work_tree: Path, index: Path) -> None:
+    """Check `commit` out into `work_tree`: one batch fetch of the blobs a partial mirror
+    lacks, then `git read-tree -u` with an index of its own outside the folder."""
+    with mirrors.filling(source, mirror, commit):
+        fill = run_git(
+            [
+                *MIRROR_MODES,
+                *INDEX_FORMAT,
+                "--git-dir",
+                str(mirror),
+                "--work-tree",
+                str(work_tree),
+                "read-tree",
+                "-u",
+                "--reset",
+                commit,
+            ],
+            source=source,
+            timeout=settings.FUSION_GIT_REMOTE_TIMEOUT,
+            extra_env={"GIT_INDEX_FILE": str(index)},
+            umask=READ_ONLY_UMASK,
+        )
+    if fill.returncode != 0:
+        raise SourceUnavailable(
+            f"commit {commit[:12]} of {source.display} could not be checked out: "
+            + scrub(fill.stderr.strip()[-400:], source)
+        )
+
+
+def _populate(
+    parent: Source, links: dict[str, str], index: Path, folder: Path, where: str, facts: TreeFacts, *, depth: int
+) -> None:
+    """Fill the submodule folders of the checkout at `folder` (`where` in the snapshot),
+    whose index is `index` and whose `.gitmodules` gave `links`, at their gitlinks' commits,
+    and theirs in turn down to `MAX_DEPTH` levels. A folder left empty is recorded with why
+    (a check that needs it is blocked); a submodule that cannot be fetched ends the run."""
+    for entry in read_index(index, facts.hash_size):
+        if entry.mode != GITLINK:
+            continue
+        path = where + entry.path
+        url = links.get(entry.path)
+        if url is None or depth >= subs.MAX_DEPTH or len(facts.populated) >= subs.MAX_SUBMODULES:
+            facts.unfetched[path] = _left_empty(url, depth=depth, count=len(facts.populated))
+            continue
+        source = subs.source_for(parent, url, path=path)
+        target = folder / entry.path
+        if target.is_symlink() or not target.is_dir():
+            raise SnapshotError(f"submodule {path}: its folder is not a plain folder of the checkout")
+        os.chmod(target, 0o755)  # git made it read-only (its umask), like the rest
+        sub_index = index.with_name(f"{facts.top.name}.{len(facts.indexes)}.idx")
+        facts.indexes.append((path + "/", sub_index))  # recorded first: removed whatever happens
+        commit = entry.oid.hex()
+        with mirrors.in_use(source):
+            try:
+                mirror = mirrors.ensure_commit(source, commit)
+            except SourceUnavailable as exc:
+                raise SourceUnavailable(f"submodule {path}: {exc}") from exc
+            _fill(source, mirror, commit, target, sub_index)
+            nested = subs.urls(mirror, commit)
+        facts.populated.add(path)
+        _populate(source, nested, sub_index, target, path + "/", facts, depth=depth + 1)
+
+
+def _left_empty(url: str | None, *, depth: int, count: int) -> str:
+    if depth >= subs.MAX_DEPTH:
+        return f"it is nested more than {subs.MAX_DEPTH} submodule levels deep"
+    if count >= subs.MAX_SUBMODULES:
+        return f"it comes after the first {subs.MAX_SUBMODULES} submodules, which are all a snapshot fills"
+    return "its .gitmodules gives no URL for it"
 
 
 # A checkout of at most this many files is removed in this process: starting `rm -rf`
@@ -284,9 +349,12 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]]) -> int:
 
 def _snapshot_of(name: str) -> str:
     """The snapshot a name in the snapshot folder belongs to: its own, or that of its index
-    file (`<name>.idx`) or of git's lock of that index (`<name>.idx.lock`, left when the
-    worker was killed during the checkout)."""
-    return name.removesuffix(".lock").removesuffix(".idx") if name.endswith((".idx", ".idx.lock")) else name
+    file (`<name>.idx`, a submodule's `<name>.<n>.idx`) or of git's lock of one
+    (`….idx.lock`, left when the worker was killed during the checkout)."""
+    return INDEX_NAME.sub("", name)
+
+
+INDEX_NAME = re.compile(r"(?:\.\d+)?\.idx(?:\.lock)?$")
 
 
 def _is_live(folder: Path, live_labels: set[str]) -> bool:

@@ -18,10 +18,12 @@ changes.
   (`credentials_not_allowed`, for everyone); only staff set it, unless
   `FUSION_MEMBERS_SET_CREDENTIALS` (`staff_only`). The git adapter applies the same rule
   to stored rows (`fusion_site/base/sources.py: credentials`).
-- **The owner picks the judges.** `validator` and `allowed_validators` (the profiles that may
-  judge the mission; admission refuses any other) are changed by the mission's owner or
-  staff only (`owner_only`): a member could otherwise switch the mission to the weakest
-  profile.
+- **The owner picks the judges and the protection.** `validator` and `allowed_validators`
+  (the profiles that may judge the mission; admission refuses any other), and what protects
+  its tests (`base_revision`, `protected_paths`, `on_protected_change`,
+  `protect_runner_config`) are changed by the mission's owner or staff only (`owner_only`):
+  a member could otherwise switch the mission to the weakest profile, or lift the
+  protection of the tests the work is judged by.
 """
 
 from __future__ import annotations
@@ -41,7 +43,16 @@ from missions.models import ContractAssertion, Milestone, Mission
 from missions.transitions.progress import milestone_inputs_changed
 
 MAX_ALLOWED_VALIDATORS = 20
-JUDGES = ("validator", "allowed_validators")
+# What decides how the mission's work is judged: who judges it, and what protects its tests
+# from the work under judgment. A member (an agent's token among them) may not change it.
+JUDGES = (
+    "validator",
+    "allowed_validators",
+    "base_revision",
+    "protected_paths",
+    "on_protected_change",
+    "protect_runner_config",
+)
 
 
 def _default(name: str) -> Any:
@@ -134,7 +145,7 @@ def _check_judges(mission: Mission | None, fields: dict[str, Any], user: Any) ->
     if not changed or mission is None or _staff(user) or mission.owner_id == getattr(user, "pk", None):
         return
     raise Forbidden(
-        "only the mission's owner or staff may change which validator profiles judge it",
+        "only the mission's owner or staff may change how it is judged (its validator profiles and protected paths)",
         code="owner_only",
         fields={name: ["only the owner or staff may change this field"] for name in changed},
     )

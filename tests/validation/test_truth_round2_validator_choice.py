@@ -49,3 +49,32 @@ def test_a_member_asking_for_another_profile_is_refused_and_nothing_changes(buil
     started = validate(api_for(bob), feature, "checks")
     assert started.status_code == 202, started.json()
     assert ValidatorRun.objects.get().validator == "checks"
+
+
+def test_a_member_cannot_lift_the_protection_its_work_is_judged_by(build_mission, api_for, alice, bob, git_repo):
+    """An agent's token is a member's: were it able to empty `protected_paths` (or move the
+    base, or judge against restored files), a rewritten test would pass."""
+    base = git_repo.commit({"tests/test_calc.py": "def test_add():\n    assert True\n"}, "the acceptance tests")
+    mission = build_mission({"calc": [("VAL-1", {"file": "README.md", "exists": True})]})
+    mission.members.add(bob)
+    owner = api_for(alice).patch(
+        f"/api/missions/{mission.pk}/",
+        {"base_revision": base, "protected_paths": ["tests/**"]},
+        format="json",
+    )
+    assert owner.status_code == 200, owner.json()
+    for change in (
+        {"protected_paths": []},
+        {"on_protected_change": "restore"},
+        {"protect_runner_config": False},
+        {"base_revision": "main"},
+    ):
+        refused = api_for(bob).patch(f"/api/missions/{mission.pk}/", change, format="json")
+        assert refused.status_code == 403 and refused.json()["code"] == "owner_only", change
+    mission.refresh_from_db()
+    assert (mission.protected_paths, mission.on_protected_change, mission.protect_runner_config) == (
+        ["tests/**"],
+        "fail",
+        True,
+    )
+    assert mission.base_commit == base

@@ -58,7 +58,10 @@ def _repository(review: Review):
     if not review.revision or review.mission is None or not review.mission.repository:
         yield None
         return
-    with snapshot(review.mission.source(), review.revision, label=f"review-{review.pk}") as root:
+    mission = review.mission
+    with snapshot(
+        mission.source(), review.revision, label=f"review-{review.pk}", submodules=mission.submodules
+    ) as root:
         yield root
 
 

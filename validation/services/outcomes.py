@@ -17,7 +17,7 @@ from missions.services.judging import same_base
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.assertion import assertion_transition
 from missions.transitions.loop import feature_transition
-from validation import journal
+from validation import journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
 from validation.services.admission import (
@@ -208,12 +208,23 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
             reason=verdict.blocked_reason[:500],
             payload={"run": run.pk},
             fields={
-                "stop_reason": blocked_stop_reason(verdict),
+                "stop_reason": blocked_stop_reason(run, verdict),
                 "stop_detail": bounded(verdict.blocked_reason, 2000),
                 "stopped_at": timezone.now(),
             },
         )
         autopilot_notify(run.mission_id)
+
+
+def blocked_stop_reason(run: ValidatorRun, verdict: Verdict) -> str:
+    """Why a blocked run stops its feature: `suspected_tampering` when a scan of the changed
+    files blocked an assertion (validation/subversion.py: a person looks first); missing
+    content a check needed (a submodule, an LFS object: what to enable,
+    docs/REPOSITORIES.md); or the validator's block."""
+    if any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions):
+        return StopReason.SUSPECTED_TAMPERING
+    checked = [a["key"] for a in run.assertions if a.get("check")]
+    return unfetched.stop_code(verdict, checked) or StopReason.VALIDATOR_BLOCKED
 
 
 def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
@@ -328,10 +339,3 @@ def _retry(feature: MissionFeature, failed: ValidatorRun, errors: int) -> None:
     )
     run_started_event(run, retry_of=failed.pk)
     queue_run(run, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))
-
-
-def blocked_stop_reason(verdict: Verdict) -> StopReason:
-    """Why a blocked verdict stops its feature: `suspected_tampering` when a scan of the
-    changed files blocked an assertion (validation/subversion.py), for a person to look."""
-    tampering = any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions)
-    return StopReason.SUSPECTED_TAMPERING if tampering else StopReason.VALIDATOR_BLOCKED

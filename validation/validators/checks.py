@@ -19,8 +19,9 @@ from django.conf import settings
 from fusion_site.base.proc import CommandError, run_command, scrubbed_env
 from fusion_site.base.redact import bounded, redact
 from fusion_site.base.snapshots import is_whole_snapshot, private_copy
+from fusion_site.base.tree_index import TreeFacts, facts_of
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
-from validation import journal, protect, subversion, witness
+from validation import journal, protect, subversion, unfetched, witness
 from validation.context import AssertionSpec, ValidationContext
 from validation.verdict import (
     AssertionVerdict,
@@ -226,7 +227,7 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
     # Scanned before the check runs: one that runs in the snapshot itself could change it.
     findings = subversion.run_findings(ctx) if "run" in spec else []
     with _check_root(ctx.checkout, spec, protection, guarded, in_place=in_place) as (root, restored):
-        verdict = judge_assertion(root, assertion, expected=expected)
+        verdict = _content_rule(judge_assertion(root, assertion, expected=expected), spec, root, facts_of(ctx.checkout))
     if restored:
         verdict = _outside_checkout(verdict)
     changed = sorted({*protection.changed, *guarded.changed})
@@ -255,6 +256,17 @@ def _check_root(
         if guarded.changed or guarded.added:
             protect.apply(root, protection.diff(), guarded)
         yield root, "run" not in spec
+
+
+def _content_rule(
+    verdict: AssertionVerdict, spec: dict[str, Any], root: Path, facts: TreeFacts | None
+) -> AssertionVerdict:
+    """Blocked when the check read what the snapshot could not hold (validation/unfetched.py)."""
+    if "run" in spec:
+        return unfetched.run_rule(verdict, facts)
+    target = _confined(root, spec["file"])
+    rel = target.relative_to(root.resolve()).as_posix() if target is not None else spec["file"]
+    return unfetched.file_rule(verdict, spec, target, rel, facts)
 
 
 def _outside_checkout(verdict: AssertionVerdict) -> AssertionVerdict:
