@@ -1315,46 +1315,29 @@ def test_found_a_base_named_main_that_moved_on_does_not_fail_an_honest_commit(by
     assert _state(m, "f1") == LoopState.PASSED
 
 
-def test_found_an_implementation_that_ends_the_test_process_at_import_does_not_pass(by_hand):
-    """a1 is checked by a protected pytest test that imports f1's module; the module ends
-    the process with exit 0 while pytest collects: no test ran, the exit status was 0, and
-    f1 passed."""
-    do, m = by_hand, by_hand.m
-    _set_up(m, pytest_at=0)
-    do.land("f1", "subvert", form="exit")
-    do(m.deliver_all, 20)
-    assert _state(m, "f1") != LoopState.PASSED
+def _adversary(do: ByHand, kind: str, form: str) -> None:
+    """a1 is checked by a protected pytest test that imports f1's module `a1_impl.py`; f1
+    lands a commit that leaves a1 wrong and subverts the test run by `form`."""
+    _set_up(do.m, pytest_at=0)
+    do.land("f1", kind, form=form)
+    do(do.m.deliver_all, 20)
+    assert _state(do.m, "f1") != LoopState.PASSED
 
 
-def test_found_an_implementation_that_rewrites_the_test_reports_does_not_pass(by_hand):
-    """As above, the module instead rewrites every report of pytest to `passed` at import:
-    the protected test failed, was reported passed, and f1 passed."""
-    do, m = by_hand, by_hand.m
-    _set_up(m, pytest_at=0)
-    do.land("f1", "subvert", form="report")
-    do(m.deliver_all, 20)
-    assert _state(m, "f1") != LoopState.PASSED
+@pytest.mark.parametrize("form", ["exit", "report"])
+def test_found_an_implementation_that_subverts_the_test_process_does_not_pass(by_hand, form):
+    """The module ends the process with exit 0 while pytest collects (`exit`: no test
+    ran, exit status 0), or rewrites every report of pytest to `passed` at import
+    (`report`: the test failed and was reported passed): f1 passed."""
+    _adversary(by_hand, "subvert", form)
 
 
-def test_found_a_root_conftest_that_passes_every_report_does_not_pass(by_hand):
-    """f1 leaves a1 wrong and adds a root `conftest.py` (outside the protected `tests/**`)
-    whose hook marks every report passed: the protected test failed, was reported passed,
-    and f1 passed."""
-    do, m = by_hand, by_hand.m
-    _set_up(m, pytest_at=0)
-    do.land("f1", "runner_config", form="conftest")
-    do(m.deliver_all, 20)
-    assert _state(m, "f1") != LoopState.PASSED
-
-
-def test_found_an_edited_pytest_ini_that_only_collects_does_not_pass(by_hand):
-    """f1 leaves a1 wrong and edits the base's `pytest.ini` to only collect the tests:
-    pytest ran nothing, exited 0, and f1 passed."""
-    do, m = by_hand, by_hand.m
-    _set_up(m, pytest_at=0)
-    do.land("f1", "runner_config", form="ini")
-    do(m.deliver_all, 20)
-    assert _state(m, "f1") != LoopState.PASSED
+@pytest.mark.parametrize("form", ["conftest", "ini"])
+def test_found_runner_configuration_that_passes_every_test_does_not_pass(by_hand, form):
+    """f1 adds a root `conftest.py` (outside the protected `tests/**`) whose hook marks
+    every report passed (`conftest`), or edits the base's `pytest.ini` to only collect
+    (`ini`: nothing ran, exit status 0): f1 passed."""
+    _adversary(by_hand, "runner_config", form)
 
 
 def test_found_a_feature_created_in_a_complete_slice_reopens_it(by_hand):
