@@ -17,6 +17,7 @@ from missions.admin.forms import ContractAssertionForm, FeatureAssertionForm, Fe
 from missions.admin.helpers import (
     TIMESTAMPS,
     LinkDisplays,
+    PlanWriteMixin,
     RollupRefreshMixin,
     SaveChangedFieldsMixin,
     admin_link,
@@ -30,7 +31,7 @@ from missions.models import ContractAssertion, FeatureAssertion, MissionFeature,
 
 
 @admin.register(MissionFeature)
-class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+class FeatureAdmin(PlanWriteMixin, RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = FeatureForm
     list_display = (
         "key",
@@ -125,7 +126,9 @@ class FeatureAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, adm
 
 
 @admin.register(ContractAssertion)
-class ContractAssertionAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+class ContractAssertionAdmin(
+    PlanWriteMixin, RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin
+):
     form = ContractAssertionForm
     list_display = ("key", "title", "mission", "milestone", "scope", "status", "order", "feature_count", "updated_at")
     list_filter = ("status", "scope", "mission")
@@ -179,7 +182,8 @@ class ContractAssertionAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDis
 
 
 @admin.register(FeatureAssertion)
-class FeatureAssertionAdmin(RollupRefreshMixin, admin.ModelAdmin):
+class FeatureAssertionAdmin(PlanWriteMixin, RollupRefreshMixin, admin.ModelAdmin):
+    mission_path = "feature__mission_id"
     form = FeatureAssertionForm
     list_display = ("id", "feature_link", "assertion_link", "assertion_scope", "feature_mission", "created_at")
     list_filter = ("assertion__scope", "feature__mission")

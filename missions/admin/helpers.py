@@ -14,9 +14,10 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 
 from missions.errors import DomainError
-from missions.models import FeatureAssertion
+from missions.events import lock_mission
+from missions.models import FeatureAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.rollup import milestone_rollup_refresh
-from missions.transitions.progress import milestone_inputs_changed
+from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,80 @@ class SaveChangedFieldsMixin(_ModelAdminBase):
             fields.append("updated_at")
         obj.save(update_fields=fields)
         return None
+
+
+# --- the plan's writes --------------------------------------------------------------------
+
+
+def mission_of(obj: models.Model) -> int | None:
+    if isinstance(obj, Mission):
+        return obj.pk
+    if isinstance(obj, FeatureAssertion):
+        return obj.feature.mission_id if obj.feature_id else None
+    return getattr(obj, "mission_id", None)
+
+
+def _place_of(obj: models.Model | None) -> Any:
+    """Where a stored slice (its milestone) or feature (its slice and milestone) is."""
+    if isinstance(obj, Slice):
+        return obj.milestone_id
+    if isinstance(obj, MissionFeature):
+        return (obj.slice_id, obj.slice.milestone_id)
+    return None
+
+
+def _placed(obj: models.Model, *, was: Any) -> None:
+    """New (`was` None) or moved work: what the services report (`missions.transitions.progress`)."""
+    if isinstance(obj, Milestone) and was is None:
+        milestone_placed(mission_id=obj.mission_id, milestone_id=obj.pk)
+    elif isinstance(obj, Slice):
+        slice_placed(mission_id=obj.mission_id, slice_id=obj.pk, milestone_id=obj.milestone_id, was=was)
+    elif isinstance(obj, MissionFeature):
+        feature_placed(
+            mission_id=obj.mission_id,
+            feature_id=obj.pk,
+            slice_id=obj.slice_id,
+            milestone_id=obj.slice.milestone_id,
+            was=was,
+        )
+
+
+class PlanWriteMixin(_ModelAdminBase):
+    """An admin write of the plan does what the services do (`missions.services.hierarchy`):
+    the mission's row lock before any row of it (the lock order of every step of the loop),
+    and new or moved work (a milestone, slice or feature, also added inline) reopens every
+    complete node above it. Put it first in the bases: its lock comes before what the
+    other mixins read and write."""
+
+    mission_path = "mission_id"  # how a queryset of the model names its mission
+
+    def save_model(self, request, obj, form, change):
+        mission_id = mission_of(obj)
+        if mission_id is not None:
+            lock_mission(mission_id)
+        obj._admin_was = _place_of(type(obj)._default_manager.filter(pk=obj.pk).first()) if change else None
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        obj = form.instance
+        if not change or obj._admin_was is not None:
+            _placed(obj, was=obj._admin_was)
+        for formset in formsets:
+            for new in formset.new_objects:
+                _placed(new, was=None)
+
+    def delete_model(self, request, obj):
+        mission_id = mission_of(obj)
+        if mission_id is not None:
+            lock_mission(mission_id)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for mission_id in sorted(set(queryset.values_list(self.mission_path, flat=True))):
+                lock_mission(mission_id)
+            super().delete_queryset(request, queryset)
 
 
 # --- rollup --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from missions.admin.forms import MilestoneForm, MissionForm, SliceForm
 from missions.admin.helpers import (
     TIMESTAMPS,
     LinkDisplays,
+    PlanWriteMixin,
     RollupRefreshMixin,
     SaveChangedFieldsMixin,
     admin_link,
@@ -27,7 +28,7 @@ from missions.services.judging import base_changed
 
 
 @admin.register(Mission)
-class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+class MissionAdmin(PlanWriteMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = MissionForm
     list_display = (
         "key",
@@ -82,6 +83,7 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     )
     inlines = (MilestoneInline,)
     actions = MISSION_ACTIONS
+    mission_path = "pk"
 
     @admin.display(description="blocks a resume")
     def resume_blockers(self, obj):
@@ -134,7 +136,7 @@ class MissionAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
 
 
 @admin.register(Milestone)
-class MilestoneAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+class MilestoneAdmin(PlanWriteMixin, RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = MilestoneForm
     list_display = ("key", "title", "mission", "order", "status", "validation_state", "updated_at")
     list_filter = ("status", "validation_state", "mission")
@@ -183,7 +185,7 @@ class MilestoneAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, a
 
 
 @admin.register(Slice)
-class SliceAdmin(RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
+class SliceAdmin(PlanWriteMixin, RollupRefreshMixin, SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
     form = SliceForm
     list_display = ("key", "title", "mission", "milestone", "order", "status", "activated_at")
     list_filter = ("status", "mission")

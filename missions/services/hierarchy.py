@@ -1,7 +1,11 @@
 """Create, change and delete the planning hierarchy and its contract assertions.
 
 Every function runs in one transaction, refuses what a user may not do, recomputes the
-rollups its change affects and publishes the matching event after commit.
+rollups its change affects and publishes the matching event after commit. Each takes the
+mission's row lock before it reads or writes any row of the mission (`writing.in_mission`): the
+lock order of every step of the loop (`missions.events.lock_mission`), so an edit racing
+a verdict waits for it instead of deadlocking with it. New or moved work reopens every
+complete node above it (`missions.transitions.progress`: `*_placed`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from missions.checks_spec import check_spec_problems
-from missions.errors import Conflict, Invalid, StaffOnly
+from missions.errors import Conflict, Invalid
 from missions.events import audience, publish_on_commit, revoke_on_commit
 from missions.models import (
     AssertionScope,
@@ -26,51 +30,13 @@ from missions.models import (
 )
 from missions.services.judging import base_changed, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
-from missions.transitions.progress import milestone_inputs_changed
-
-
-def require_staff_for_code(*, user, old: Any, new: Any, field: str) -> None:
-    """Checks and executor commands execute code on the host: only staff may set them."""
-    if old == new or user is None or getattr(user, "is_staff", False):
-        return
-    raise StaffOnly(f"only staff may set {field}", fields={field: ["only staff may set this field"]})
-
-
-def apply_fields(instance, fields: dict[str, Any]) -> list[str]:
-    """Set the fields that differ and save; nothing differs -> no write at all."""
-    changed = [name for name, value in fields.items() if getattr(instance, name) != value]
-    for name in changed:
-        setattr(instance, name, fields[name])
-    if changed:
-        # Only what this edit changed: a full save would write back states a worker
-        # changed meanwhile (loop_state, last_run, statuses).
-        instance.save(update_fields=[*changed, "updated_at"])
-    return changed
-
-
-def _unique_key_guard(fn):
-    """A duplicate key surfaces as the same 400 the serializer gives, never a 500."""
-
-    def wrapper(*args, **kwargs):
-        try:
-            with transaction.atomic():
-                return fn(*args, **kwargs)
-        except IntegrityError as exc:
-            raise Invalid(
-                "this key is already used in the mission",
-                code="duplicate_key",
-                fields={"key": ["already used in this mission"]},
-            ) from exc
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
-
+from missions.services.writing import apply_fields, in_mission, require_staff_for_code, unique_key_guard
+from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
 
 # --- missions ------------------------------------------------------------------------
 
 
-@_unique_key_guard
+@unique_key_guard
 def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
     require_staff_for_code(user=user, old="", new=fields.get("executor_command", ""), field="executor_command")
     fields = settle_mission_fields(mission=None, fields=fields, user=user)
@@ -86,7 +52,7 @@ def mission_create(*, user, members: Iterable = (), **fields: Any) -> Mission:
     return mission
 
 
-@_unique_key_guard
+@unique_key_guard
 def mission_update(*, mission: Mission, user, members: Iterable | None = None, **fields: Any) -> Mission:
     require_staff_for_code(
         user=user,
@@ -153,7 +119,7 @@ def _creates_cycle(milestone: Milestone, deps: list[Milestone]) -> bool:
     return False
 
 
-@_unique_key_guard
+@unique_key_guard
 def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone] = (), **fields: Any) -> Milestone:
     deps = _check_dependencies(None, mission, dependencies)
     milestone = Milestone.objects.create(mission=mission, **fields)
@@ -165,10 +131,11 @@ def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone
         actor_id=getattr(user, "pk", None),
     )
     milestone_rollup_refresh(milestone_ids=[milestone.pk])
+    milestone_placed(mission_id=mission.pk, milestone_id=milestone.pk)
     return milestone
 
 
-@_unique_key_guard
+@unique_key_guard
 def milestone_update(
     *, user, milestone: Milestone, dependencies: Iterable[Milestone] | None = None, **fields: Any
 ) -> Milestone:
@@ -179,7 +146,7 @@ def milestone_update(
     return milestone
 
 
-@_unique_key_guard
+@unique_key_guard
 def slice_create(*, user, milestone: Milestone, **fields: Any) -> Slice:
     slice_ = Slice(milestone=milestone, **fields)
     slice_.save()
@@ -189,10 +156,11 @@ def slice_create(*, user, milestone: Milestone, **fields: Any) -> Slice:
         {"mission": milestone.mission_id, "slice": slice_.pk, "milestone": milestone.pk, "key": slice_.key},
         actor_id=getattr(user, "pk", None),
     )
+    slice_placed(mission_id=milestone.mission_id, slice_id=slice_.pk, milestone_id=milestone.pk)
     return slice_
 
 
-@_unique_key_guard
+@unique_key_guard
 def slice_update(*, user, slice_: Slice, **fields: Any) -> Slice:
     milestone = fields.pop("milestone", slice_.milestone)
     if milestone.mission_id != slice_.mission_id:
@@ -200,7 +168,9 @@ def slice_update(*, user, slice_: Slice, **fields: Any) -> Slice:
             "a slice cannot move to another mission", fields={"milestone": ["must belong to the same mission"]}
         )
     fields["milestone"] = milestone
-    apply_fields(slice_, fields)
+    was = slice_.milestone_id
+    if "milestone" in apply_fields(slice_, fields):
+        slice_placed(mission_id=slice_.mission_id, slice_id=slice_.pk, milestone_id=slice_.milestone_id, was=was)
     return slice_
 
 
@@ -213,7 +183,7 @@ def _linked_milestone_ids(**feature_filter: Any) -> set[int]:
     )
 
 
-@transaction.atomic
+@in_mission
 def milestone_delete(*, user, milestone: Milestone) -> None:
     # Its features may cover assertions of other milestones: their rollups change too.
     milestone_ids = _linked_milestone_ids(slice__milestone=milestone) - {milestone.pk}
@@ -221,7 +191,7 @@ def milestone_delete(*, user, milestone: Milestone) -> None:
     milestone_rollup_refresh(milestone_ids=milestone_ids)
 
 
-@transaction.atomic
+@in_mission
 def slice_delete(*, user, slice_: Slice) -> None:
     milestone_ids = _linked_milestone_ids(slice=slice_)
     slice_.delete()
@@ -245,30 +215,43 @@ def _feature_event(feature: MissionFeature, user=None, **extra: Any) -> None:
     )
 
 
-@_unique_key_guard
+@unique_key_guard
 def feature_create(
     *, user, slice_: Slice, assertions: Iterable[ContractAssertion] = (), **fields: Any
 ) -> MissionFeature:
     feature = MissionFeature(slice=slice_, **fields)
     feature.save()
     _feature_event(feature, user, change="created")
+    feature_placed(
+        mission_id=feature.mission_id, feature_id=feature.pk, slice_id=slice_.pk, milestone_id=slice_.milestone_id
+    )
     for assertion in assertions:
         assertion_link(user=user, feature=feature, assertion=assertion)
     return feature
 
 
-@_unique_key_guard
+@unique_key_guard
 def feature_update(*, user, feature: MissionFeature, **fields: Any) -> MissionFeature:
     slice_ = fields.pop("slice", feature.slice)
     if slice_.mission_id != feature.mission_id:
         raise Invalid("a feature cannot move to another mission", fields={"slice": ["must belong to the same mission"]})
     fields["slice"] = slice_
-    if apply_fields(feature, fields):
+    was = (feature.slice_id, feature.slice.milestone_id)
+    changed = apply_fields(feature, fields)
+    if changed:
         _feature_event(feature, user, change="edited")
+    if "slice" in changed:
+        feature_placed(
+            mission_id=feature.mission_id,
+            feature_id=feature.pk,
+            slice_id=slice_.pk,
+            milestone_id=slice_.milestone_id,
+            was=was,
+        )
     return feature
 
 
-@transaction.atomic
+@in_mission
 def feature_delete(*, user, feature: MissionFeature, force: bool = False) -> None:
     if not force and feature.tasks.filter(status=TaskStatus.IN_PROGRESS).exists():
         raise Conflict("the feature's task is running; stop it first or delete with force", code="task_running")
@@ -311,7 +294,7 @@ def _require_valid_check(fields: dict[str, Any]) -> None:
         )
 
 
-@_unique_key_guard
+@unique_key_guard
 def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAssertion:
     require_staff_for_code(user=user, old=None, new=fields.get("check_spec"), field="check")
     _require_valid_check(fields)
@@ -324,7 +307,7 @@ def assertion_create(*, user, milestone: Milestone, **fields: Any) -> ContractAs
     return assertion
 
 
-@_unique_key_guard
+@unique_key_guard
 def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> ContractAssertion:
     require_staff_for_code(
         user=user, old=assertion.check_spec, new=fields.get("check_spec", assertion.check_spec), field="check"
@@ -350,7 +333,7 @@ def assertion_update(*, user, assertion: ContractAssertion, **fields: Any) -> Co
     return assertion
 
 
-@transaction.atomic
+@in_mission
 def assertion_delete(*, user, assertion: ContractAssertion) -> None:
     payload = _assertion_payload(assertion)
     mission_id = assertion.mission_id
@@ -359,7 +342,7 @@ def assertion_delete(*, user, assertion: ContractAssertion) -> None:
     _judged_by_changed([payload["milestone"]], cause="assertion_deleted")
 
 
-@transaction.atomic
+@in_mission
 def assertion_link(*, user, feature: MissionFeature, assertion: ContractAssertion) -> FeatureAssertion:
     if assertion.mission_id != feature.mission_id:
         raise Invalid(
@@ -388,7 +371,7 @@ def assertion_link(*, user, feature: MissionFeature, assertion: ContractAssertio
     return link
 
 
-@transaction.atomic
+@in_mission
 def assertion_unlink(*, user, feature: MissionFeature, assertion: ContractAssertion) -> None:
     deleted, _ = FeatureAssertion.objects.filter(feature=feature, assertion=assertion).delete()
     if not deleted:

@@ -11,7 +11,7 @@ an active mission.
 | active   | paused   | pause                     | mission:paused    | lifecycle.mission_pause    |
 | blocked  | paused   | pause                     | mission:paused    | lifecycle.mission_pause    |
 | active   | complete | complete                  | mission:completed | the autopilot              |
-| complete | active   | any (what undid it)       | mission:reopened  | progress.reopen_milestone  |
+| complete | active   | any (what undid it)       | mission:reopened  | progress.reopen_mission    |
 | active   | active   | halt (a reason is set)    | mission:halted    | the autopilot stops        |
 | active   | active   | continue (reason cleared) | mission:continued | the autopilot goes on      |
 

@@ -1,14 +1,24 @@
 """How far the plan has come: a milestone completes, and anything that undoes a
 completion reopens the slice, the milestone and the mission, with events
-(docs/TRUTH.md, "Honest milestones"). Judging whether a milestone may complete is the
-validation floor's (`validation/services/milestones.py`). The moves themselves are the
-machines' (`missions.transitions.slice`, `.milestone`, `.mission`)."""
+(docs/TRUTH.md, "A slice, a milestone, a mission is complete when"): a feature leaving
+`passed`, a changed contract, and new or moved work (`work_added`). Judging whether a
+milestone may complete is the validation floor's (`validation/services/milestones.py`).
+The moves themselves are the machines' (`missions.transitions.slice`, `.milestone`,
+`.mission`)."""
 
 from __future__ import annotations
 
 from missions import hooks
 from missions.hooks import announce_on_commit
-from missions.models import Milestone, MilestoneStatus, MissionFeature, MissionStatus, Slice, SliceStatus
+from missions.models import (
+    ContractAssertion,
+    Milestone,
+    MilestoneStatus,
+    MissionFeature,
+    MissionStatus,
+    Slice,
+    SliceStatus,
+)
 from missions.transitions.milestone import milestone_transition
 from missions.transitions.mission import mission_transition
 from missions.transitions.slice import slice_transition
@@ -28,15 +38,17 @@ def reopen_for_feature(*, feature_id: int, cause: str) -> None:
         reopen_slice(slice_id=slice_id, cause=cause, feature_id=feature_id)
 
 
-def reopen_slice(*, slice_id: int, cause: str, **payload) -> None:
+def reopen_slice(*, slice_id: int, cause: str, **payload) -> bool:
+    """Reopen the slice (if complete), its milestone and its mission. True when the
+    mission was reopened (the autopilot is then told to look again)."""
     row = Slice.objects.filter(pk=slice_id).values("milestone_id", "status").first()
     if row is None:
-        return
+        return False
     if row["status"] == SliceStatus.COMPLETE:
         slice_transition(
             slice_=slice_id, old=SliceStatus.COMPLETE, new=SliceStatus.ACTIVE, cause=cause, payload=payload
         )
-    reopen_milestone(milestone_id=row["milestone_id"], cause=cause, **payload)
+    return reopen_milestone(milestone_id=row["milestone_id"], cause=cause, **payload)
 
 
 def milestone_inputs_changed(*, milestone_ids, cause: str) -> None:
@@ -49,11 +61,11 @@ def milestone_inputs_changed(*, milestone_ids, cause: str) -> None:
     hooks.contract_changed.send(sender=None, milestone_ids=ids, cause=cause)
 
 
-def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> None:
+def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> bool:
+    """Reopen the milestone (if complete) and its mission; True when the mission was reopened."""
     row = Milestone.objects.filter(pk=milestone_id).values("mission_id", "status").first()
     if row is None:
-        return
-    mission_id = row["mission_id"]
+        return False
     if row["status"] == MilestoneStatus.COMPLETE:
         milestone_transition(
             milestone=milestone_id,
@@ -62,7 +74,88 @@ def reopen_milestone(*, milestone_id: int, cause: str, **payload) -> None:
             cause=cause,
             payload=payload,
         )
-    if mission_transition(
+    return reopen_mission(mission_id=row["mission_id"], cause=cause, **payload)
+
+
+def reopen_mission(*, mission_id: int, cause: str, **payload) -> bool:
+    """Reopen the mission if it is complete (True), and let the autopilot look again."""
+    if not mission_transition(
         mission=mission_id, old=MissionStatus.COMPLETE, new=MissionStatus.ACTIVE, cause=cause, payload=payload
     ):
+        return False
+    announce_on_commit(hooks.mission_may_advance, mission_id=mission_id)
+    return True
+
+
+def work_added(
+    *,
+    mission_id: int,
+    cause: str,
+    under_slice: int | None = None,
+    under_milestone: int | None = None,
+    left_milestone: int | None = None,
+    **payload,
+) -> None:
+    """New or moved work lies under the slice `under_slice` (a feature), the milestone
+    `under_milestone` (a slice) or the mission (a milestone): every complete node above it
+    is not complete any more and is reopened, the cause named in each event, `payload`
+    (what was added: `feature_id`, `slice_id`, `milestone_id`) in each (docs/TRUTH.md).
+
+    `left_milestone`: the work moved out of this other milestone. What stays there is as
+    done as before, so its slices stay as they are (a slice left with only done features is
+    completed by the autopilot, by the usual rules, when it looks next); but a milestone
+    with assertions is judged at a revision taken from its features' revisions, which the
+    move may have changed, so it is reopened and judged again at its new revision (an
+    unchanged input reuses its passed milestone run). The autopilot is told to look again
+    in every case, after commit."""
+    if under_slice is not None:
+        reopened = reopen_slice(slice_id=under_slice, cause=cause, **payload)
+    elif under_milestone is not None:
+        reopened = reopen_milestone(milestone_id=under_milestone, cause=cause, **payload)
+    else:
+        reopened = reopen_mission(mission_id=mission_id, cause=cause, **payload)
+    if left_milestone is not None and ContractAssertion.objects.filter(milestone_id=left_milestone).exists():
+        reopened = reopen_milestone(milestone_id=left_milestone, cause=cause, **payload) or reopened
+    if not reopened:  # a reopened mission has told the autopilot already
         announce_on_commit(hooks.mission_may_advance, mission_id=mission_id)
+
+
+# Where new or moved work lands: every writer of the plan (services, mission files, admin)
+# reports it here, with where the work was before (None: it is new).
+
+
+def milestone_placed(*, mission_id: int, milestone_id: int) -> None:
+    """A milestone was created in the mission."""
+    work_added(mission_id=mission_id, cause="milestone_created", milestone_id=milestone_id)
+
+
+def slice_placed(*, mission_id: int, slice_id: int, milestone_id: int, was: int | None = None) -> None:
+    """A slice was created under `milestone_id` (`was` None) or moved there from the
+    milestone `was`."""
+    if was is None:
+        work_added(mission_id=mission_id, cause="slice_created", under_milestone=milestone_id, slice_id=slice_id)
+    elif was != milestone_id:
+        work_added(
+            mission_id=mission_id,
+            cause="slice_moved",
+            under_milestone=milestone_id,
+            left_milestone=was,
+            slice_id=slice_id,
+        )
+
+
+def feature_placed(
+    *, mission_id: int, feature_id: int, slice_id: int, milestone_id: int, was: tuple[int, int] | None = None
+) -> None:
+    """A feature was created in the slice `slice_id` of `milestone_id` (`was` None) or
+    moved there from `was`: (its slice, that slice's milestone) before the move."""
+    if was is None:
+        work_added(mission_id=mission_id, cause="feature_created", under_slice=slice_id, feature_id=feature_id)
+    elif was[0] != slice_id:
+        work_added(
+            mission_id=mission_id,
+            cause="feature_moved",
+            under_slice=slice_id,
+            left_milestone=was[1] if was[1] != milestone_id else None,
+            feature_id=feature_id,
+        )

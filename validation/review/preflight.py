@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from fusion_site.base import snapshots
 from missions import selectors
 from missions.errors import Conflict, Invalid
+from missions.events import lock_mission
 from missions.models import Mission, MissionFeature
 from validation.models import Review
 from validation.review import artifacts
@@ -143,6 +144,8 @@ def review_create(
     revision = _pin(mission, request.get("revision"))
     try:
         with transaction.atomic():
+            if mission is not None:
+                lock_mission(mission.pk)  # before the review's row: the lock order of every step
             review = Review.objects.create(
                 mission=mission,
                 feature=feature,

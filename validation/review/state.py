@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.events import publish_on_commit
+from missions.events import lock_mission, publish_on_commit
 from validation.models import Review, ReviewState
 
 S = ReviewState
@@ -53,6 +53,10 @@ def transition(review_id: int, *, old: str | Iterable[str], new: str, **fields: 
         review = Review.objects.filter(pk=review_id).only("pk", "mission_id", "state").first()
         if review is None or review.state not in olds:
             return False
+        if review.mission_id is not None:
+            # The mission's lock before the review's row, as every step takes it (its
+            # event's counter is on the mission's row): never the other way round.
+            lock_mission(review.mission_id)
         previous = review.state
         if new == S.CANCELLED:
             fields.setdefault("failure_stage", previous)

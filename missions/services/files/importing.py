@@ -25,6 +25,7 @@ from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
 from missions.services.judging import base_changed, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
+from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
 
 
 @dataclass
@@ -62,6 +63,16 @@ class _Existing:
     features: dict[str, MissionFeature] = field(default_factory=dict)
     dependencies: set[tuple[int, int]] = field(default_factory=set)
     links: set[tuple[int, int]] = field(default_factory=set)
+
+    def parents(self) -> tuple[dict[int, int], dict[str, int], dict[str, int]]:
+        """Where each stored slice (by id), feature and assertion (by key) is before the
+        file is written (the writes change these rows in place): their milestone, their
+        slice, their milestone."""
+        return (
+            {s.pk: s.milestone_id for s in self.slices.values()},
+            {k: f.slice_id for k, f in self.features.items()},
+            {k: a.milestone_id for k, a in self.assertions.items()},
+        )
 
     @classmethod
     def load(cls, mission: Mission | None) -> _Existing:
@@ -160,12 +171,17 @@ class _Writer:
     def __init__(self) -> None:
         self.changed = False
         self.saved: set[tuple[type, int]] = set()
+        self.created: set[tuple[type, int]] = set()
+        # Milestones whose assertions or links this import changed (docs/TRUTH.md: they
+        # are not complete any more, and passed features they judge are judged again).
+        self.contract_changed: set[int] = set()
 
     def upsert(self, model: type[models.Model], current: models.Model | None, values: dict[str, Any]) -> Any:
         if current is None:
             obj = model(**values)
             obj.save()
             self._mark(obj)
+            self.created.add((model, obj.pk))
             return obj
         dirty = [name for name, value in values.items() if getattr(current, name) != value]
         if dirty:
@@ -226,19 +242,57 @@ def _apply(doc: Document, user) -> ImportResult:
         writer = _Writer()
         created = mission is None
         base = mission.base_commit if mission is not None else ""
+        before = existing.parents()
         mission = _write_mission(doc.mission, mission, user, writer)
         if not created:
             base_changed(mission=mission, old=base, actor_id=_actor(user))
         milestones = _write_milestones(doc, mission, existing, writer)
         assertions = _write_assertions(doc, milestones, existing, writer)
-        _write_slices_and_features(doc, milestones, assertions, existing, writer)
+        slices, features = _write_slices_and_features(doc, milestones, assertions, existing, writer)
         if writer.changed:
             milestone_rollup_refresh(
                 milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)
             )
+            if not created:
+                _reopen(mission, before, writer, (milestones, assertions, slices, features))
             payload = {"mission": mission.pk, "status": mission.status, "created": created}
             publish_on_commit(mission, "mission:imported", payload, actor_id=_actor(user))
         return ImportResult(mission=mission, created=created, changed=writer.changed)
+
+
+def _reopen(
+    mission: Mission,
+    before: tuple[dict[int, int], dict[str, int], dict[str, int]],
+    writer: _Writer,
+    written: tuple[dict[str, Milestone], dict[str, ContractAssertion], dict[str, Slice], dict[str, MissionFeature]],
+) -> None:
+    """What the services do for each change, for the changes of this import: new or moved
+    work reopens every complete node above it, a changed contract its milestone
+    (`missions.transitions.progress`)."""
+    slice_was, feature_was, assertion_was = before
+    milestones, assertions, slices, features = written
+    for ms in milestones.values():
+        if (Milestone, ms.pk) in writer.created:
+            milestone_placed(mission_id=mission.pk, milestone_id=ms.pk)
+    for sl in slices.values():
+        was = None if (Slice, sl.pk) in writer.created else slice_was[sl.pk]
+        slice_placed(mission_id=mission.pk, slice_id=sl.pk, milestone_id=sl.milestone_id, was=was)
+    milestone_of = {sl.pk: sl.milestone_id for sl in slices.values()}
+    for key, feature in features.items():
+        # Where it was: its slice, and that slice's milestone as it stood before this import.
+        before_feature = None if (MissionFeature, feature.pk) in writer.created else feature_was[key]
+        feature_placed(
+            mission_id=mission.pk,
+            feature_id=feature.pk,
+            slice_id=feature.slice_id,
+            milestone_id=milestone_of[feature.slice_id],
+            was=None if before_feature is None else (before_feature, slice_was[before_feature]),
+        )
+    for key, assertion in assertions.items():
+        if (ContractAssertion, assertion.pk) in writer.saved:
+            writer.contract_changed |= {assertion.milestone_id, assertion_was.get(key, assertion.milestone_id)}
+    if writer.contract_changed:
+        milestone_inputs_changed(milestone_ids=writer.contract_changed, cause="mission_imported")
 
 
 def _write_mission(node: Node, mission: Mission | None, user, writer: _Writer) -> Mission:
@@ -296,18 +350,22 @@ def _write_slices_and_features(
     assertions: dict[str, ContractAssertion],
     existing: _Existing,
     writer: _Writer,
-) -> None:
+) -> tuple[dict[str, Slice], dict[str, MissionFeature]]:
+    slices: dict[str, Slice] = {}
+    features: dict[str, MissionFeature] = {}
     for m in doc.milestones:
         parent = milestones[m.key]
         slice_orders = _orders(m.slices, existing.slices, "milestone_id", parent.pk)
         for s_node, s_order in zip(m.slices, slice_orders, strict=True):
             values = {**s_node.values, "milestone_id": parent.pk, "order": s_order}
-            slice_ = writer.upsert(Slice, existing.slices.get(s_node.key), values)
+            slice_ = slices[s_node.key] = writer.upsert(Slice, existing.slices.get(s_node.key), values)
             orders = _orders(s_node.features, existing.features, "slice_id", slice_.pk)
             for f_node, f_order in zip(s_node.features, orders, strict=True):
                 values = {**f_node.values, "slice_id": slice_.pk, "order": f_order}
                 feature = writer.upsert(MissionFeature, existing.features.get(f_node.key), values)
+                features[f_node.key] = feature
                 _write_links(feature, {assertions[k].pk for k in f_node.refs}, existing, writer)
+    return slices, features
 
 
 def _write_links(feature: MissionFeature, wanted: set[int], existing: _Existing, writer: _Writer) -> None:
@@ -318,3 +376,6 @@ def _write_links(feature: MissionFeature, wanted: set[int], existing: _Existing,
     for assertion_id in sorted(wanted - have):
         FeatureAssertion.objects.create(feature_id=feature.pk, assertion_id=assertion_id)
     writer.touch(feature)
+    writer.contract_changed |= set(
+        ContractAssertion.objects.filter(pk__in=have ^ wanted).values_list("milestone_id", flat=True)
+    ) | {feature.slice.milestone_id}
