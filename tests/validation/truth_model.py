@@ -221,16 +221,16 @@ class History:
                 (self.repo.path / rel).unlink()
             else:
                 self.repo.write(rel, text)
-        if all(p in self.files for p in changes):  # only tracked files change: one git process
-            subprocess.run(
-                ["git", "-C", str(self.repo.path), "commit", "-q", "-a", "--allow-empty", "-m", message],
-                check=True,
-                capture_output=True,
-                env=git_env(),
-            )
-            sha = (self.repo.path / ".git" / "refs" / "heads" / "main").read_text().strip()
-        else:  # new files: `git add -A` (deletions included), then the commit
-            sha = self.repo.commit({}, message)
+        if not all(p in self.files for p in changes):  # new files: staged first (deletions too)
+            subprocess.run(["git", "-C", str(self.repo.path), "add", "-A"], check=True, capture_output=True)
+        # Tracked files only: one git process (`-a` stages their changes and deletions).
+        subprocess.run(
+            ["git", "-C", str(self.repo.path), "commit", "-q", "-a", "--allow-empty", "-m", message],
+            check=True,
+            capture_output=True,
+            env=git_env(),
+        )
+        sha = (self.repo.path / ".git" / "refs" / "heads" / "main").read_text().strip()
         assert HEX40.match(sha), sha
         for rel, text in changes.items():
             if text is None:
@@ -257,6 +257,10 @@ class Template:
         repo.git("init", "-q", "-b", "main")
         repo.git("config", "gc.auto", "0")  # no background repacking mid-example
         self.base = repo.commit(dict(BASE_FILES), "base: the tests")
+        # Fewer files to copy for every example: one pack, no sample hooks.
+        repo.git("repack", "-adq")
+        repo.git("prune-packed")
+        shutil.rmtree(self.path / ".git" / "hooks", ignore_errors=True)
 
     def clone(self, target: Path) -> History:
         done = subprocess.run(["cp", "-a", "--", str(self.path), str(target)], capture_output=True)
