@@ -10,6 +10,16 @@ itself, in any order, twice, late, or never (a worker that dies holding a run).
 The model (`truth_model.py`) knows the files of every commit the test makes, so it knows
 whether each check truly holds there without asking the code under test.
 
+The implementation is an adversary: besides right and wrong ones, a commit may rewrite a
+protected test, subvert the test process from inside (a module the protected pytest test
+imports ends the process or rewrites the reports), add or edit the test runner's
+configuration, or be right and add its own tests under the protected folder (which must
+never fail it: invariant `false_protected_fail`). The base may be named by the branch the
+implementations commit onto (`main`); work may be added or moved under complete slices,
+milestones and the mission; the mission's credentials variable may change between runs
+(a mirror per credential identity), and a variable the deployment does not allow is
+refused.
+
 The `test_found_*` tests at the end drive the same machine by hand through sequences this
 property found (each was a real defect): fast, deterministic guards of them.
 
@@ -71,6 +81,7 @@ from missions.services import hierarchy, lifecycle
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.tasks import task_complete, task_create
 from tests.validation import truth_model as model
+from validation import protect
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.selectors import feature_revision
 from validation.services import operator, runner
@@ -85,6 +96,8 @@ STEPS = int(os.environ.get("FUSION_TRUTH_STEPS", 20))
 SHRINK = os.environ.get("FUSION_TRUTH_SHRINK", "1") != "0"
 SKIP = {s.strip() for s in os.environ.get("FUSION_TRUTH_SKIP", "").split(",") if s.strip()}
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
+TOKEN_ENV = "FUSION_TRUTH_TOKEN"  # the credential variable `credentials` toggles (a local source ignores it)
+CREDENTIALS = (TOKEN_ENV, TOKEN_ENV, "SECRET_KEY")  # the last one the deployment does not allow
 OPEN_TASK = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
 
 
@@ -163,6 +176,9 @@ class TruthMachine(RuleBasedStateMachine):
         self.finished = True  # until the set-up says otherwise
         self.seen_seq = 0  # the audit log read so far (fix rounds per root)
         self.rounds: dict[int, int] = {}
+        self.grown = 0  # features `grow` made
+        self.judged: set[int] = set()  # finished runs whose verdicts were read
+        self.base_named = "sha"
         _Sink.machine = self
 
     # ------------------------------------------------------------ set-up and teardown
@@ -178,7 +194,14 @@ class TruthMachine(RuleBasedStateMachine):
         milestone_check=st.sampled_from((None, None, "file", "run", "protected")),
         spare=st.sampled_from((False, False, True)),  # an unlinked assertion: the milestone never passes
         may_finish=st.booleans(),
+        # One assertion (a1 or a2) checked by a protected pytest test, in a quarter of the
+        # examples: what an implementation can subvert from inside the test process (a
+        # pytest run costs ten times a script's: never more than one such assertion).
+        pytest_at=st.sampled_from((None, None, None, None, None, None, 0, 1)),
+        # The base named by a branch the implementations commit onto (README's own shape).
+        base_named=st.sampled_from(("sha", "sha", "sha", "main")),
     )
+    @_counted
     def setup(
         self,
         autopilot,
@@ -191,10 +214,18 @@ class TruthMachine(RuleBasedStateMachine):
         milestone_check,
         spare,
         may_finish=True,
+        pytest_at=None,
+        base_named="sha",
     ):
         self.finished = not may_finish  # `finish` in half of the examples (it costs a dozen runs)
         self.history = self.template.clone(self.tmp / "repo")
-        self.mission = Mission.objects.create(
+        if pytest_at is not None:
+            variants = [*variants[:pytest_at], "pytest", *variants[pytest_at + 1 :]]
+        self.base_named = base_named
+        # Through the service the API and mission files use: the base is pinned to the
+        # commit its name resolves to now, whatever the branch does later.
+        self.mission = hierarchy.mission_create(
+            user=None,
             key=f"truth-{uuid.uuid4().hex[:12]}",
             title="Truth",
             status=MissionStatus.ACTIVE if active else MissionStatus.PLANNING,
@@ -202,7 +233,7 @@ class TruthMachine(RuleBasedStateMachine):
             auto_fix=auto_fix,
             retry_budget=budget,
             repository=str(self.history.repo.path),
-            base_revision=self.template.base,
+            base_revision=self.template.base if base_named == "sha" else "main",
             protected_paths=["tests/**"],
         )
         milestone = Milestone.objects.create(mission=self.mission, key="m1", title="Milestone 1")
@@ -243,20 +274,30 @@ class TruthMachine(RuleBasedStateMachine):
 
     def teardown(self):
         _Sink.machine = None
+        started = time.monotonic()
         try:
             if self.mission is not None:
                 self._tally()
                 Mission.objects.filter(pk=self.mission.pk).delete()
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            TIMES["teardown"] += time.monotonic() - started
 
     def _tally(self) -> None:
         STATS["examples"] += 1
         STATS[f"steps of an example ~{self.steps // 5 * 5}"] += 1
         runs = ValidatorRun.objects.filter(mission=self.mission)
         STATS["runs"] += runs.count()
-        for status in runs.values_list("status", flat=True):
+        for status, revision, assertions in runs.values_list("status", "revision", "assertions"):
             STATS[f"run {status}"] += 1
+            kind = self.kinds.get(revision, "base").split()[0]
+            if kind not in ("base", "correct", "wrong"):
+                STATS[f"run at a {kind} commit {status}"] += 1
+            if any(model.variant_of(a["check"]) == "pytest" for a in assertions):
+                STATS[f"run with a pytest check {status}"] += 1
+        if self.base_named != "sha":
+            STATS[f"examples with the base named {self.base_named}"] += 1
+        STATS["features grown"] += self.grown
         STATS["milestone runs"] += runs.filter(scope=RunScope.MILESTONE).count()
         for run in runs.filter(scope=RunScope.MILESTONE, status=RunStatus.FAILED):
             for key in run.failures.values_list("assertion_key", flat=True):
@@ -327,6 +368,11 @@ class TruthMachine(RuleBasedStateMachine):
 
     def _deliver(self, message: Message) -> None:
         note(f"deliver {self._describe(message)}")
+        if (
+            message.actor == "run_validator"
+            and Mission.objects.filter(pk=self.mission.pk).exclude(credentials_env="").exists()
+        ):
+            STATS["run_validator delivered with credentials"] += 1
         actor = dramatiq.get_broker().get_actor(message.actor)
         started = time.monotonic()
         try:
@@ -342,17 +388,32 @@ class TruthMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ implementation and tasks
 
+    KINDS = (
+        "correct",
+        "correct",
+        "correct",
+        "correct",
+        "own_tests",
+        "wrong",
+        "rewrite",
+        "subvert",
+        "runner_config",
+    )
+
     @rule(
         data=st.data(),
-        kind=st.sampled_from(("correct", "correct", "correct", "wrong", "rewrite")),
+        kind=st.sampled_from(KINDS),
         naming=st.sampled_from(("sha", "main", "HEAD", "sha", "old")),
     )
     @_counted
     def complete(self, data, kind, naming):
         """Complete the open task of a feature (made first with `task_create` when it has
-        none): a correct implementation, a wrong one, or one that rewrites a protected test
-        to always pass and leaves the implementation wrong; named by its commit id, `main`
-        or `HEAD`, or (`old`) an earlier commit id of the repository."""
+        none): a correct implementation, a correct one that adds its own test under the
+        protected `tests/` (`own_tests`), a wrong one, one that rewrites a protected test to
+        always pass and leaves the implementation wrong, one whose module subverts the test
+        process from inside (`subvert`), or one that adds or edits the test runner's
+        configuration (`runner_config`); named by its commit id, `main` or `HEAD`, or
+        (`old`) an earlier commit id of the repository."""
         tasked = Task.objects.filter(mission=self.mission, status__in=OPEN_TASK).values_list("feature_id", flat=True)
         feature = (
             self._feature(data, pk__in=list(tasked))
@@ -375,6 +436,7 @@ class TruthMachine(RuleBasedStateMachine):
             changes = self._implementation(data, feature, kind)
             sha = self.history.commit(changes, f"{kind} {feature.key}")
             self.kinds[sha] = f"{kind} {feature.key}"
+            STATS[f"commit {kind}"] += 1
             revision = {"sha": sha, "main": "main", "HEAD": "HEAD"}[naming]
         note(f"complete task {task.pk} of {feature.key} at {revision[:8]} ({self.kinds.get(self.history.head, 'old')})")
         try:
@@ -382,12 +444,16 @@ class TruthMachine(RuleBasedStateMachine):
         except DomainError as exc:
             self._refused(f"complete task {task.pk}", exc)
 
-    def _implementation(self, data, feature: MissionFeature, kind: str) -> dict[str, str]:
+    def _implementation(self, data, feature: MissionFeature, kind: str) -> dict[str, str | None]:
         linked = self._linked(feature)
         keys = [a.key for a in linked]
-        changes = dict(model.PROTECTED)  # an implementation that does not tamper restores the tests
+        # An implementation that does not tamper restores the tests, the runner
+        # configuration and the modules the tests import, and drops a root conftest.
+        changes: dict[str, str | None] = {**model.HONEST, "conftest.py": None}
         milestone = ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.MILESTONE).first()
-        if kind == "correct":
+        if kind == "own_tests":  # correct, and its own test under the protected folder
+            changes[f"tests/test_mine_{len(self.history.order)}.py"] = model.OWN_TEST
+        if kind in ("correct", "own_tests"):
             for a in linked:
                 changes[f"{a.key}.txt"] = model.correct_text(a.key, model.variant_of(a.check_spec))
             if milestone is not None:
@@ -404,12 +470,33 @@ class TruthMachine(RuleBasedStateMachine):
                 )
             if milestone is not None and data.draw(st.booleans(), label="break the milestone assertion"):
                 changes[f"{milestone.key}.txt"] = model.wrong_text(milestone.key)
-        else:
+        elif kind == "rewrite":
             for key in keys:
                 changes[f"{key}.txt"] = model.wrong_text(key)
-            tampered = [a.key for a in linked if model.variant_of(a.check_spec) == "protected"] or keys[:1] or ["a1"]
-            for key in tampered:
+            # Aimed at the checks that the tampering defeats, else at the first key.
+            aimed = [a.key for a in linked if model.variant_of(a.check_spec) in ("protected", "pytest")]
+            for key in aimed or keys[:1] or ["a1"]:
                 changes[f"tests/check_{key}.py"] = model.ALWAYS_PASSES
+                changes[f"tests/test_{key}.py"] = "def test_done():\n    pass\n"
+        else:
+            # An adversary that does the easy parts right: the checks its subversion
+            # defeats (pytest's) stay wrong, the others are met.
+            aimed = [a.key for a in linked if model.variant_of(a.check_spec) == "pytest"] or keys[:1] or ["a1"]
+            for a in linked:
+                changes[f"{a.key}.txt"] = (
+                    model.wrong_text(a.key)
+                    if a.key in aimed
+                    else model.correct_text(a.key, model.variant_of(a.check_spec))
+                )
+            if kind == "subvert":
+                form = data.draw(st.sampled_from(sorted(model.SUBVERSIONS)), label="subversion")
+                STATS[f"commit subvert by {form}"] += 1
+                for key in aimed:
+                    changes[f"{key}_impl.py"] = model.SUBVERSIONS[form]
+            else:
+                form = data.draw(st.sampled_from(sorted(model.RUNNER_SUBVERSIONS)), label="runner configuration")
+                STATS[f"commit runner_config by {form}"] += 1
+                changes.update(model.RUNNER_SUBVERSIONS[form])
         return changes
 
     def _create_task(self, data):
@@ -484,6 +571,8 @@ class TruthMachine(RuleBasedStateMachine):
         "edit_check",
         "activate",
         "advance",
+        "grow",
+        "credentials",
     )
 
     @rule(data=st.data(), action=st.sampled_from(OPERATIONS))
@@ -550,7 +639,10 @@ class TruthMachine(RuleBasedStateMachine):
         assertion = ContractAssertion.objects.get(
             mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion")
         )
-        variants = [v for v in model.VARIANTS if model.check_spec(assertion.key, v) != assertion.check_spec]
+        # Never to a pytest check (a third of the examples start with one: its cost).
+        variants = [
+            v for v in model.VARIANTS if v != "pytest" and model.check_spec(assertion.key, v) != assertion.check_spec
+        ]
         spec = model.check_spec(assertion.key, data.draw(st.sampled_from(variants), label="new check"))
         try:
             hierarchy.assertion_update(user=None, assertion=assertion, check_spec=spec)
@@ -569,6 +661,105 @@ class TruthMachine(RuleBasedStateMachine):
             autopilot_advance(mission_id=self.mission.pk)
         except DomainError as exc:
             self._refused("autopilot_advance", exc)
+
+    GROWTH = ("feature", "slice", "milestone", "move")
+    GROWN = 2  # new features per example at most: each is more runs
+
+    def _grow(self, data):
+        """New work, through the services the API uses: a feature (linked to an existing
+        assertion) in an existing slice, a slice with its feature in an existing milestone,
+        a milestone with a slice and a feature, or a feature moved to another slice. Work
+        added under a complete node reopens it: `complete_done` holds after each."""
+        how = data.draw(st.sampled_from(self.GROWTH), label="growth")
+        STATS[f"grow {how}"] += 1
+        try:
+            if how == "move":
+                self._move_feature(data)
+                return
+            if self.grown >= self.GROWN:
+                return
+            if how == "feature":
+                slice_ = Slice.objects.get(mission=self.mission, key=self._draw_key(data, Slice, "slice", SliceStatus))
+            else:
+                if how == "milestone":
+                    n = Milestone.objects.filter(mission=self.mission).count() + 1
+                    milestone = hierarchy.milestone_create(
+                        user=None, mission=self.mission, key=f"m{n}", title=f"Milestone {n}", order=n
+                    )
+                else:
+                    milestone = Milestone.objects.get(
+                        mission=self.mission, key=self._draw_key(data, Milestone, "milestone", MilestoneStatus)
+                    )
+                n = Slice.objects.filter(mission=self.mission).count() + 1
+                slice_ = hierarchy.slice_create(
+                    user=None, milestone=milestone, key=f"s{n}", title=f"Slice {n}", order=n
+                )
+            self._new_feature(data, slice_)
+        except DomainError as exc:
+            self._refused(f"grow {how}", exc)
+
+    def _draw_key(self, data, model_class, label: str, statuses, exclude=None) -> str | None:
+        """A slice's or milestone's key, a complete one in half of the draws when there is
+        one: work added under a complete node is what the moves are about."""
+        rows = model_class.objects.filter(mission=self.mission).exclude(pk=exclude).order_by("id")
+        complete = list(rows.filter(status=statuses.COMPLETE).values_list("key", flat=True))
+        if complete and data.draw(st.booleans(), label=f"a complete {label}"):
+            return data.draw(st.sampled_from(complete), label=label)
+        keys = list(rows.values_list("key", flat=True))
+        return data.draw(st.sampled_from(keys), label=label) if keys else None
+
+    def _new_feature(self, data, slice_: Slice) -> None:
+        keys = list(
+            ContractAssertion.objects.filter(mission=self.mission, scope=AssertionScope.FEATURE)
+            .order_by("key")
+            .values_list("key", flat=True)
+        )
+        assertion = ContractAssertion.objects.get(
+            mission=self.mission, key=data.draw(st.sampled_from(keys), label="assertion")
+        )
+        self.grown += 1
+        key = f"n{self.grown}"
+        hierarchy.feature_create(
+            user=None,
+            slice_=slice_,
+            assertions=[assertion],
+            key=key,
+            title=f"Feature {key}",
+            description=f"Build {key}.",
+            order=10 + self.grown,
+        )
+        note(f"grow: feature {key} {{{assertion.key}}} in slice {slice_.key} of milestone {slice_.milestone.key}")
+
+    def _move_feature(self, data) -> None:
+        feature = self._feature(data)
+        key = self._draw_key(data, Slice, "to slice", SliceStatus, exclude=feature.slice_id)
+        if key is None:
+            return
+        target = Slice.objects.get(mission=self.mission, key=key)
+        note(f"move {feature.key} ({feature.loop_state}) from slice {feature.slice.key} to {target.key}")
+        hierarchy.feature_update(user=None, feature=feature, slice=target)
+
+    def _credentials(self, data):
+        """The mission's `credentials_env` toggled between none and a variable the
+        deployment allows for its repository: its runs read the repository through two
+        mirrors by turns (a mirror per source and credential identity). Now and then a
+        variable it does not allow, which is refused and changes nothing."""
+        mission = Mission.objects.get(pk=self.mission.pk)
+        new = "" if mission.credentials_env else data.draw(st.sampled_from(CREDENTIALS), label="variable")
+        STATS[f"credentials {new or 'cleared'}"] += 1
+        try:
+            hierarchy.mission_update(mission=mission, user=None, credentials_env=new)
+        except DomainError as exc:
+            self._refused("credentials", exc)
+            self._check(
+                "credentials",
+                new != TOKEN_ENV and exc.code == "credentials_not_allowed",
+                f"credentials_env {new!r} refused: {exc.code} {exc}",
+            )
+        else:
+            self._check("credentials", new != "SECRET_KEY", "credentials_env 'SECRET_KEY' was accepted")
+        now = Mission.objects.values_list("credentials_env", flat=True).get(pk=mission.pk)
+        self._check("credentials", now in ("", TOKEN_ENV), f"the mission's credentials_env is {now!r}")
 
     # ------------------------------------------------------------ delivery
 
@@ -692,6 +883,7 @@ class TruthMachine(RuleBasedStateMachine):
         self._failure_has_fix(mission, features)
         self._budgets(mission, features)
         self._runs_are_frozen(runs)
+        self._protected_fail_is_true()
 
     def _passed_means_true(self, features: list[MissionFeature], links) -> None:
         """(a) A passed feature: its last run passed, over the feature's current contract
@@ -908,6 +1100,32 @@ class TruthMachine(RuleBasedStateMachine):
         ):
             self._check("frozen", bool(model.HEX40.match(revision)), f"task {pk} done at {revision!r}")
 
+    def _protected_fail_is_true(self) -> None:
+        """(g) A verdict fails an assertion for changed protected files only at a commit that
+        modified or deleted a protected file the base holds: tests an implementation adds
+        are no tampering (they are set aside), and the base is the commit it was pinned to
+        when it was set, not wherever its branch has moved since."""
+        finished = (
+            ValidatorRun.objects.filter(
+                mission=self.mission, status__in=(RunStatus.PASSED, RunStatus.FAILED), reused_from__isnull=True
+            )
+            .exclude(pk__in=self.judged)
+            .values_list("pk", "revision", "verdict")
+        )
+        for pk, revision, verdict in finished:
+            self.judged.add(pk)
+            named = [
+                a["key"]
+                for a in (verdict or {}).get("assertions", [])
+                if a.get("verdict") == "fail" and protect.NOTE in a.get("message", "")
+            ]
+            self._check(
+                "false_protected_fail",
+                not named or model.protected_changed(self.history.tree(revision)),
+                f"run {pk} at {revision[:10]} ({self.kinds.get(revision, 'base')}) failed {named} for changed "
+                f"protected files, but the commit modified or deleted none that the base holds",
+            )
+
 
 def _no_worker(monkeypatch, tmp_path) -> None:
     """Messages are recorded, not sent; one template repository for the whole test."""
@@ -917,6 +1135,9 @@ def _no_worker(monkeypatch, tmp_path) -> None:
     # (event-stream storage and the Channels group: ~6 ms an event, a fifth of the time)
     # is left out. Nothing the invariants read depends on it.
     monkeypatch.setattr(events, "send_all", lambda events: None)
+    monkeypatch.setenv(TOKEN_ENV, "truth-token")
+    # The deployment allows the variable for the examples' repositories (local paths).
+    monkeypatch.setattr(django_settings, "FUSION_GIT_CREDENTIALS", {TOKEN_ENV: [f"file://{tempfile.gettempdir()}/"]})
     TruthMachine.template = model.Template(tmp_path / "template-root")
 
 
@@ -971,13 +1192,16 @@ class ByHand:
         step(*args)
         self.m.truth()
 
-    def land(self, key: str, kind: str, *wrong: str) -> None:
-        """`complete` for feature `key` (its open task, or a new one) at a new commit."""
+    def land(self, key: str, kind: str, *wrong: str, form: str = "") -> None:
+        """`complete` for feature `key` (its open task, or a new one) at a new commit; `form`:
+        of a `subvert` or `runner_config` implementation."""
         tasked = Task.objects.filter(mission=self.m.mission, status__in=OPEN_TASK)
         draws = [tasked.filter(feature__key=key).exists()] if tasked.exists() else []
         draws.append(key)
         if kind == "wrong":
             draws.append(set(wrong))
+        if form:
+            draws.append(form)
         self(self.m.complete, Scripted(*draws), kind, "sha")
 
     def deliver(self, actor: str, nth: int = 0) -> None:
@@ -1010,6 +1234,8 @@ def _set_up(m: TruthMachine, **shape) -> None:
             "milestone_check": None,
             "spare": False,
             "may_finish": False,
+            "pytest_at": None,
+            "base_named": "sha",
             **shape,
         },
     )
@@ -1059,3 +1285,129 @@ def test_found_a_run_admitted_before_a_contract_edit_does_not_pass_the_old_contr
     do(m.deliver_all, 40)  # f1's run; the autopilot
     do.land("f2", "correct")  # f2 at R2: done a1 v2, done a2
     do(m.deliver_all, 40)  # f2's run, the milestone run
+
+
+# ---------------------------------------------------------------- the implementation as an adversary, new and moved work
+
+
+def _state(m: TruthMachine, key: str) -> str:
+    return MissionFeature.objects.get(mission=m.mission, key=key).loop_state
+
+
+def test_found_a_base_named_main_does_not_move_onto_the_judged_commit(by_hand):
+    """The base is named `main` and the implementations commit onto `main`: f1 lands a
+    commit that rewrites its protected test to always pass, and its run judged it against
+    a base re-read as `main`, that commit itself: nothing had changed, the rewritten test
+    ran, and f1 passed."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, base_named="main", variants=["protected"] * 9)
+    do.land("f1", "rewrite")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") != LoopState.PASSED
+
+
+def test_found_a_base_named_main_that_moved_on_does_not_fail_an_honest_commit(by_hand):
+    """The other way round: f1 lands an honest commit R1, then f2 a test-rewriting one on
+    `main`; f1's run judged R1 against `main` re-read at admission (R2), and failed R1 for
+    protected files it never touched."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, base_named="main")
+    do.land("f1", "correct")
+    do.land("f2", "rewrite")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") == LoopState.PASSED
+
+
+def _adversary(do: ByHand, kind: str, form: str) -> None:
+    """a1 is checked by a protected pytest test that imports f1's module `a1_impl.py`; f1
+    lands a commit that leaves a1 wrong and subverts the test run by `form`."""
+    _set_up(do.m, pytest_at=0)
+    do.land("f1", kind, form=form)
+    do(do.m.deliver_all, 20)
+    assert _state(do.m, "f1") != LoopState.PASSED
+
+
+@pytest.mark.parametrize("form", ["exit", "report"])
+def test_found_an_implementation_that_subverts_the_test_process_does_not_pass(by_hand, form):
+    """The module ends the process with exit 0 while pytest collects (`exit`: no test
+    ran, exit status 0), or rewrites every report of pytest to `passed` at import
+    (`report`: the test failed and was reported passed): f1 passed."""
+    _adversary(by_hand, "subvert", form)
+
+
+@pytest.mark.parametrize("form", ["conftest", "ini"])
+def test_found_runner_configuration_that_passes_every_test_does_not_pass(by_hand, form):
+    """f1 adds a root `conftest.py` (outside the protected `tests/**`) whose hook marks
+    every report passed (`conftest`), or edits the base's `pytest.ini` to only collect
+    (`ini`: nothing ran, exit status 0): f1 passed."""
+    _adversary(by_hand, "runner_config", form)
+
+
+def test_found_a_feature_created_in_a_complete_slice_reopens_it(by_hand):
+    """f1 passed and completed s1; a new feature (linked to a2) is made in s1 through the
+    services the API uses: s1 stayed complete with the new feature idle."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m.deliver_all, 40)  # the autopilot: s1 active, a task for f1
+    do.land("f1", "correct")
+    do(m.deliver_all, 40)
+    assert Slice.objects.get(mission=m.mission, key="s1").status == SliceStatus.COMPLETE
+    do(m.operate, Scripted("feature", True, "s1", "a2"), "grow")
+    assert Slice.objects.get(mission=m.mission, key="s1").status != SliceStatus.COMPLETE
+
+
+def test_found_a_feature_moved_into_a_complete_slice_reopens_it(by_hand):
+    """f1 passed and completed s1; f2, not done, moved into s1: s1 stayed complete."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m.deliver_all, 40)
+    do.land("f1", "correct")
+    do(m.deliver_all, 40)
+    assert Slice.objects.get(mission=m.mission, key="s1").status == SliceStatus.COMPLETE
+    do(m.operate, Scripted("move", "f2", True, "s1"), "grow")
+    assert Slice.objects.get(mission=m.mission, key="s1").status != SliceStatus.COMPLETE
+
+
+def test_work_added_under_a_complete_mission_reopens_it(by_hand):
+    """Every feature passed and the mission completed; a new slice with a feature in m1,
+    then a new milestone with a slice and a feature: the milestone and the mission reopen
+    (the new feature's assertion link alone reopened them before work itself did)."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, autopilot=True)
+    do(m.finish)
+    assert Mission.objects.get(pk=m.mission.pk).status == MissionStatus.COMPLETE
+    do(m.operate, Scripted("slice", True, "m1", "a1"), "grow")
+    assert Milestone.objects.get(mission=m.mission, key="m1").status != MilestoneStatus.COMPLETE
+    m.finished = False
+    do(m.finish)
+    assert Mission.objects.get(pk=m.mission.pk).status == MissionStatus.COMPLETE
+    do(m.operate, Scripted("milestone", "a2"), "grow")
+    assert Mission.objects.get(pk=m.mission.pk).status != MissionStatus.COMPLETE
+
+
+def test_runs_judged_through_a_mirror_per_credential_identity_keep_the_truth(by_hand):
+    """f1's run reads the repository without credentials, f2's with an allowed variable,
+    then f1's again without: each commit is judged where it truly holds."""
+    do, m = by_hand, by_hand.m
+    _set_up(m)
+    do.land("f1", "correct")
+    do(m.deliver_all, 20)
+    do(m.operate, Scripted(TOKEN_ENV), "credentials")
+    do.land("f2", "correct")
+    do(m.deliver_all, 20)
+    do(m.operate, Scripted(), "credentials")
+    do(m._create_task, Scripted("f1"))
+    do.land("f1", "wrong", "a1")
+    do(m.deliver_all, 20)
+    assert [_state(m, "f1"), _state(m, "f2")] == [LoopState.NEEDS_FIX, LoopState.PASSED]
+
+
+def test_found_an_implementations_own_tests_do_not_fail_it(by_hand):
+    """A correct f1 adds its own test under the protected `tests/`: it changed none of the
+    tests the base holds, yet every assertion failed "the implementation changed protected
+    files"."""
+    do, m = by_hand, by_hand.m
+    _set_up(m, variants=["file", "protected", "run", "file"] * 2 + ["file"], per_feature=[2, 1, 1, 1])
+    do.land("f1", "own_tests")
+    do(m.deliver_all, 20)
+    assert _state(m, "f1") == LoopState.PASSED
