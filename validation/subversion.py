@@ -17,6 +17,11 @@ reason `suspected_tampering`) instead of failing the implementation. It looks fo
   protected paths (`pytest_runtest_makereport`, `pytest_report_teststatus`, …), and
   `pytest_sessionfinish`/`pytest_terminal_summary`/`pytest_unconfigure` that set an exit
   status or end the process;
+- an assignment, `del` or `setattr` at import time into the standard library (a module or
+  class of it reached through an import: `pathlib.Path.read_text = …`, `os.path.exists = …`),
+  which would change what the protected tests read; a few settings a program may set at
+  start (`sys.path`, `sys.argv`, `sys.dont_write_bytecode`, `sys.tracebacklimit`) and item
+  assignments (`os.environ["X"] = …`) are not findings;
 - a `sitecustomize.py`, `usercustomize.py` or `*.pth` file added or changed.
 
 Python files are read with `ast` (one that does not parse is not a finding: it cannot run
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +63,10 @@ REPORT_HOOKS = {
 }
 END_HOOKS = {"pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure"}
 MAX_FILE_BYTES = 2_000_000
+# The standard library as the service's Python knows it (the judged code's may differ by a
+# module or two); the settings of it a program may set at start are not findings.
+STDLIB = frozenset(sys.stdlib_module_names) - {"__future__"}
+START_SETTINGS = {"sys.path", "sys.argv", "sys.dont_write_bytecode", "sys.tracebacklimit"}
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ def scan_file(rel: str, content: bytes) -> list[Finding]:
     aliases = _aliases(module)
     if name != "__main__.py":
         found += [Finding(rel, line, what) for line, what in _exits_at_import(module.body, aliases)]
+        found += [Finding(rel, line, what) for line, what in _stdlib_patched_at_import(module.body, aliases)]
     found += [Finding(rel, line, what) for line, what in _everywhere(module, aliases)]
     return sorted(set(found), key=lambda f: (f.line, f.what))
 
@@ -173,9 +184,18 @@ def _main_guard(node: ast.stmt) -> bool:
 
 
 def _exits_at_import(body: list[ast.stmt], aliases: dict[str, str]) -> list[tuple[int, str]]:
-    """Process exits in statements that run when the module is imported: the module's and
-    its class bodies, not functions, not the `__main__` guard."""
-    found = []
+    """Process exits in statements that run when the module is imported."""
+    return [
+        (node.lineno, f"{what} at import time ends the test process before the tests report")
+        for node in _at_import(body)
+        if isinstance(node, (ast.Call, ast.Raise)) and (what := _exit_call(node, aliases))
+    ]
+
+
+def _at_import(body: list[ast.stmt]) -> list[ast.AST]:
+    """The nodes that run when the module is imported: the module's and its class bodies,
+    not functions, not the `__main__` guard."""
+    found: list[ast.AST] = []
     pending: list[ast.AST] = list(body)
     while pending:
         node = pending.pop()
@@ -183,10 +203,47 @@ def _exits_at_import(body: list[ast.stmt], aliases: dict[str, str]) -> list[tupl
             isinstance(node, ast.If) and _main_guard(node)
         ):
             continue
-        what = _exit_call(node, aliases)
-        if what and isinstance(node, (ast.Call, ast.Raise)):
-            found.append((node.lineno, f"{what} at import time ends the test process before the tests report"))
+        found.append(node)
         pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _stdlib_target(node: ast.AST, aliases: dict[str, str]) -> str:
+    """The standard-library attribute `node` (an attribute chain from an imported name)
+    names, or ''."""
+    if not isinstance(node, ast.Attribute):
+        return ""  # a name is local; an item (`os.environ["X"]`) is data, not behaviour
+    root = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or root.id not in aliases:
+        return ""
+    dotted = _dotted(node, aliases)
+    if dotted.split(".")[0] not in STDLIB or dotted in START_SETTINGS or _in(dotted, TAMPERED_MODULES):
+        return ""  # the frameworks and the builtins have findings of their own, wherever they are
+    return dotted
+
+
+def _stdlib_patched_at_import(body: list[ast.stmt], aliases: dict[str, str]) -> list[tuple[int, str]]:
+    """Assignments, `del` and `setattr` into the standard library when the module is
+    imported: the protected tests then read through a patched `pathlib` or `os`."""
+    found = []
+    for node in _at_import(body):
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and node.args and _dotted(node.func, aliases) in ("setattr", "delattr"):
+            first = node.args[0]
+            name = node.args[1] if len(node.args) > 1 else None
+            attr = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else "…"
+            if dotted := _stdlib_target(ast.Attribute(value=first, attr=attr), aliases):
+                found.append((node.lineno, f"setattr() on {dotted} at import time changes what the tests read"))
+            continue
+        for target in targets:
+            if dotted := _stdlib_target(target, aliases):
+                found.append((node.lineno, f"assignment into {dotted} at import time changes what the tests read"))
     return found
 
 

@@ -1327,11 +1327,12 @@ def _adversary(do: ByHand, kind: str, form: str) -> None:
     assert _state(do.m, "f1") != LoopState.PASSED
 
 
-@pytest.mark.parametrize("form", ["exit", "report"])
+@pytest.mark.parametrize("form", ["exit", "report", "stdlib"])
 def test_found_an_implementation_that_subverts_the_test_process_does_not_pass(by_hand, form):
     """The module ends the process with exit 0 while pytest collects (`exit`: no test
-    ran, exit status 0), or rewrites every report of pytest to `passed` at import
-    (`report`: the test failed and was reported passed): f1 passed."""
+    ran, exit status 0), rewrites every report of pytest to `passed` at import
+    (`report`: the test failed and was reported passed), or makes `pathlib` answer what
+    the test reads (`stdlib`: the test ran and passed): f1 passed."""
     _adversary(by_hand, "subvert", form)
 
 

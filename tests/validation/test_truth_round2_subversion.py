@@ -85,6 +85,20 @@ def test_rewriting_pytests_reports_never_passes(build_mission, git_repo):
 # ------------------------------------------------------------------ the witness: a fact, failed
 
 
+def test_patching_what_the_protected_tests_read_never_passes(build_mission, git_repo):
+    """The tests really run and pass, so the witness is satisfied: the implementation made
+    `pathlib` answer what the test reads. The scan names it."""
+    tests = (
+        "import pathlib\n\nfrom calc import add\n\n\n"
+        "def test_data():\n    assert add(1, 1) == 2 and pathlib.Path('data.txt').read_text() == 'ok'\n"
+    )
+    calc = "import pathlib\n\npathlib.Path.read_text = lambda self, *a, **k: 'ok'\n" + RIGHT
+    run, verdict, feature = judged(build_mission, git_repo, calc, tests=tests, files={"data.txt": "wrong"})
+    assert run.status == RunStatus.BLOCKED, verdict
+    assert verdict["message"].startswith("suspected tampering: calc.py:3: assignment into pathlib.Path.read_text")
+    assert feature.stop_reason == StopReason.SUSPECTED_TAMPERING
+
+
 def test_an_exit_the_scan_does_not_read_is_caught_by_the_witness(build_mission, git_repo):
     hidden = "getattr(__import__('o' + 's'), '_ex' + 'it')(0)\n" + RIGHT
     run, verdict, feature = judged(build_mission, git_repo, hidden)
@@ -230,3 +244,35 @@ atexit.register(later)
     ]
     ordinary = b"import sys\n\n\ndef main():\n    sys.exit(0)\n\n\nif __name__ == '__main__':\n    main()\n"
     assert scan_file("tool.py", ordinary) == [] and scan_file("broken.py", b"def (") == []
+
+
+def test_the_scan_names_the_standard_library_patched_at_import_and_not_a_programs_settings():
+    patched = b"""import os.path
+import pathlib as p
+from json import decoder
+
+p.Path.read_text = lambda self, *a, **k: "ok"
+setattr(os.path, "exists", lambda path: True)
+del decoder.JSONDecoder.decode
+
+
+def later():
+    p.Path.write_text = None
+"""
+    assert [str(f) for f in scan_file("calc.py", patched)] == [
+        "calc.py:5: assignment into pathlib.Path.read_text at import time changes what the tests read",
+        "calc.py:6: setattr() on os.path.exists at import time changes what the tests read",
+        "calc.py:7: assignment into json.decoder.JSONDecoder.decode at import time changes what the tests read",
+    ]
+    settings = b"""import os
+import sys
+
+import pandas as pd
+
+os.environ["DJANGO_SETTINGS_MODULE"] = "site.settings"
+sys.path.insert(0, os.path.dirname(__file__))
+sys.dont_write_bytecode = True
+pd.options.display.max_rows = 20
+config = object()
+"""
+    assert scan_file("settings.py", settings) == []

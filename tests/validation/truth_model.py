@@ -19,8 +19,8 @@ implementation adds (its own tests under `tests/`, a root `conftest.py`) is no c
 what the base holds: it is set aside before the checks and never counts against it.
 
 A `pytest` check holds only when the implementation is honest as well as right: a module
-`k_impl.py` that ends the process or rewrites the test framework's reports at import
-(`SUBVERSIONS`) makes the tests it serves untrue whatever `k.txt` says.
+`k_impl.py` that ends the process, rewrites the test framework's reports or patches the
+standard library the test reads, at import (`SUBVERSIONS`) makes the tests it serves untrue whatever `k.txt` says.
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ def _passed(self, *args, **kwargs):
 
 
 _pytest.reports.TestReport.__init__ = _passed
+""",
+    # Makes the standard library answer what the test reads: the test runs and passes.
+    "stdlib": """import pathlib
+
+pathlib.Path.read_text = lambda self, *args, **kwargs: f"done {self.stem}"
 """,
 }
 # Runner configuration an implementation writes to make every test pass, by form: a root
