@@ -132,7 +132,7 @@ def test_a_run_whose_repository_turned_hostile_is_blocked_at_once_without_git(id
 
     assert execute_run(run.pk) == RunStatus.ERROR
     run.refresh_from_db()
-    assert run.error.startswith("workspace_unavailable: ") and "remote helpers" in run.error
+    assert run.error.startswith("workspace_refused: ") and "remote helpers" in run.error
     f1 = feature(mission, "f1")
     assert f1.loop_state == "blocked" and f1.stop_reason == "workspace_unavailable"  # refused: never retried
     assert ValidatorRun.objects.filter(mission=mission).count() == 1

@@ -169,7 +169,7 @@ def test_a_submodule_url_the_repository_rules_refuse_ends_the_run_with_the_reaso
     Mission.objects.filter(pk=mission.pk).update(submodules=True)
     run, feature = _judge(mission)
     assert run.status == RunStatus.ERROR
-    assert run.error.startswith("workspace_unavailable: submodule dep: ")
+    assert run.error.startswith("workspace_refused: submodule dep: ")
     assert reason in run.error
     assert feature.loop_state == LoopState.BLOCKED  # refused for good: no retry
     assert feature.stop_reason == StopReason.WORKSPACE_UNAVAILABLE

@@ -21,6 +21,7 @@ from tests.repos.conftest import tree_digest
 from validation.models import RunStatus, ValidatorRun
 from validation.services import runner
 from validation.services.admission import feature_admit
+from validation.services.recovery import redrive_unavailable
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 
@@ -88,3 +89,8 @@ def test_a_mission_folder_committed_as_a_symlink_is_refused_and_nothing_outside_
     assert tree_digest(target) == before  # nothing restored, copied or run there
     assert tree_digest(git_repo.path) == user_tree
     assert not list((tmp_path / "snapshots").iterdir())
+    # The commit is there: the recovery sweep, which judges again what was waiting for a
+    # commit, leaves a refused revision to a person instead of refusing it on every sweep.
+    assert run.error.startswith("workspace_refused: ")
+    assert redrive_unavailable() == []
+    assert ValidatorRun.objects.filter(feature=feature).count() == 1

@@ -304,7 +304,9 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     errors = consecutive_errors(ValidatorRun.objects.filter(feature_id=feature.pk))
     if not retry or errors >= ERROR_LIMIT:
         reason = (
-            StopReason.WORKSPACE_UNAVAILABLE if code == "workspace_unavailable" else StopReason.VALIDATOR_UNAVAILABLE
+            StopReason.WORKSPACE_UNAVAILABLE
+            if code in ("workspace_unavailable", "workspace_refused")
+            else StopReason.VALIDATOR_UNAVAILABLE
         )
         feature_transition(
             feature=feature.pk,

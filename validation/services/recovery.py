@@ -101,10 +101,16 @@ def redrive_features() -> dict[str, list[int]]:
 
 def redrive_unavailable() -> list[int]:
     """Features blocked `workspace_unavailable` whose commit the source now has: judged by a
-    new run. One refresh per source per sweep; a source still unreachable is skipped."""
-    blocked = _active(
-        MissionFeature.objects.filter(loop_state=LoopState.BLOCKED, stop_reason=StopReason.WORKSPACE_UNAVAILABLE)
-    ).select_related("mission")
+    new run. One refresh per source per sweep; a source still unreachable is skipped. A
+    revision the workspace refused (its run ended `workspace_refused`: the commit is there,
+    and judging it again would end the same way on every sweep) waits for a person."""
+    blocked = (
+        _active(
+            MissionFeature.objects.filter(loop_state=LoopState.BLOCKED, stop_reason=StopReason.WORKSPACE_UNAVAILABLE)
+        )
+        .exclude(last_run__error__startswith="workspace_refused")
+        .select_related("mission")
+    )
     waiting: dict[Source, list[tuple[int, str]]] = {}
     for feature in blocked:
         revision = feature_revision(feature)

@@ -202,8 +202,11 @@ def _judge_and_record(run: ValidatorRun) -> str:
                 tokens = {"tokens_in": judgement.tokens_in, "tokens_out": judgement.tokens_out}
                 decision = accepted_decision(verdict, **tokens)
     except SnapshotError as exc:
-        # Unreachable, or the commit not pushed yet: retried with backoff, then blocked.
-        run_error(run_id=run.pk, message=str(exc), code="workspace_unavailable", retry=exc.retry)
+        # Unreachable, or the commit not pushed yet: retried with backoff, then blocked (and
+        # judged again once the source has it). Refused (the mission's folder is a symlink at
+        # the revision, a submodule URL the rules refuse): blocked at once, for a person.
+        code = "workspace_unavailable" if exc.retry else "workspace_refused"
+        run_error(run_id=run.pk, message=str(exc), code=code, retry=exc.retry)
         return RunStatus.ERROR
     except profiles.ProfileError as exc:
         run_error(run_id=run.pk, message=str(exc), code="misconfigured", retry=False)
