@@ -41,7 +41,7 @@ def collect(path: str, source: bytes) -> TestFile:
     for node in module.body:
         if isinstance(node, ast.FunctionDef) and _is_test(node):
             required.add(node.name)
-        elif isinstance(node, ast.ClassDef) and _collected_class(node) and not _may_skip(node.decorator_list):
+        elif isinstance(node, ast.ClassDef) and _collected_class(node) and not _class_may_skip(node):
             required |= {f"{node.name}::{m.name}" for m in node.body if isinstance(m, ast.FunctionDef) and _is_test(m)}
     return TestFile(required=frozenset(required), named_as_test=named)
 
@@ -55,6 +55,15 @@ def _names(node: ast.AST) -> set[str]:
         elif isinstance(sub, ast.Attribute):
             found.add(sub.attr)
     return found
+
+
+def _class_may_skip(node: ast.ClassDef) -> bool:
+    """Skip decorators on the class, or a skip in a method that is not a test (`setUp`,
+    `setUpClass`, `setup_method`: every test of the class may skip through it)."""
+    if _may_skip(node.decorator_list):
+        return True
+    helpers = [m for m in node.body if isinstance(m, ast.FunctionDef) and not m.name.startswith("test")]
+    return any(_names(m) & MAY_SKIP for m in helpers)
 
 
 def _may_skip(decorators: list[ast.expr]) -> bool:

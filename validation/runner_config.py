@@ -33,6 +33,13 @@ RUNNER_CONFIG = (
     "**/sitecustomize.py",
     "**/usercustomize.py",
     "**/*.pth",
+    # Compiled modules are imported instead of their source (an unchecked-hash `.pyc`);
+    # a `pyvenv.cfg` or `conda-meta/` makes pytest pass over the folder that holds it.
+    "**/__pycache__/**",
+    "**/*.pyc",
+    "**/*.pyo",
+    "**/pyvenv.cfg",
+    "**/conda-meta/**",
 )
 
 # File name -> the sections that configure pytest in it (pyproject.toml: the `tool.pytest`
@@ -135,7 +142,9 @@ def _parse(name: str, data: bytes) -> dict[str, Any]:
         parser = configparser.RawConfigParser(default_section="\0none", interpolation=None)
         parser.read_string(data.decode("utf-8", "surrogateescape"))
         return {s: dict(parser.items(s)) for s in parser.sections()}
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error) as exc:
+    # RecursionError, MemoryError: a file built to exhaust the parser (`x = [[[…]]]`) is
+    # unreadable like any other, never a crash of the run.
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error, RecursionError, MemoryError) as exc:
         raise Unreadable(str(exc)) from exc
 
 

@@ -22,7 +22,9 @@ reason `suspected_tampering`) instead of failing the implementation. It looks fo
   which would change what the protected tests read; a few settings a program may set at
   start (`sys.path`, `sys.argv`, `sys.dont_write_bytecode`, `sys.tracebacklimit`) and item
   assignments (`os.environ["X"] = …`) are not findings;
-- a `sitecustomize.py`, `usercustomize.py` or `*.pth` file added or changed.
+- a `sitecustomize.py`, `usercustomize.py` or `*.pth` file added or changed, a compiled
+  `*.pyc`/`*.pyo` file (imported instead of the source the scan reads), a Python file past
+  `MAX_FILE_BYTES` or nested too deeply for `ast` (it would hide what it holds).
 
 Python files are read with `ast` (one that does not parse is not a finding: it cannot run
 either). The scan runs once per run with a run check (cached on the run's context) and
@@ -99,9 +101,13 @@ def _scan_run(ctx: Any) -> list[Finding]:
         if protection.paths and protect.matches(rel, protection.paths):
             continue
         target = root / rel
-        if target.is_symlink() or not target.is_file() or target.stat().st_size > MAX_FILE_BYTES:
+        if target.is_symlink() or not target.is_file():
             continue
-        found += scan_file(rel, target.read_bytes())
+        if target.stat().st_size > MAX_FILE_BYTES and rel.endswith((".py", ".pth")):
+            # Padding a module past what the scan reads would hide every form in it.
+            found.append(Finding(rel, 1, f"larger than the {MAX_FILE_BYTES} bytes the scan reads"))
+            continue
+        found += scan_file(rel, target.read_bytes()[: MAX_FILE_BYTES + 1])
     return found
 
 
@@ -110,12 +116,18 @@ def scan_file(rel: str, content: bytes) -> list[Finding]:
     found = []
     if name in STARTUP_FILES or name.endswith(".pth"):
         found.append(Finding(rel, 1, f"{name} runs in every Python process started here"))
+    if name.endswith((".pyc", ".pyo")):
+        # Compiled code is imported instead of (or without) its source, which is what the
+        # scan reads: an unchecked-hash `.pyc` runs whatever the `.py` beside it says.
+        found.append(Finding(rel, 1, f"{name}: compiled Python runs instead of the source the scan reads"))
     if not name.endswith(".py"):
         return found
     try:
         module = ast.parse(content)
     except (SyntaxError, ValueError):
-        return found
+        return found  # it cannot be imported either
+    except (RecursionError, MemoryError):
+        return [*found, Finding(rel, 1, "nested too deeply for the scan to read")]
     aliases = _aliases(module)
     if name != "__main__.py":
         found += [Finding(rel, line, what) for line, what in _exits_at_import(module.body, aliases)]
@@ -186,7 +198,7 @@ def _main_guard(node: ast.stmt) -> bool:
 def _exits_at_import(body: list[ast.stmt], aliases: dict[str, str]) -> list[tuple[int, str]]:
     """Process exits in statements that run when the module is imported."""
     return [
-        (node.lineno, f"{what} at import time ends the test process before the tests report")
+        (_line(node), f"{what} at import time ends the test process before the tests report")
         for node in _at_import(body)
         if isinstance(node, (ast.Call, ast.Raise)) and (what := _exit_call(node, aliases))
     ]
@@ -208,12 +220,16 @@ def _at_import(body: list[ast.stmt]) -> list[ast.AST]:
     return found
 
 
+def _line(node: ast.AST) -> int:
+    return int(getattr(node, "lineno", 1))
+
+
 def _stdlib_target(node: ast.AST, aliases: dict[str, str]) -> str:
     """The standard-library attribute `node` (an attribute chain from an imported name)
     names, or ''."""
     if not isinstance(node, ast.Attribute):
         return ""  # a name is local; an item (`os.environ["X"]`) is data, not behaviour
-    root = node
+    root: ast.expr = node
     while isinstance(root, ast.Attribute):
         root = root.value
     if not isinstance(root, ast.Name) or root.id not in aliases:
@@ -239,11 +255,11 @@ def _stdlib_patched_at_import(body: list[ast.stmt], aliases: dict[str, str]) -> 
             name = node.args[1] if len(node.args) > 1 else None
             attr = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else "…"
             if dotted := _stdlib_target(ast.Attribute(value=first, attr=attr), aliases):
-                found.append((node.lineno, f"setattr() on {dotted} at import time changes what the tests read"))
+                found.append((_line(node), f"setattr() on {dotted} at import time changes what the tests read"))
             continue
         for target in targets:
             if dotted := _stdlib_target(target, aliases):
-                found.append((node.lineno, f"assignment into {dotted} at import time changes what the tests read"))
+                found.append((_line(node), f"assignment into {dotted} at import time changes what the tests read"))
     return found
 
 

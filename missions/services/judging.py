@@ -52,6 +52,7 @@ JUDGES = (
     "protected_paths",
     "on_protected_change",
     "protect_runner_config",
+    "submodules",
 )
 
 
@@ -142,6 +143,10 @@ def _check_judges(mission: Mission | None, fields: dict[str, Any], user: Any) ->
     if "allowed_validators" in fields and (problems := allowed_validators_problems(fields["allowed_validators"])):
         raise Invalid("allowed_validators: " + "; ".join(problems), fields={"allowed_validators": problems})
     changed = [name for name in JUDGES if _changed(mission, fields, name)]
+    # A new repository re-pins the base (`_settle_base`): where the base's name points there
+    # may be the work under judgment itself.
+    if mission is not None and mission.base_revision.strip() and _changed(mission, fields, "repository"):
+        changed.append("repository")
     if not changed or mission is None or _staff(user) or mission.owner_id == getattr(user, "pk", None):
         return
     raise Forbidden(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from missions.models import Mission, MissionFeature, StopReason
+from validation import protect
 from validation.models import RunStatus
 from validation.services import runner
 from validation.services.admission import feature_admit
@@ -276,3 +277,27 @@ pd.options.display.max_rows = 20
 config = object()
 """
     assert scan_file("settings.py", settings) == []
+
+
+def test_an_implementation_that_skips_a_protected_unittest_test_is_not_a_pass(build_mission, git_repo):
+    """pytest reports a `unittest.SkipTest` at the test's own location, whoever raised it:
+    the witness reads where it was raised (the implementation), not where pytest says."""
+    calc = "import unittest\n\n\ndef add(a, b):\n    raise unittest.SkipTest('not today')\n"
+    run, verdict, _feature = judged(
+        build_mission, git_repo, calc, tests=UNITTEST_TESTS, check={"run": "python -m pytest -q tests/test_calc.py"}
+    )
+    assert run.status != RunStatus.PASSED and verdict["verdict"] == "fail", verdict
+    assert "test_add" in verdict["actual"], verdict
+
+
+def test_the_scan_names_what_would_hide_code_from_it():
+    assert [str(f) for f in scan_file("pkg/__pycache__/calc.cpython-311.pyc", b"\x00" * 16)] == [
+        "pkg/__pycache__/calc.cpython-311.pyc:1: calc.cpython-311.pyc: compiled Python runs instead of the source "
+        "the scan reads"
+    ]
+    deep = b"x = 1" + b" + 1" * 200_000 + b"\n"
+    assert [f.what for f in scan_file("deep.py", deep)] in ([], ["nested too deeply for the scan to read"])
+    nested = b"x = " + b"(" * 100_000 + b")" * 100_000 + b"\n"
+    assert [f.what for f in scan_file("nested.py", nested)] in ([], ["nested too deeply for the scan to read"])
+    assert protect.matches("pkg/pyvenv.cfg", protect.RUNNER_CONFIG)
+    assert protect.matches("pkg/__pycache__/calc.cpython-311.pyc", protect.RUNNER_CONFIG)

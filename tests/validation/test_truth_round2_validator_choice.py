@@ -78,3 +78,27 @@ def test_a_member_cannot_lift_the_protection_its_work_is_judged_by(build_mission
         True,
     )
     assert mission.base_commit == base
+
+
+def test_a_member_cannot_re_pin_the_base_by_naming_the_repository_again(
+    build_mission, api_for, alice, bob, git_repo, settings
+):
+    """A new repository re-pins the base: where `main` points there may be the agent's own
+    commit, which would make the rewritten tests the base."""
+    base = git_repo.commit({"tests/test_calc.py": "def test_add():\n    assert True\n"}, "the acceptance tests")
+    mission = build_mission({"calc": [("VAL-1", {"file": "README.md", "exists": True})]})
+    mission.members.add(bob)
+    owner = api_for(alice).patch(
+        f"/api/missions/{mission.pk}/", {"base_revision": "main", "protected_paths": ["tests/**"]}, format="json"
+    )
+    assert owner.status_code == 200, owner.json()
+    git_repo.commit({"tests/test_calc.py": "def test_add():\n    pass\n"}, "the agent rewrites the tests on main")
+    settings.FUSION_WORKSPACE_ROOTS = [str(git_repo.path.parent)]  # a member may name it
+    elsewhere = git_repo.path.parent / "same-repo"  # the same repository, named anew
+    elsewhere.symlink_to(git_repo.path)
+    refused = api_for(bob).patch(f"/api/missions/{mission.pk}/", {"repository": str(elsewhere)}, format="json")
+    assert refused.status_code == 403 and refused.json()["code"] == "owner_only", refused.json()
+    refused = api_for(bob).patch(f"/api/missions/{mission.pk}/", {"submodules": True}, format="json")
+    assert refused.status_code == 403 and refused.json()["code"] == "owner_only", refused.json()
+    mission.refresh_from_db()
+    assert mission.base_commit == base and mission.submodules is False

@@ -23,11 +23,50 @@ def _write(record):
         os.write(_FD, (json.dumps(record) + "\n").encode())
 
 
+# Where each skip of a test phase was raised, by (node id, phase): the innermost frame of
+# the project's own files. pytest reports a `unittest.SkipTest` at the test's own location
+# whoever raised it, which would let the implementation skip a protected test as if the
+# test had skipped itself.
+_RAISED = {}  # type: dict
+
+
 def _skip_location(report):
+    raised = _RAISED.pop((report.nodeid, report.when), None)
+    if raised is not None:
+        return raised
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[0])
     return ""
+
+
+def _raised_in(tb, root):
+    found = ""
+    while tb is not None:
+        name = os.path.realpath(tb.tb_frame.f_code.co_filename)
+        if root and (name + os.sep).startswith(root.rstrip(os.sep) + os.sep):
+            found = name
+        tb = tb.tb_next
+    return found
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # After the other implementations: pytest's unittest support puts the exception unittest
+    # caught into `call.excinfo` in its own.
+    yield
+    excinfo = call.excinfo
+    if excinfo is None or excinfo.tb is None or not excinfo.errisinstance(pytest.skip.Exception):
+        return
+    if call.when == "call" and type(item).__name__ == "TestCaseFunction":
+        # unittest caught the SkipTest and pytest raised it again from its own code: who
+        # raised it is lost. The host knows which protected tests skip themselves at the
+        # base (they are not required); any other such skip is no pass.
+        _RAISED[(item.nodeid, call.when)] = ""
+        return
+    raised = _raised_in(excinfo.tb, os.path.realpath(_ROOT[0]) if _ROOT[0] else "")
+    if raised:
+        _RAISED[(item.nodeid, call.when)] = raised
 
 
 @pytest.hookimpl(tryfirst=True)
