@@ -5,6 +5,7 @@ Every variable is documented in README.md ("Configuration").
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -312,7 +313,25 @@ FUSION_WORKER_POLL_MS = env_int("FUSION_WORKER_POLL_MS", 100)
 os.environ.setdefault("dramatiq_worker_timeout", str(FUSION_WORKER_POLL_MS))
 FUSION_TASK_LOG_BYTES = env_int("FUSION_TASK_LOG_BYTES", 64 * 1024)
 FUSION_EXECUTOR_TIMEOUT = env_int("FUSION_EXECUTOR_TIMEOUT", 900)
-FUSION_SNAPSHOT_DIR = Path(os.environ.get("FUSION_SNAPSHOT_DIR", DATA_DIR / "snapshots")).resolve()
+
+
+def _snapshot_dir() -> Path:
+    """`$FUSION_DATA_DIR/snapshots`, unless that lies inside the service's own checkout (the
+    default `var/`): a check's tools walk up from their folder and would find the service's
+    files there (pytest takes the checkout's pyproject.toml as the judged project's
+    configuration). Then the user's cache folder, one per data folder (docs/TRUTH.md)."""
+    if os.environ.get("FUSION_SNAPSHOT_DIR"):
+        return Path(os.environ["FUSION_SNAPSHOT_DIR"]).resolve()
+    inside = DATA_DIR / "snapshots"
+    if not inside.resolve().is_relative_to(BASE_DIR.resolve()):
+        return inside.resolve()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return (
+        cache / "fusion-missions" / f"snapshots-{hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:12]}"
+    ).resolve()
+
+
+FUSION_SNAPSHOT_DIR = _snapshot_dir()
 FUSION_EXECUTOR_ATTEMPTS = env_int("FUSION_EXECUTOR_ATTEMPTS", 2)
 FUSION_EXECUTOR_LEASE_SECONDS = env_int("FUSION_EXECUTOR_LEASE_SECONDS", 60)
 # Repositories (docs/REPOSITORIES.md): one bare mirror per source on each worker, the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -69,6 +70,7 @@ print(json.dumps({
     'check_timeout': settings.FUSION_CHECK_TIMEOUT,
     'command_nice': settings.FUSION_COMMAND_NICE,
     'eventstream_client': eventstream_client(),
+    'snapshot_dir': str(settings.FUSION_SNAPSHOT_DIR),
 }, default=str))
 """
 
@@ -271,3 +273,18 @@ def test_the_dramatiq_processes_rundramatiq_starts_poll_an_idle_queue_within_the
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == expected
+
+
+def test_snapshots_never_lie_inside_the_services_own_checkout(tmp_path):
+    """A check walking up from its snapshot must not find the service's files: with the
+    data folder inside the checkout (the default `var/`), snapshots go to the user's cache."""
+    outside = _settings(tmp_path / "data")
+    assert Path(outside["snapshot_dir"]) == (tmp_path / "data" / "snapshots").resolve()
+    inside = BASE_DIR / "var" / f"settings-test-{os.getpid()}"
+    try:
+        s = _settings(inside, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+    snapshots = Path(s["snapshot_dir"])
+    assert not snapshots.is_relative_to(BASE_DIR.resolve())
+    assert snapshots.parent == (tmp_path / "cache" / "fusion-missions").resolve()
