@@ -284,7 +284,7 @@ FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
 # (checks, command validators, executor tasks, its own git): added to their niceness, at
 # most 19. On PostgreSQL the loop's steps hold their mission's row lock while they wait
 # for the cores, together with the database's own processes: the commands get what the
-# service leaves (fusion_site/base/proc.py, README "Loop throughput"). Embedded, the one
+# service leaves (fusion_site/base/proc.py, docs/BENCHMARKS.md "Loop throughput"). Embedded, the one
 # process's interpreter is the bound and the commands run beside it: 0, their own session
 # as before (measured worse niced).
 FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10 if _db["ENGINE"] == "django.db.backends.postgresql" else 0)

@@ -135,7 +135,7 @@ def test_database_url_selects_postgresql(tmp_path):
     # The SQLite-only options must not leak into the PostgreSQL configuration.
     assert "transaction_mode" not in db.get("OPTIONS", {})
     assert "init_command" not in db.get("OPTIONS", {})
-    # The commands yield the cores to the loop's steps and the database (README, "Loop throughput").
+    # The commands yield the cores to the loop's steps and the database (docs/BENCHMARKS.md, "Loop throughput").
     assert s["command_nice"] == 10
     assert _settings(tmp_path, DATABASE_URL="postgres://f@h/db", FUSION_COMMAND_NICE="0")["command_nice"] == 0
 

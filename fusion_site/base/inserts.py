@@ -3,7 +3,7 @@
 `bulk_create` builds and compiles its statement anew on every call; for the few rows a
 run's journal takes at a time (its checks' results, its decision), or an audit event on
 SQLite (missions/audit.py), that cost more interpreter time than the insert itself
-(README, "Loop throughput"). `insert` does what
+(docs/BENCHMARKS.md, "Loop throughput"). `insert` does what
 `bulk_create` does for such rows: each field's `pre_save` (the `auto_now` stamps), its
 value prepared for the database as the ORM prepares it (`get_db_prep_save`), the primary
 keys read back onto the objects, which are then saved ones. Like `bulk_create` it sends no

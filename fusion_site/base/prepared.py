@@ -2,8 +2,8 @@
 
 The loop's hot reads (a run with its mission and feature, a task with its feature, ...)
 are the same statement for every feature; only the ids change. Building and compiling a
-queryset costs about ten times as much interpreter time as running its SQL (README, "Loop
-throughput"), and Django keeps no compiled statement. A `Prepared` builds its queryset
+queryset costs about ten times as much interpreter time as running its SQL (docs/BENCHMARKS.md,
+"Loop throughput"), and Django keeps no compiled statement. A `Prepared` builds its queryset
 once per database alias with marker values in place of its parameters, keeps Django's own
 compiled SQL, row converters and model populators, and from then on only substitutes the
 parameters, runs the SQL through the connection's cursor (its execute wrappers and debug

@@ -98,7 +98,7 @@ def start_nicer(argv: list[str] | str, **popen: Any) -> subprocess.Popen:
     service. The service's transactions hold a mission's row lock across their round trips
     to the database, and every other step of that mission waits for them: a worker thread
     or a PostgreSQL backend kept waiting for the CPU by a check holds up the whole
-    mission's loop (README, "Loop throughput"). That is also why a command asked for in a
+    mission's loop (docs/BENCHMARKS.md, "Loop throughput"). That is also why a command asked for in a
     session of its own (`start_new_session`) gets a process group of its own in the
     service's session instead: under Linux's autogroup scheduling
     (`kernel.sched_autogroup_enabled`) each session is a scheduling group of its own, so a

@@ -5,7 +5,7 @@ Every `atomic()` block here starts with `BEGIN IMMEDIATE` (settings.py): it take
 write lock at once, and a second writer waits in SQLite's busy handler, which polls with
 sleeps growing to 100 ms. In the embedded shape the API, the worker threads and the
 sweeper are threads of one process that write all the time, so a writer often slept on
-after the lock was free (README, "Benchmarks"). Before its BEGIN, a transaction of this
+after the lock was free (docs/BENCHMARKS.md). Before its BEGIN, a transaction of this
 process now waits for the one of this process that holds the lock, and is woken the moment
 that one ends. Writes outside `atomic()` (autocommit statements) and other processes'
 writers are still queued by SQLite itself.

@@ -1,7 +1,7 @@
 """Token authentication with its one read compiled once per process.
 
 DRF's `TokenAuthentication` reads the token with its user on every request; building
-that queryset cost more than running it (README, "Loop throughput"): the same read,
+that queryset cost more than running it (docs/BENCHMARKS.md, "Loop throughput"): the same read,
 prepared (`fusion_site/base/prepared.py`), with DRF's own answers for an unknown token
 and an inactive user."""
 

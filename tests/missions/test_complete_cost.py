@@ -1,4 +1,4 @@
-"""What one completion through the API costs in statements (README.md, "Loop throughput"):
+"""What one completion through the API costs in statements (docs/BENCHMARKS.md, "Loop throughput"):
 the token; the task with its mission, read once under the visibility check (the service
 does not read it again before the git work); in the transaction the locked read and the
 writes; nothing for the answer."""
