@@ -280,6 +280,21 @@ FUSION_RUN_HEARTBEAT_SECONDS = FUSION_RUN_LEASE_SECONDS / 4
 FUSION_CHECK_TIMEOUT = env_int("FUSION_CHECK_TIMEOUT", 120)
 FUSION_CHECK_OUTPUT_BYTES = env_int("FUSION_CHECK_OUTPUT_BYTES", 16 * 1024)
 FUSION_CHECK_PARALLELISM = env_int("FUSION_CHECK_PARALLELISM", 4)
+# The sandbox every command of a revision runs in (docs/SANDBOX.md): `auto` uses
+# bubblewrap where it works and says loudly when it does not; `required` runs nothing
+# unconfined; `off` is unsafe.
+FUSION_SANDBOX = os.environ.get("FUSION_SANDBOX", "auto").strip().lower()
+if FUSION_SANDBOX not in ("auto", "required", "off"):
+    raise ImproperlyConfigured(f"FUSION_SANDBOX must be auto, required or off, got {FUSION_SANDBOX!r}")
+FUSION_CHECK_MEMORY_MB = env_int("FUSION_CHECK_MEMORY_MB", 2048)  # data segment of each process
+FUSION_CHECK_PROCESSES = env_int("FUSION_CHECK_PROCESSES", 256)
+FUSION_CHECK_FILE_MB = env_int("FUSION_CHECK_FILE_MB", 1024)  # the largest file a check may write
+FUSION_CHECK_DISK_MB = env_int("FUSION_CHECK_DISK_MB", 1024)  # what a check may write in all (its layer)
+# The interpreter a check without an environment gets; empty: the service's base
+# interpreter (never its virtualenv).
+FUSION_CHECK_PYTHON = os.environ.get("FUSION_CHECK_PYTHON", "")
+# Whether the command executor (a coding agent) runs sandboxed too, with the network.
+FUSION_EXECUTOR_SANDBOX = os.environ.get("FUSION_EXECUTOR_SANDBOX", "").strip().lower() in ("1", "true", "yes")
 # How much lower than the service's own the CPU priority of the commands it runs is
 # (checks, command validators, executor tasks, its own git): added to their niceness, at
 # most 19. On PostgreSQL the loop's steps hold their mission's row lock while they wait

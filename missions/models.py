@@ -230,6 +230,10 @@ class StopReason(models.TextChoices):
     # A check touched a Git LFS pointer, or an unpopulated submodule (docs/REPOSITORIES.md).
     LFS_NOT_FETCHED = "lfs_not_fetched"
     SUBMODULE_NOT_FETCHED = "submodule_not_fetched"
+    # FUSION_SANDBOX=required and no sandbox works on the worker (docs/SANDBOX.md).
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"
+    # The mission's environment could not be built, for a reason outside the revision.
+    ENVIRONMENT_FAILED = "environment_failed"
 
 
 class MissionFeature(TimeStamped):

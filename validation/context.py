@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fusion_site.base.sandbox import Toolchain
 from validation.protect import Protection
 
 
@@ -43,6 +44,9 @@ class ValidationContext:
     # so that nothing it writes reaches what the host judges (docs/TRUTH.md). None: it
     # works nowhere but through the host's read-only tools.
     workdir: Path | None = None
+    # What the mission's environment adds to a check (docs/SANDBOX.md); None: the plain
+    # interpreter and the system PATH.
+    toolchain: Toolchain | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

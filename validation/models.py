@@ -44,6 +44,9 @@ class ValidatorRun(TimeStamped):
     validator_config = models.JSONField(default=dict, blank=True)
     revision = models.CharField(max_length=80, blank=True, default="")
     input_fingerprint = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    # What the run's commands ran in (`fusion_site.base.sandbox.Status.record`): "bubblewrap
+    # 0.8.0", or "none (why)" when they ran unconfined (docs/SANDBOX.md).
+    sandbox = models.CharField(max_length=200, blank=True, default="")
     # Frozen at admission: exactly the assertions this run judges (key, title, statement,
     # check, scope) and the protection it judges under; see docs/TRUTH.md.
     assertions = models.JSONField(default=list, blank=True)

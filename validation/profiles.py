@@ -52,7 +52,7 @@ OPTIONS = {
         "max_tokens_field",
         "max_requests",
     },
-    "command": COMMON | {"command", "shell", "timeout", "max_repairs", "journal_policy", "api_key_env"},
+    "command": COMMON | {"command", "shell", "timeout", "max_repairs", "journal_policy", "api_key_env", "network"},
 }
 CHOICES = {
     "output_mode": OUTPUT_MODES,
@@ -142,6 +142,8 @@ def _command_problems(profile: dict[str, Any]) -> list[str]:
     problems = [] if ok else ["a command profile needs 'command' (a string or a list of arguments)"]
     if "shell" in profile and not isinstance(profile["shell"], bool):
         problems.append("shell must be true or false")
+    if "network" in profile and not isinstance(profile["network"], bool):
+        problems.append("network must be true or false")
     return problems
 
 

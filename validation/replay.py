@@ -128,6 +128,7 @@ def _fingerprint_note(run: ValidatorRun, ctx: ValidationContext, notes: list[str
         assertions=feature_assertion_specs(run.feature),
         profile=profile,
         protection=run.protection,
+        sandbox_kind=(run.sandbox or "none").split()[0],
     )
     if now != run.input_fingerprint:
         notes.append("the feature's assertions changed since the run; the replay judges the run's own frozen set")

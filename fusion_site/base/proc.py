@@ -23,6 +23,9 @@ from typing import IO, Any
 
 from django.conf import settings
 
+from fusion_site.base import sandbox
+from fusion_site.base.sandbox import Confinement, SandboxUnavailable
+
 # Only these survive the scrub; everything else (SECRET_KEY, DATABASE_URL, API keys, …)
 # never reaches a command the host runs.
 KEPT_ENV = ("LANG", "LC_ALL", "TZ", "TERM")
@@ -45,6 +48,10 @@ class CommandError(Exception):
     """The command could not be started at all (permanent)."""
 
 
+class Unconfined(CommandError):
+    """`FUSION_SANDBOX=required` and no sandbox works here (`sandbox.SandboxUnavailable`)."""
+
+
 @dataclass
 class CommandResult:
     exit_code: int | None
@@ -53,17 +60,22 @@ class CommandResult:
     truncated: bool
     duration: float
     matched: bool | None = None  # whether `match` was found in the whole output; None: not asked
+    sandbox: str = ""  # what it ran in (`sandbox.Status.record`); "" when it was not asked to be confined
 
     @property
     def ok(self) -> bool:
         return not self.timed_out and self.exit_code == 0
 
 
-def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -> dict[str, str]:
-    interpreter_dir = str(Path(sys.executable).parent)
+def scrubbed_env(
+    extra: dict[str, str] | None = None, home: str | None = None, path: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """`path`: folders before the rest (an environment's)."""
+    interpreter_dir = str(sandbox.check_interpreter().parent)
     env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
-    # The interpreter the service runs with comes first, so `python` finds it.
-    env["PATH"] = os.pathsep.join([interpreter_dir, "/usr/local/bin", "/usr/bin", "/bin"])
+    # The service's base interpreter comes first, so `python` finds it; never its
+    # virtualenv, whose packages are the service's, not the project's.
+    env["PATH"] = os.pathsep.join([*path, interpreter_dir, "/usr/local/bin", "/usr/bin", "/bin"])
     env["HOME"] = home or tempfile.gettempdir()
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra or {})
@@ -194,12 +206,24 @@ def run_command(
     stdin: str | None = None,
     env: dict[str, str] | None = None,
     match: str | None = None,
+    confine: Confinement | None = None,
 ) -> CommandResult:
+    """`confine`: run it in the sandbox (fusion_site/base/sandbox.py); with no sandbox
+    here it runs as before, unless `FUSION_SANDBOX=required` (`Unconfined`)."""
     started = time.monotonic()
-    with tempfile.TemporaryFile() as out:
+    try:
+        where = sandbox.require(confine)
+    except SandboxUnavailable as exc:
+        raise Unconfined(str(exc)) from exc
+    argv = _argv(command, shell)
+    with contextlib.ExitStack() as stack, tempfile.TemporaryFile() as out:
+        if confine is not None and where.confined:
+            argv = stack.enter_context(sandbox.confined_argv(confine, _as_list(argv)))
+            shell = False
+            env = sandbox.home_inside(confine, env or scrubbed_env())
         try:
             proc = start_nicer(
-                _argv(command, shell),
+                argv,
                 cwd=str(cwd),
                 shell=shell,
                 env=confined_git(env or scrubbed_env()),
@@ -232,7 +256,12 @@ def run_command(
         truncated=truncated,
         duration=time.monotonic() - started,
         matched=matched,
+        sandbox="" if confine is None else where.record,
     )
+
+
+def _as_list(argv: list[str] | str) -> list[str]:
+    return ["sh", "-c", argv] if isinstance(argv, str) else argv
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:

@@ -45,6 +45,7 @@ from django.utils import timezone
 from fusion_site.base import mirrors
 from fusion_site.base.mirrors import FULL_COMMIT
 from fusion_site.base.proc import CommandError, CommandResult, run_command, scrubbed_env
+from fusion_site.base.sandbox import Confinement
 from fusion_site.base.redact import redact
 from fusion_site.base.snapshots import mission_folder, remove_tree, snapshot_root
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
@@ -280,9 +281,18 @@ def _run_command(task: Task, workdir: Path, folder: Path) -> CommandResult:
             max_output=settings.FUSION_TASK_LOG_BYTES,
             env=env,
             stdin=task.prompt,
+            confine=_confinement(workdir, folder),
         )
     except CommandError as exc:
         raise ExecutorFailed(str(exc)) from exc
+
+
+def _confinement(workdir: Path, folder: Path) -> Confinement | None:
+    """With `FUSION_EXECUTOR_SANDBOX`, the coding agent runs in the sandbox with the
+    network (its model), writing its clone and its task folder only (docs/SANDBOX.md)."""
+    if not settings.FUSION_EXECUTOR_SANDBOX:
+        return None
+    return Confinement(tree=workdir, writable=(folder,), network=True, limits=False)
 
 
 def _commit_leftovers(clone: Path, task: Task) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from fusion_site.base import sandbox
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions.errors import Conflict, Invalid
@@ -70,13 +71,18 @@ def input_fingerprint(
     assertions: list[dict[str, Any]],
     profile: dict[str, Any],
     protection: dict[str, Any] | None = None,
+    sandbox_kind: str | None = None,
 ) -> str:
+    """`sandbox_kind`: what the run's commands ran in ("bubblewrap", "none"); by default
+    what they would run in here. Part of the key: a pass obtained unconfined is never
+    reused for a run that would be confined (docs/SANDBOX.md)."""
     judged = [{"key": a["key"], "statement": a["statement"], "check": a["check"]} for a in assertions]
     return sha256_of(
         {
             "revision": revision,
             "assertions": judged,
             "validator": profiles.public_config(profile),
+            "sandbox": sandbox_kind or sandbox.status().kind,
             **({"protection": protection} if protection else {}),
         }
     )
@@ -340,6 +346,7 @@ def new_run(
         assertions=assertions,
         protection=protection,
         requested_by_id=actor_id,
+        sandbox=sandbox.status().record,
         **({"implementation_attempt": feature.implementation_attempts} if feature else {}),
         **fields,
     )

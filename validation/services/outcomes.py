@@ -274,6 +274,16 @@ def apply_pass(
     autopilot_notify(feature.mission_id)
 
 
+# The stop reason of a feature whose runs keep ending `error` with this code (else
+# `validator_unavailable`).
+ERROR_STOP_REASONS = {
+    "workspace_unavailable": StopReason.WORKSPACE_UNAVAILABLE,
+    "workspace_refused": StopReason.WORKSPACE_UNAVAILABLE,
+    "sandbox_unavailable": StopReason.SANDBOX_UNAVAILABLE,
+    "environment_failed": StopReason.ENVIRONMENT_FAILED,
+}
+
+
 @transaction.atomic
 def run_error(*, run_id: int, message: str, code: str = "validator_error", retry: bool = True) -> bool:
     """The validator crashed, timed out or stayed invalid: the run is `error`; the feature
@@ -303,11 +313,7 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
         return True
     errors = consecutive_errors(ValidatorRun.objects.filter(feature_id=feature.pk))
     if not retry or errors >= ERROR_LIMIT:
-        reason = (
-            StopReason.WORKSPACE_UNAVAILABLE
-            if code in ("workspace_unavailable", "workspace_refused")
-            else StopReason.VALIDATOR_UNAVAILABLE
-        )
+        reason = ERROR_STOP_REASONS.get(code, StopReason.VALIDATOR_UNAVAILABLE)
         feature_transition(
             feature=feature.pk,
             old=LoopState.VALIDATING,

@@ -214,7 +214,7 @@ def _judge_and_record(run: ValidatorRun) -> str:
     except (ValidatorCrashed, HostValidatorDefect) as exc:
         code = getattr(exc, "code", "host_defect")
         # A spent token budget or a broken profile stops the same way on every retry.
-        retry = getattr(exc, "retry", True) and code != "misconfigured"
+        retry = getattr(exc, "retry", True) and code not in ("misconfigured", "sandbox_unavailable")
         run_error(run_id=run.pk, message=str(exc), code=code, retry=retry)
         return RunStatus.ERROR
     except Exception as exc:  # noqa: BLE001 — a defect of ours: end the run now instead of leaving it running

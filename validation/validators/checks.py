@@ -11,18 +11,21 @@ import json
 import posixpath
 import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base.proc import CommandError, run_command, scrubbed_env
+from fusion_site.base import sandbox
+from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
+from fusion_site.base.sandbox import Confinement, Toolchain
 from fusion_site.base.redact import bounded, redact
 from fusion_site.base.snapshots import is_whole_snapshot, private_copy
 from fusion_site.base.tree_index import TreeFacts, facts_of
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation import journal, protect, subversion, unfetched, witness
-from validation.context import AssertionSpec, ValidationContext
+from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.verdict import (
     AssertionVerdict,
     Evidence,
@@ -84,8 +87,38 @@ def _output_tail(output: str, limit: int) -> str:
     return f"[… output truncated, last {limit} characters shown]\n" + text[-limit:]
 
 
-def judge_run(root: Path, spec: dict[str, Any], env: dict[str, str] | None = None) -> tuple[Outcome, str, str, str]:
+@dataclass(frozen=True)
+class RunPlace:
+    """Where and with what a run check runs: its tree (`layered`: the tree stays pristine
+    and the check writes to a private layer, docs/SANDBOX.md), the environment's
+    toolchain, and the host's folders it reads (`readable`) or writes (`writable`)."""
+
+    root: Path
+    layered: bool = False
+    toolchain: Toolchain | None = None
+    readable: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+
+    def confinement(self, spec: dict[str, Any]) -> Confinement:
+        tools = self.toolchain or Toolchain()
+        return Confinement(
+            tree=self.root,
+            layered=self.layered,
+            readable=(*tools.readable, *self.readable),
+            writable=self.writable,
+            network=spec.get("network", False) is True,
+        )
+
+    def env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        tools = self.toolchain or Toolchain()
+        return scrubbed_env({**tools.env, **(extra or {})}, path=tools.path)
+
+
+def judge_run(
+    place: RunPlace | Path, spec: dict[str, Any], env: dict[str, str] | None = None
+) -> tuple[Outcome, str, str, str]:
     """`env`: added to the check's environment (the witness's)."""
+    place = place if isinstance(place, RunPlace) else RunPlace(root=place)
     timeout = min(float(spec.get("timeout", settings.FUSION_CHECK_TIMEOUT)), MAX_TIMEOUT)
     expect_exit = spec.get("expect_exit", 0)
     pattern = spec.get("expect_output")
@@ -94,16 +127,21 @@ def judge_run(root: Path, spec: dict[str, Any], env: dict[str, str] | None = Non
         # before a long log still counts. Only the evidence is the capped tail.
         result = run_command(
             spec["run"],
-            cwd=root,
+            cwd=place.root,
             timeout=timeout,
             max_output=settings.FUSION_CHECK_OUTPUT_BYTES,
             shell=spec.get("shell", False) is True,
             match=pattern,
-            env=scrubbed_env(env) if env else None,
+            env=place.env(env),
+            confine=place.confinement(spec),
         )
+    except Unconfined as exc:  # never judged unconfined: the run ends `error` (docs/SANDBOX.md)
+        raise ValidatorCrashed(str(exc), code="sandbox_unavailable") from exc
     except CommandError as exc:
         return "fail", f"`{spec['run']}` runs", str(exc), str(exc)
     tail = _output_tail(result.output, min(settings.FUSION_CHECK_OUTPUT_BYTES, EVIDENCE_LIMIT - 500))
+    if not result.ok and result.sandbox and (hint := sandbox.limit_hint(result.exit_code, result.output)):
+        tail = f"{hint}\n{tail}"
     if result.timed_out:
         return (
             "fail",
@@ -152,11 +190,17 @@ def _assertion_verdict(
     )
 
 
-def judge_witnessed(root: Path, spec: dict[str, Any], expected: witness.Expected) -> tuple[Outcome, str, str, str]:
+def judge_witnessed(place: RunPlace, spec: dict[str, Any], expected: witness.Expected) -> tuple[Outcome, str, str, str]:
     """`judge_run` of a pytest check, which passes only when the witness saw every
-    protected test it expects pass (validation/witness.py)."""
-    with witness.watching(root) as watch:
-        verdict, wanted, actual, evidence = judge_run(root, spec, watch.env())
+    protected test it expects pass (validation/witness.py). In the sandbox the check
+    reads the plugin and writes only the reports file."""
+    with witness.watching(place.root) as watch:
+        watched = replace(
+            place,
+            readable=(*place.readable, watch.folder / "plugin"),
+            writable=(*place.writable, watch.path),
+        )
+        verdict, wanted, actual, evidence = judge_run(watched, spec, watch.env())
         gap = witness.mismatch(expected, watch) if verdict == "pass" else None
     if gap is None:
         return verdict, wanted, actual, evidence
@@ -165,9 +209,11 @@ def judge_witnessed(root: Path, spec: dict[str, Any], expected: witness.Expected
 
 
 def judge_assertion(
-    root: Path, assertion: AssertionSpec, *, expected: witness.Expected | None = None
+    root: Path | RunPlace, assertion: AssertionSpec, *, expected: witness.Expected | None = None
 ) -> AssertionVerdict:
     """`expected`: what the witness expects of a pytest check (`witness.plan`)."""
+    place = root if isinstance(root, RunPlace) else RunPlace(root=root)
+    root = place.root
     spec = assertion.check
     problems = check_spec_problems(spec)
     if problems:  # never guess what a check means: a human fixes it
@@ -182,7 +228,7 @@ def judge_assertion(
     kind: EvidenceKind
     if "run" in spec:
         verdict, wanted, actual, evidence = (
-            judge_run(root, spec) if expected is None else judge_witnessed(root, spec, expected)
+            judge_run(place, spec) if expected is None else judge_witnessed(place, spec, expected)
         )
         kind = "test-output"
     else:
@@ -226,8 +272,9 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
     # A run check's process runs the implementation: known ways to subvert it ask a person.
     # Scanned before the check runs: one that runs in the snapshot itself could change it.
     findings = subversion.run_findings(ctx) if "run" in spec else []
-    with _check_root(ctx.checkout, spec, protection, guarded, in_place=in_place) as (root, restored):
-        verdict = _content_rule(judge_assertion(root, assertion, expected=expected), spec, root, facts_of(ctx.checkout))
+    with _check_root(ctx.checkout, spec, protection, guarded, in_place=in_place) as (root, restored, layered):
+        place = RunPlace(root=root, layered=layered, toolchain=ctx.toolchain)
+        verdict = _content_rule(judge_assertion(place, assertion, expected=expected), spec, root, facts_of(ctx.checkout))
     if restored:
         verdict = _outside_checkout(verdict)
     changed = sorted({*protection.changed, *guarded.changed})
@@ -239,23 +286,29 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
 def _check_root(
     checkout: Path, spec: dict[str, Any], protection: protect.Protection, guarded: protect.Guard, *, in_place: bool
 ):
-    """(folder, whether the checked file was restored in it). A run check runs in a private
-    copy of the snapshot, so that what it deletes or generates no other check sees (or, the
-    last reader, in the snapshot itself); a file check reads the snapshot itself, unless its
-    own `protect` covers its file and the implementation changed or added it: then the base
-    is judged."""
+    """(folder, whether the checked file was restored in it, whether a run check writes to
+    a private layer over it). A run check sees no other check's writes: in the sandbox it
+    runs over the pristine snapshot with a private writable layer (docs/SANDBOX.md);
+    without an overlay, in a private copy of the snapshot (or, the last reader, in the
+    snapshot itself). A file check reads the snapshot itself, unless its own `protect`
+    covers its file and the implementation changed or added it: then the base is judged."""
     if "run" not in spec and not guarded.touches(posixpath.normpath(spec["file"])):
-        yield checkout, False
+        yield checkout, False, False
+        return
+    restore = guarded.changed or guarded.added
+    layered = "run" in spec and sandbox.layers_work()
+    if layered and not restore:
+        yield checkout, False, True
         return
     if in_place and "run" in spec:
-        if guarded.changed or guarded.added:
+        if restore:
             protect.apply(checkout, protection.diff(), guarded)
-        yield checkout, False
+        yield checkout, False, layered
         return
     with private_copy(checkout) as root:
-        if guarded.changed or guarded.added:
+        if restore:
             protect.apply(root, protection.diff(), guarded)
-        yield root, "run" not in spec
+        yield root, "run" not in spec, layered
 
 
 def _content_rule(

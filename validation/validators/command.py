@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusion_site.base.proc import CommandError, run_command, scrubbed_env
+from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
+from fusion_site.base.sandbox import Confinement
 from fusion_site.base.redact import redact
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
@@ -44,6 +45,7 @@ class CommandOptions:
     max_repairs: int = DEFAULT_MAX_REPAIRS
     journal_policy: str = "transcript"
     api_key_env: str = ""
+    network: bool = True  # an agent CLI talks to its model (docs/SANDBOX.md)
 
     @classmethod
     def from_profile(cls, profile: dict[str, Any]) -> CommandOptions:
@@ -57,6 +59,21 @@ class CommandOptions:
             return ["sh", "-c", "( " + command + '\n) 2>"$FUSION_VALIDATOR_STDERR"']
         argv = self.command if isinstance(self.command, list) else shlex.split(self.command)
         return ["sh", "-c", 'exec "$@" 2>"$FUSION_VALIDATOR_STDERR"', "fusion-validator", *argv]
+
+    def confinement(self, workdir: Path, stderr: Path) -> Confinement:
+        """The validator's program runs in the sandbox too, in its own copy, with the
+        network (its model) unless the profile says `network: false`. The program and the
+        files its command names by absolute path are the staff's: mounted read-only."""
+        words = self.command if isinstance(self.command, list) else shlex.split(self.command)
+        named = [Path(w) for w in words if w.startswith("/") and Path(w).exists()]
+        readable = {p.parent.parent if p.parent.name == "bin" else p.parent for p in named}
+        return Confinement(
+            tree=workdir,
+            writable=(stderr,),
+            readable=tuple(sorted(readable)),
+            network=self.network,
+            limits=False,
+        )
 
 
 def _no_constants(name: str):
@@ -103,8 +120,11 @@ def _invoke(options: CommandOptions, checkout: Path, stdin: str) -> dict[str, An
             max_output=MAX_STDOUT,
             stdin=stdin,
             env=scrubbed_env(extra),
+            confine=options.confinement(checkout, Path(err_path)),
         )
         stderr = Path(err_path).read_bytes()[-STDERR_TAIL:].decode("utf-8", errors="replace")
+    except Unconfined as exc:
+        raise ValidatorCrashed(str(exc), code="sandbox_unavailable") from exc
     except CommandError as exc:
         raise ValidatorCrashed(f"the validator command cannot start: {exc}", code="misconfigured") from exc
     finally:
