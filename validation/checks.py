@@ -7,6 +7,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
+from fusion_site.base import sandbox
 from validation.profiles import all_profiles, profile_problems, profile_warnings
 
 
@@ -26,3 +27,28 @@ def validator_profiles(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -
                     )
                 )
     return messages
+
+
+@checks.register(deploy=True)
+def sandbox_in_use(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """`manage.py check --deploy`: what the code under judgment runs in (docs/SANDBOX.md)."""
+    current = sandbox.status()
+    if current.confined:
+        return []
+    hint = "Install bubblewrap (Debian: apt install bubblewrap) and set FUSION_SANDBOX=required. See docs/SANDBOX.md."
+    if current.mode == "required":
+        return [
+            checks.Error(
+                f"FUSION_SANDBOX=required but no sandbox works here ({current.detail}): every run will end in error.",
+                id="fusion.E010",
+                hint=hint,
+            )
+        ]
+    return [
+        checks.Warning(
+            f"checks run UNSANDBOXED ({current.detail}): the code under judgment can read and write everything "
+            "the service's user can, its database and secret key included.",
+            id="fusion.W010",
+            hint=hint,
+        )
+    ]

@@ -340,9 +340,17 @@ def home_inside(confine: Confinement, env: dict[str, str]) -> dict[str, str]:
 def require(confine: Confinement | None) -> Status:
     """The sandbox a command will run in; raises when it must be confined and cannot."""
     current = status()
-    if confine is not None and not current.confined and current.mode == "required":
-        raise SandboxUnavailable(f"FUSION_SANDBOX=required and no sandbox works here: {current.detail}")
+    if confine is not None and not current.confined:
+        if current.mode == "required":
+            raise SandboxUnavailable(f"FUSION_SANDBOX=required and no sandbox works here: {current.detail}")
+        _announce_once(current.record)
     return current
+
+
+@functools.cache
+def _announce_once(record: str) -> None:
+    # Once per process and state: every worker says it, in its own log.
+    announce()
 
 
 def announce() -> None:

@@ -1,20 +1,24 @@
 """Checks do not disturb each other: every check sees the revision and nothing else.
 
-Each `run` check runs in its own private copy of the snapshot, removed afterwards; file
-checks read the snapshot itself. The one exception: a `checks` run with a single run
-check judges its file checks (and their file evidence) first, then runs that check in
-the snapshot itself, the tree's last reader. Real runs (admission, then `execute_run`)
-over real git repositories.
+In the sandbox (docs/SANDBOX.md) each `run` check runs over the pristine snapshot with a
+private writable layer that vanishes with it. Without it (`FUSION_SANDBOX=off`, or no
+overlay here) each `run` check runs in its own private copy of the snapshot, removed
+afterwards; file checks read the snapshot itself. The one exception: a `checks` run with
+a single run check judges its file checks (and their file evidence) first, then runs
+that check in the snapshot itself, the tree's last reader. Real runs (admission, then
+`execute_run`) over real git repositories.
 """
 
 from __future__ import annotations
 
 import json
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from fusion_site.base import sandbox
 from fusion_site.base.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
 from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus
@@ -92,9 +96,37 @@ def seen(monkeypatch) -> list[Path]:
     return checkouts
 
 
+def test_in_the_sandbox_each_run_check_writes_a_layer_of_its_own_over_the_snapshot_and_none_is_left(
+    build_mission, git_repo, settings, seen
+):
+    if not sandbox.layers_work():
+        pytest.fail("bubblewrap with overlays is required for this test (docs/SANDBOX.md): apt install bubblewrap")
+    settings.FUSION_CHECK_PARALLELISM = 4
+    layers_before = set(Path(tempfile.gettempdir()).glob("fusion-layer-*"))
+    checks = [
+        {"run": 'python -c "import os; print(os.getcwd()); open(\'mine.txt\', \'w\').write(\'1\')"'},
+        {"run": "sh -c 'echo changed > data.txt; test ! -e mine.txt; sleep 30'", "timeout": 1},
+        {"run": "grep -qx payload data.txt"},
+        {"file": "data.txt", "contains": "^payload$"},
+        {"file": "mine.txt", "exists": False},
+    ]
+    run, verdicts = judged(build_mission, git_repo, checks)
+    assert [verdicts[k]["verdict"] for k in ("VAL-1", "VAL-2", "VAL-3", "VAL-4", "VAL-5")] == [
+        "pass", "fail", "pass", "pass", "pass"
+    ], verdicts  # fmt: skip
+    assert "timed out" in verdicts["VAL-2"]["actual"]
+    printed = Path(verdicts["VAL-1"]["evidence"][0]["text"].splitlines()[1])
+    assert printed == seen[0], "no copy: the check's tree is the snapshot, under its own layer"
+    assert run.sandbox.startswith("bubblewrap")
+    assert set(Path(tempfile.gettempdir()).glob("fusion-layer-*")) == layers_before, "a layer was left behind"
+    assert sorted(snapshot_root().iterdir()) == [], "the snapshot was left behind"
+
+
 def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
     build_mission, git_repo, settings, seen, tmp_path
 ):
+    # Unsandboxed (the fallback where no overlay works): the check writes a host file.
+    settings.FUSION_SANDBOX = "off"
     settings.FUSION_CHECK_PARALLELISM = 4
     hang = tmp_path / "hanging-cwd"
     checks = [
@@ -123,7 +155,7 @@ def test_each_run_check_gets_its_own_copy_and_none_is_left_even_after_a_timeout(
 def test_a_lone_run_check_runs_in_the_snapshot_after_the_file_checks_and_their_evidence(
     build_mission, git_repo, settings, seen
 ):
-    settings.FUSION_CHECK_PARALLELISM = 4
+    settings.FUSION_CHECK_PARALLELISM = 4  # sandboxed or not, the lone check's tree is the snapshot
     # Listed first, and it deletes the file the file check cites and judges.
     wreck = {"run": "python -c \"import os; os.remove('data.txt'); print(os.getcwd())\""}
     run, verdicts = judged(build_mission, git_repo, [wreck, {"file": "data.txt", "contains": "^payload$"}])

@@ -32,6 +32,7 @@ class RunSerializer(serializers.ModelSerializer):
             "validator_config",
             "revision",
             "input_fingerprint",
+            "sandbox",
             "summary",
             "blocked_reason",
             "error",

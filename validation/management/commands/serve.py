@@ -9,6 +9,8 @@ import threading
 
 from daphne.cli import CommandLineInterface
 from django.conf import settings
+
+from fusion_site.base import sandbox
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
@@ -43,6 +45,7 @@ class Command(BaseCommand):
             worker = start_embedded_worker(workers or settings.FUSION_WORKER_THREADS)
             self.stdout.write(f"in-process workers: {workers or settings.FUSION_WORKER_THREADS} threads")
         start_sweeper(startup=embedded)
+        self._say_sandbox()
         self.stdout.write(
             self.style.SUCCESS(f"Fusion Missions on http://{host}:{port}/ (admin /admin/, API /api/, docs /api/docs/)")
         )
@@ -51,6 +54,19 @@ class Command(BaseCommand):
         finally:
             if worker is not None:
                 worker.stop()
+
+    def _say_sandbox(self) -> None:
+        current = sandbox.status()
+        if current.confined:
+            self.stdout.write(f"checks run sandboxed: {current.record} (FUSION_SANDBOX={current.mode})")
+            return
+        sandbox.announce()
+        self.stderr.write(
+            self.style.WARNING(
+                f"WARNING: checks run UNSANDBOXED ({current.detail}): the code under judgment can read and "
+                "write everything this service's user can. See docs/SANDBOX.md."
+            )
+        )
 
 
 def start_sweeper(*, startup: bool) -> threading.Thread:

@@ -1,0 +1,97 @@
+"""Where the sandbox is said (docs/SANDBOX.md, "Modes"): `check --deploy`, the banner on
+every dashboard page, the run page and the API's run. Bubblewrap is made unavailable for
+real: a PATH with every system command but `bwrap`."""
+
+from __future__ import annotations
+
+import os
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from fusion_site.base import sandbox
+from missions.models import MissionFeature
+from validation.services import runner
+from validation.services.admission import feature_admit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _forget() -> None:
+    sandbox._probe.cache_clear()
+    sandbox.overlay_works.cache_clear()
+
+
+@pytest.fixture
+def without_bwrap(monkeypatch, tmp_path):
+    """A PATH holding every system command but `bwrap`."""
+    bin_dir = tmp_path / "bin-without-bwrap"
+    bin_dir.mkdir()
+    for entry in Path("/usr/bin").iterdir():
+        if entry.name != "bwrap":
+            (bin_dir / entry.name).symlink_to(entry)
+    kept = [p for p in os.environ["PATH"].split(os.pathsep) if p and Path(p).resolve() not in (Path("/usr/bin"),)]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *[p for p in kept if not Path(p, "bwrap").exists()]]))
+    _forget()
+    yield
+    _forget()
+
+
+def _deploy_check() -> str:
+    out = StringIO()
+    try:
+        call_command("check", "--deploy", stdout=out, stderr=out)
+    except Exception as exc:  # noqa: BLE001 — a system check error raises; its text is what we read
+        return f"{out.getvalue()}\n{exc}"
+    return out.getvalue()
+
+
+def test_check_deploy_warns_without_bubblewrap_and_errs_when_it_is_required(without_bwrap, settings):
+    assert not sandbox.status().confined
+    settings.FUSION_SANDBOX = "auto"
+    assert "fusion.W010" in _deploy_check() and "UNSANDBOXED" in _deploy_check()
+    settings.FUSION_SANDBOX = "required"
+    assert "fusion.E010" in _deploy_check()
+
+
+def test_check_deploy_is_quiet_about_the_sandbox_where_it_works(settings):
+    if not sandbox.status().confined:
+        pytest.fail("bubblewrap is required for this test (docs/SANDBOX.md): apt install bubblewrap")
+    settings.FUSION_SANDBOX = "auto"
+    report = _deploy_check()
+    assert "fusion.W010" not in report and "fusion.E010" not in report
+
+
+def _judge(build_mission, git_repo):
+    git_repo.commit({"data.txt": "payload\n"})
+    build_mission({"one": [("VAL-1", {"run": "grep -qx payload data.txt"})]})
+    run = feature_admit(feature_id=MissionFeature.objects.get(key="one").pk, trigger="manual", cause="validate").run
+    runner.execute_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def test_an_unsandboxed_run_says_so_on_its_page_in_the_api_and_on_every_page(
+    without_bwrap, settings, build_mission, git_repo, client, staff, api_for
+):
+    settings.FUSION_SANDBOX = "auto"
+    run = _judge(build_mission, git_repo)
+    assert run.status == "passed"
+    assert run.sandbox.startswith("none (bubblewrap is not installed")
+    client.force_login(staff)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Unsandboxed:" in page and "data-sandbox-warning" in page
+    assert api_for(staff).get(f"/api/validation-runs/{run.pk}/").json()["sandbox"] == run.sandbox
+
+
+def test_a_sandboxed_run_records_bubblewrap_and_no_page_warns(settings, build_mission, git_repo, client, staff):
+    if not sandbox.status().confined:
+        pytest.fail("bubblewrap is required for this test (docs/SANDBOX.md): apt install bubblewrap")
+    run = _judge(build_mission, git_repo)
+    assert run.status == "passed" and run.sandbox.startswith("bubblewrap ")
+    client.force_login(staff)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert run.sandbox in page
+    assert "Unsandboxed:" not in page and "data-sandbox-warning" not in page

@@ -1,0 +1,12 @@
+"""What every dashboard page shows: a warning while checks run unsandboxed (docs/SANDBOX.md)."""
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from fusion_site.base import sandbox
+
+
+def sandbox_status(request: HttpRequest) -> dict[str, Any]:
+    current = sandbox.status()
+    return {"sandbox_status": current}
