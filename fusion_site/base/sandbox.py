@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 LAYER_SCRIPT = (
     'set -e; mount -t tmpfs -o "size=$1,mode=0755" fusion-layer "$2"; mkdir "$2/upper" "$2/work"; '
     'mount -t overlay fusion-check -o "lowerdir=$3,upperdir=$2/upper,workdir=$2/work" "$4"; '
-    "shift 4; exec \"$@\""
+    'shift 4; exec "$@"'
 )
 
 
@@ -255,7 +256,14 @@ def confined_argv(confine: Confinement, argv: list[str]) -> Iterator[list[str]]:
             command = bwrap_argv(confine, argv, tree=confine.tree)
         group = stack.enter_context(_pids_group()) if confine.limits else None
         if group is not None:
-            command = ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "fusion-pids", str(group), *command]
+            command = [
+                "sh",
+                "-c",
+                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+                "fusion-pids",
+                str(group),
+                *command,
+            ]
         yield command
 
 
@@ -271,8 +279,21 @@ def _pids_group() -> Iterator[Path | None]:
         yield group
     finally:
         if group is not None:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+            _remove_group(group)
+
+
+def _remove_group(group: Path) -> None:
+    # The namespace's last processes may still be dying (killed when its first one ended):
+    # the group is busy until the kernel has reaped them, a matter of milliseconds.
+    for _ in range(200):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+    log.warning("the pids group %s is still busy; left for the system", group)
 
 
 def _new_group() -> Path | None:
@@ -311,7 +332,15 @@ def limits_text() -> str:
 # What a process over one of the limits says, or how it dies (SIGXFSZ: 128 + 25).
 LIMIT_SIGNS = (
     ("memory", ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "heap out of memory")),
-    ("processes", ("Cannot fork", "fork: Resource temporarily unavailable", "can't start new thread", "BlockingIOError: [Errno 11]")),
+    (
+        "processes",
+        (
+            "Cannot fork",
+            "fork: Resource temporarily unavailable",
+            "can't start new thread",
+            "BlockingIOError: [Errno 11]",
+        ),
+    ),
     ("disk", ("No space left on device",)),
     ("file size", ("File size limit exceeded", "File too large")),
 )

@@ -45,8 +45,8 @@ from django.utils import timezone
 from fusion_site.base import mirrors
 from fusion_site.base.mirrors import FULL_COMMIT
 from fusion_site.base.proc import CommandError, CommandResult, run_command, scrubbed_env
-from fusion_site.base.sandbox import Confinement
 from fusion_site.base.redact import redact
+from fusion_site.base.sandbox import Confinement
 from fusion_site.base.snapshots import mission_folder, remove_tree, snapshot_root
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
 from missions.models import Executor, Mission, Task, TaskStatus

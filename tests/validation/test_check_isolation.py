@@ -104,7 +104,7 @@ def test_in_the_sandbox_each_run_check_writes_a_layer_of_its_own_over_the_snapsh
     settings.FUSION_CHECK_PARALLELISM = 4
     layers_before = set(Path(tempfile.gettempdir()).glob("fusion-layer-*"))
     checks = [
-        {"run": 'python -c "import os; print(os.getcwd()); open(\'mine.txt\', \'w\').write(\'1\')"'},
+        {"run": "python -c \"import os; print(os.getcwd()); open('mine.txt', 'w').write('1')\""},
         {"run": "sh -c 'echo changed > data.txt; test ! -e mine.txt; sleep 30'", "timeout": 1},
         {"run": "grep -qx payload data.txt"},
         {"file": "data.txt", "contains": "^payload$"},

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
-from fusion_site.base.sandbox import Confinement
 from fusion_site.base.redact import redact
+from fusion_site.base.sandbox import Confinement
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.validators import Judgement

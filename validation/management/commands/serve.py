@@ -9,12 +9,11 @@ import threading
 
 from daphne.cli import CommandLineInterface
 from django.conf import settings
-
-from fusion_site.base import sandbox
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from fusion_site.base import sandbox
 from missions.management.workers import start_embedded_worker
 from validation.services.recovery import recover
 
