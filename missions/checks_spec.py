@@ -9,7 +9,8 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-RUN_KEYS = {"run", "expect_exit", "timeout", "expect_output", "shell", "protect"}
+# `network`: the check reaches the network from its sandbox (docs/SANDBOX.md).
+RUN_KEYS = {"run", "expect_exit", "timeout", "expect_output", "shell", "protect", "network"}
 FILE_KEYS = {"file", "exists", "contains", "not_contains", "protect"}
 MAX_TIMEOUT = 3600
 
@@ -78,6 +79,8 @@ def _run_problems(spec: dict) -> list[str]:
         problems.append(f"timeout must be a number of seconds between 0 and {MAX_TIMEOUT}")
     if "shell" in spec and not isinstance(spec["shell"], bool):
         problems.append("shell must be true or false")
+    if "network" in spec and not isinstance(spec["network"], bool):
+        problems.append("network must be true or false")
     if "expect_output" in spec:
         problems += _regex_problem("expect_output", spec["expect_output"])
     return problems + _protect_problems(spec)

@@ -54,8 +54,31 @@ def git_repo(tmp_path) -> Repo:
     return repo
 
 
+@pytest.fixture(scope="session")
+def check_python() -> str:
+    """The `python` the suite's checks get without an environment: the service's base
+    interpreter (docs/SANDBOX.md), which must hold pytest for the suite's pytest checks.
+    Where it does not (Debian's python3, say), a virtualenv made once from it, with the
+    pytest the suite runs (from the package index)."""
+    from fusion_site.base import sandbox
+
+    base = str(sandbox.check_interpreter())
+    if subprocess.run([base, "-c", "import pytest"], capture_output=True).returncode == 0:
+        return ""
+    import sys
+
+    folder = Path.home() / ".cache" / "fusion-missions" / f"check-python-{sys.version_info[0]}.{sys.version_info[1]}"
+    python = folder / "bin" / "python"
+    if subprocess.run([str(python), "-c", "import pytest"], capture_output=True).returncode != 0:
+        subprocess.run([base, "-m", "venv", "--clear", str(folder)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"pytest=={pytest.__version__}"], check=True)
+    return str(python)
+
+
 @pytest.fixture(autouse=True)
-def _settings_for_tests(settings, tmp_path):
+def _settings_for_tests(settings, tmp_path, check_python):
+    if check_python:
+        settings.FUSION_CHECK_PYTHON = check_python
     settings.FUSION_SNAPSHOT_DIR = tmp_path / "snapshots"
     settings.FUSION_REPO_CACHE = tmp_path / "repos"  # each test a worker with a cold cache
     settings.FUSION_RETRY_BACKOFF_MS = 0

@@ -249,6 +249,8 @@ def run_command(
         proc.wait()
         output, truncated = _tail(out, max_output)
         matched = None if match is None else _search_all(out, match)
+    if confine is not None and where.confined and not timed_out and proc.returncode == 127:
+        _raise_not_started(command, output)
     return CommandResult(
         exit_code=None if timed_out else proc.returncode,
         output=output,
@@ -258,6 +260,18 @@ def run_command(
         matched=matched,
         sandbox="" if confine is None else where.record,
     )
+
+
+# How the sandbox's last steps say that the command itself could not be started.
+NOT_STARTED = re.compile(r"\A(?:prlimit: failed to execute|bwrap: execvp) [^\n]*?: ([^\n]+)\n?\Z")
+
+
+def _raise_not_started(command: str | list[str], output: str) -> None:
+    # In the sandbox the command is started by `prlimit` (or bubblewrap): a missing program
+    # is their message and exit 127, said as plainly as an unconfined start failure.
+    found = NOT_STARTED.match(output)
+    if found:
+        raise CommandError(f"cannot start {command!r}: {found.group(1)}")
 
 
 def _as_list(argv: list[str] | str) -> list[str]:

@@ -23,6 +23,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from fusion_site.base import sandbox
 from fusion_site.base.proc import run_command
 from missions.models import (
     ContractAssertion,
@@ -78,7 +79,8 @@ def test_a_command_check_does_not_see_the_servers_secrets(server_secrets, tmp_pa
     assert result.ok, result.output
     env = _env_of(result.output)
     assert_no_server_secret(result.output)
-    assert Path(env["PATH"].split(os.pathsep)[0]) == Path(sys.executable).parent  # `python` is the service's
+    # `python` is the service's base interpreter, never its virtualenv (docs/SANDBOX.md).
+    assert Path(env["PATH"].split(os.pathsep)[0]) == sandbox.check_interpreter().parent != Path(sys.executable).parent
     # GIT_CEILING_DIRECTORIES: git in a check finds no repository above the snapshots (docs/TRUTH.md).
     allowed = {"PATH", "HOME", "PYTHONDONTWRITEBYTECODE", "LANG", "LC_ALL", "TZ", "TERM", "PWD", "SHLVL", "_"}
     assert set(env) <= allowed | {"GIT_CEILING_DIRECTORIES"}
@@ -124,7 +126,10 @@ def test_the_command_executor_does_not_see_the_servers_secrets(server_secrets, u
 
 
 def test_the_command_validator_does_not_see_the_servers_secrets(server_secrets, users, git_repo, settings, tmp_path):
-    """The validator command writes its environment to a file and answers a valid verdict."""
+    """The validator command writes its environment to a file and answers a valid verdict.
+    Unsandboxed, so that it can write the test's file: what it is given is the same in the
+    sandbox, where it writes nothing of the host's (tests/sandbox/test_modes.py)."""
+    settings.FUSION_SANDBOX = "off"
     dump = tmp_path / "validator-env.json"
     script = tmp_path / "validator.py"
     script.write_text(

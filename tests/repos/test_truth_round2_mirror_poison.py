@@ -27,7 +27,12 @@ def runs_of(mission, key: str) -> list[ValidatorRun]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_replace_ref_a_check_wrote_into_the_mirror_never_passes_another_missions_wrong_commit(worker, served, alice):
+def test_a_replace_ref_a_check_wrote_into_the_mirror_never_passes_another_missions_wrong_commit(
+    worker, served, alice, settings
+):
+    # Unsandboxed, where a check can write the mirror: the mirror guard is the second line
+    # (in the sandbox the write itself fails: tests/sandbox/test_escape.py).
+    settings.FUSION_SANDBOX = "off"
     good = served.commit({"f1.txt": "done f1\n", "p1.txt": "done p1\n"}, "the right f1")
     wrong = served.commit({"f1.txt": "not yet f1\n"}, "a wrong f1")
     mirror = mirrors.mirror_dir(as_source(served.url))

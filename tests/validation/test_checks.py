@@ -83,22 +83,36 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_hanging_command_times_out_and_its_children_are_killed(git_repo, rev, tmp_path):
-    pid_file = tmp_path / "child.pid"
-    script = (
-        f"import subprocess,time; p=subprocess.Popen(['sleep','30']); "
-        f"open({str(pid_file)!r},'w').write(str(p.pid)); time.sleep(30)"
-    )
+def _sleepers(marker: str) -> list[int]:
+    """Live host processes running `sleep <marker>`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] == [b"sleep", marker.encode()] and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_hanging_command_times_out_and_its_children_are_killed(git_repo, rev, settings, mode):
+    settings.FUSION_SANDBOX = mode  # sandboxed (its pid namespace dies) and not (the process group is killed)
+    marker = f"{30 + (time.time_ns() % 10**6) / 10**7:.7f}"  # a `sleep` argument no other process has
+    script = f"import subprocess,time; p=subprocess.Popen(['sleep','{marker}']); print('started', flush=True); time.sleep(30)"
     started = time.monotonic()
     verdict = judge(git_repo, rev, {"run": f'python -c "{script}"', "timeout": 1})
     assert time.monotonic() - started < 20
     assert verdict.verdict == "fail"
     assert "timed out" in verdict.actual and "timed out after 1s" in evidence_text(verdict)
-    child = int(pid_file.read_text())
+    assert "started" in evidence_text(verdict)
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while _sleepers(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child), f"the child {child} of a timed-out check survived"
+    assert not _sleepers(marker), "the child of a timed-out check survived"
 
 
 def test_flooding_output_is_capped_keeps_the_tail_and_says_truncated(git_repo, rev, settings):
@@ -113,7 +127,7 @@ def test_flooding_output_is_capped_keeps_the_tail_and_says_truncated(git_repo, r
     assert len(evidence_text(tail)) < settings.FUSION_CHECK_OUTPUT_BYTES + 200
 
 
-def test_environment_is_scrubbed_and_python_is_the_service_interpreter(git_repo, rev, monkeypatch):
+def test_environment_is_scrubbed_and_python_is_the_base_interpreter_not_the_services_venv(git_repo, rev, monkeypatch):
     monkeypatch.setenv("FUSION_TEST_SECRET", "s3cr3t-value-xyz")
     secret = judge(
         git_repo,
@@ -127,7 +141,9 @@ def test_environment_is_scrubbed_and_python_is_the_service_interpreter(git_repo,
     assert "s3cr3t" not in evidence_text(secret)
     interpreter = judge(git_repo, rev, {"run": 'python -c "import sys; print(sys.prefix)"'})
     assert interpreter.verdict == "pass"
-    assert evidence_text(interpreter).splitlines()[1] == sys.prefix
+    assert evidence_text(interpreter).splitlines()[1] == sys.base_prefix  # docs/SANDBOX.md
+    django = judge(git_repo, rev, {"run": 'python -c "import django"'})
+    assert django.verdict == "fail" and "No module named 'django'" in evidence_text(django)
 
 
 def test_shell_true_runs_a_pipeline_and_false_does_not(git_repo, rev):

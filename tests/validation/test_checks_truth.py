@@ -212,8 +212,8 @@ HOSTILE_FILES: dict[str, bytes] = {
     "long.txt": b"x" * 300_000 + b"\nneedle",
 }
 PRINT_INVISIBLE = (
-    f"{sys.executable} -c \"import sys; print('zero\\u200bwidth \\ufeff bom'); sys.stdout.flush(); "
-    f"sys.stdout.buffer.write(b'\\xff\\xfe raw')\""
+    "python -c \"import sys; print('zero\\u200bwidth \\ufeff bom'); sys.stdout.flush(); "
+    "sys.stdout.buffer.write(b'\\xff\\xfe raw')\""
 )  # invisible characters and non-UTF-8 bytes
 
 PASSING = {
@@ -350,7 +350,7 @@ def test_any_file_check_on_any_content_yields_a_verdict_the_host_accepts(name, c
 
 
 def _printing(text_expr: str) -> str:
-    return f'{sys.executable} -c "import sys; sys.stdout.write({text_expr})"'
+    return f'python -c "import sys; sys.stdout.write({text_expr})"'
 
 
 @pytest.mark.parametrize(

@@ -130,8 +130,9 @@ def test_an_unknown_revision_is_refused_and_changes_nothing(worker, build_missio
 
 
 def test_a_failing_re_run_on_the_same_input_is_newer_evidence_than_the_pass(
-    worker, build_mission, git_repo, alice, tmp_path
+    worker, build_mission, git_repo, alice, tmp_path, settings
 ):
+    settings.FUSION_SANDBOX = "off"  # the check reads a file of the test's, outside any sandbox
     outcome = tmp_path / "outcome.txt"  # outside the repository: the input stays the same
     outcome.write_text("ok")
     judge = tmp_path / "judge.py"
@@ -345,6 +346,7 @@ def test_a_long_check_keeps_its_lease_and_is_never_reaped(sent, settings, build_
 
     settings.FUSION_RUN_LEASE_SECONDS = 2
     settings.FUSION_RUN_HEARTBEAT_SECONDS = 0.2
+    settings.FUSION_SANDBOX = "off"  # the check waits for a file of the test's, outside any sandbox
     flag = tmp_path / "go.flag"
     waiter = tmp_path / "waiter.py"
     waiter.write_text(
@@ -498,7 +500,7 @@ def test_a_claim_is_exclusive_until_its_lease_passes(idle_broker, build_mission,
 
 def test_two_deliveries_at_once_judge_a_run_once(idle_broker, build_mission, git_repo):
     git_repo.commit(GOOD)
-    slow = {"run": f'{sys.executable} -c "import time; time.sleep(1)"', "expect_exit": 0, "timeout": 60}
+    slow = {"run": 'python -c "import time; time.sleep(1)"', "expect_exit": 0, "timeout": 60}
     build_mission({"hello": [("VAL-1", GREETING), ("VAL-2", slow)]})
     feature = hello()
     run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").run

@@ -120,10 +120,11 @@ def test_a_new_task_on_a_passed_feature_reopens_slice_milestone_and_mission(work
     assert_reopened(mission, after=seq, cause="task_linked")
 
 
-def test_a_failed_manual_validation_leaves_the_mission_incomplete(worker, alice, git_repo, tmp_path):
+def test_a_failed_manual_validation_leaves_the_mission_incomplete(worker, alice, git_repo, tmp_path, settings):
     """A manual re-run at the same revision fails (the check's environment changed: a
     flaky check); with auto_fix off the feature waits in needs_fix, and the milestone it
     belongs to is not completed, whatever a milestone run would say."""
+    settings.FUSION_SANDBOX = "off"  # the flaky check reads a file of the test's, outside any sandbox
     flag = tmp_path / "broken-flag"
     flaky = {"run": f'python -c "import os, sys; sys.exit(os.path.exists({str(flag)!r}))"'}
     mission = make_mission(alice, git_repo.path, status="active", auto_fix=False)

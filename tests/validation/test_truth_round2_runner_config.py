@@ -24,7 +24,7 @@ TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 
 PYPROJECT = (
     '[project]\nname = "calc"\nversion = "1"\ndependencies = []\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
 )
-PYTEST = {"run": f"{sys.executable} -m pytest -q -p no:cacheprovider tests"}
+PYTEST = {"run": "python -m pytest -q -p no:cacheprovider tests"}
 ALL_PASSED = (
     "import pytest\n\n\n@pytest.hookimpl(wrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
     "    report = yield\n    report.outcome = 'passed'\n    return report\n"
@@ -64,7 +64,7 @@ TRICKS = {
     "nested conftest": ({"tests/conftest.py": ALL_PASSED}, PYTEST),
     "sitecustomize": (
         {"sitecustomize.py": EXIT_0},
-        {"run": f"PYTHONPATH=. {sys.executable} -m pytest -q -p no:cacheprovider tests", "shell": True},
+        {"run": "PYTHONPATH=. python -m pytest -q -p no:cacheprovider tests", "shell": True},
     ),
 }
 

@@ -5,8 +5,11 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
+    # After the stop reasons of missions 0010: unapplying that migration remakes the
+    # missions tables on SQLite, with the related runs table as the state then knows it.
     dependencies = [
         ('validation', '0004_truth_fields'),
+        ('missions', '0010_sandbox'),
     ]
 
     operations = [

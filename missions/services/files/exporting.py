@@ -23,6 +23,7 @@ _CHECK_KEY_ORDER = (
     "expect_exit",
     "expect_output",
     "timeout",
+    "network",
     "file",
     "exists",
     "contains",
