@@ -31,7 +31,6 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from fusion_site.base.sources import SourceRefused, check_credentials_env
 from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
-from missions.environment_spec import KEYS as ENVIRONMENT_KEYS
 from missions.environment_spec import MAX_PATH, MAX_SETUP, PRESETS, environment_problems
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.judging import MAX_ALLOWED_VALIDATORS, allowed_validators_problems
@@ -166,8 +165,8 @@ class Environment(_Reworded):
         if value is None:
             return None
         if problems := environment_problems(value):
-            # `setup[1]: …` is a place inside the mapping, anything else the mapping's own
-            suffixes = [f".{p}" if p.split(":")[0].split("[")[0] in ENVIRONMENT_KEYS else f": {p}" for p in problems]
+            # `setup[1]: …` names a place inside the mapping; `must …` is the mapping's own
+            suffixes = [f": {p}" if p.startswith("must ") else f".{p}" for p in problems]
             raise _problems("environment_problems", suffixes)
         return value
 
