@@ -13,9 +13,9 @@ from django.utils import timezone
 from fusion_site.base import sandbox
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from missions.environment_spec import declared_for, effective
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
-from missions.environment_spec import declared_for, effective
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
 from missions.services.judging import judges_of, mission_base
 from missions.transitions.loop import feature_transition
