@@ -356,7 +356,7 @@ FUSION_ENV_CACHE = Path(
 ).resolve()
 FUSION_ENV_CACHE_MB = env_int("FUSION_ENV_CACHE_MB", 10 * 1024)
 # The longest an environment's build (its preset's step and its setup) may take.
-FUSION_ENV_BUILD_TIMEOUT = env_int("FUSION_ENV_BUILD_TIMEOUT", 1800)
+FUSION_ENV_BUILD_TIMEOUT = env_int("FUSION_ENV_BUILD_TIMEOUT", 900)
 FUSION_EXECUTOR_ATTEMPTS = env_int("FUSION_EXECUTOR_ATTEMPTS", 2)
 FUSION_EXECUTOR_LEASE_SECONDS = env_int("FUSION_EXECUTOR_LEASE_SECONDS", 60)
 # Repositories (docs/REPOSITORIES.md): one bare mirror per source on each worker, the

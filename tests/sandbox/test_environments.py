@@ -4,6 +4,8 @@ real `npm ci`; builds counted from the run's journal."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import shutil
@@ -157,6 +159,41 @@ def test_a_setup_that_fails_at_the_base_is_an_error_then_blocks_the_feature(git_
     assert all(r.error.startswith("environment_failed: ") and "the registry is down" in r.error for r in runs)
     feature.refresh_from_db()
     assert feature.loop_state == "blocked" and feature.stop_reason == "environment_failed"
+
+
+@pytest.mark.usefixtures("idle_broker")
+def test_the_default_install_uses_the_package_index_the_deployment_names(git_repo, tmp_path, monkeypatch):
+    """No `setup`: the preset installs requirements.txt, from the index `PIP_INDEX_URL`
+    names (a private mirror: here a server on this machine), which passes to the build."""
+    project = tmp_path / "index" / "simple" / "greet"
+    project.mkdir(parents=True)
+    (project / wheel_name("greet", "1.0")).write_bytes(wheel("greet", "1.0", GREET))
+    (project / "index.html").write_text(f'<a href="{wheel_name("greet", "1.0")}">greet</a>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "index"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_port}/simple/")
+        base = git_repo.commit({"requirements.txt": "greet==1.0\n"}, "a project needing greet")
+        feature = mission_with(git_repo, base, {"preset": "python"}, [{"run": "python -c 'import greet'"}])
+        run = judge(feature, base)
+    finally:
+        server.shutdown()
+    assert run.status == RunStatus.PASSED, environment_note(run)["log"]
+    assert "greet" in environment_note(run)["log"]
+
+
+@pytest.mark.usefixtures("idle_broker")
+def test_only_the_package_index_settings_reach_a_build_and_its_log_is_redacted(git_repo, monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror-user:hunter2hunter2@mirror.example/simple/")
+    monkeypatch.setenv("FUSION_TEST_SERVICE_SETTING", "service-only-value")
+    base = git_repo.commit({"README.md": "# env\n"}, "nothing to install")
+    feature = mission_with(git_repo, base, {"setup": ["env | sort"]}, [{"run": "true"}])
+    run = judge(feature, base)
+    assert run.status == RunStatus.PASSED
+    log = environment_note(run)["log"]
+    assert "PIP_INDEX_URL=https://[REDACTED]@mirror.example/simple/" in log and "FUSION_ENV=" in log
+    assert "hunter2hunter2" not in log and "service-only-value" not in log
 
 
 # ---------------------------------------------------------------- node
