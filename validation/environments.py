@@ -104,8 +104,9 @@ def provided(run: Any, ctx: ValidationContext) -> Iterator[None]:
         journal.append(run_id=run.pk, kind="note", key="environment", payload=_payload(spec, report, result))
         if not entry.ready and not broken_by:
             raise ValidatorCrashed(
-                f"the environment {key[:12]} could not be built with its key files as at the base revision "
-                f"(docs/ENVIRONMENTS.md); its log ends:\n{log[-1500:]}",
+                f"the environment {key[:12]} could not be built, and the revision did not change its key "
+                "files since the base (a registry down, a broken setup, or no base to compare with; "
+                f"docs/ENVIRONMENTS.md); its log ends:\n{log[-1500:]}",
                 code="environment_failed",
             )
         ctx.environment = report

@@ -103,3 +103,20 @@ def test_a_pass_under_another_environment_is_not_reused():
     python = input_fingerprint(**same, environment={"preset": "python", "setup": [], "key_files": [], "path": []})
     node = input_fingerprint(**same, environment={"preset": "node", "setup": [], "key_files": [], "path": []})
     assert len({without, python, node}) == 3
+
+
+def test_the_admin_shows_and_checks_the_environment_of_a_mission_and_a_milestone(admin_client):
+    from missions.admin.forms import MilestoneForm
+
+    mission, _ = mission_import(document=copy.deepcopy(FILE))
+    web = Milestone.objects.get(mission=mission, key="web")
+    for url in (f"/admin/missions/mission/{mission.pk}/change/", f"/admin/missions/milestone/{web.pk}/change/"):
+        page = admin_client.get(url)
+        assert page.status_code == 200 and 'name="environment"' in page.content.decode(), url
+    fields = {"mission": mission.pk, "key": "web", "title": "Web", "order": 0, "status": web.status}
+    fields["validation_state"] = web.validation_state
+    bad = MilestoneForm(instance=web, data={**fields, "environment": '{"preset": "ruby"}'})
+    assert not bad.is_valid() and "must be one of none, python, node" in str(bad.errors["environment"])
+    inherit = MilestoneForm(instance=web, data={**fields, "environment": ""})
+    assert inherit.is_valid(), inherit.errors
+    assert inherit.cleaned_data["environment"] is None  # emptied: the mission's
