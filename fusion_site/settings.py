@@ -348,6 +348,15 @@ def _snapshot_dir() -> Path:
 
 
 FUSION_SNAPSHOT_DIR = _snapshot_dir()
+# Built environments (docs/ENVIRONMENTS.md): beside the snapshots (outside the service's
+# checkout), the least recently used removed past FUSION_ENV_CACHE_MB.
+FUSION_ENV_CACHE = Path(
+    os.environ.get("FUSION_ENV_CACHE")
+    or FUSION_SNAPSHOT_DIR.with_name(FUSION_SNAPSHOT_DIR.name.replace("snapshots", "environments", 1))
+).resolve()
+FUSION_ENV_CACHE_MB = env_int("FUSION_ENV_CACHE_MB", 10 * 1024)
+# The longest an environment's build (its preset's step and its setup) may take.
+FUSION_ENV_BUILD_TIMEOUT = env_int("FUSION_ENV_BUILD_TIMEOUT", 900)
 FUSION_EXECUTOR_ATTEMPTS = env_int("FUSION_EXECUTOR_ATTEMPTS", 2)
 FUSION_EXECUTOR_LEASE_SECONDS = env_int("FUSION_EXECUTOR_LEASE_SECONDS", 60)
 # Repositories (docs/REPOSITORIES.md): one bare mirror per source on each worker, the

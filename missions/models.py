@@ -14,6 +14,7 @@ from django.db import models
 from fusion_site.base.mirrors import source_of
 from fusion_site.base.sources import SnapshotError, Source
 from missions.checks_spec import check_spec_problems, pattern_problems
+from missions.environment_spec import environment_problems
 
 
 def column(model: type[models.Model], name: str) -> str:
@@ -101,6 +102,12 @@ class Mission(TimeStamped):
     )
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
     executor_command = models.TextField(blank=True, default="")
+    # What is set up once before the checks run (docs/ENVIRONMENTS.md); {} declares none.
+    environment = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The environment the checks run in: preset, setup, key_files, path (docs/ENVIRONMENTS.md).",
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_missions"
     )
@@ -127,6 +134,8 @@ class Mission(TimeStamped):
             errors["protected_paths"] = problems
         elif self.protected_paths and not self.base_revision.strip():
             errors["base_revision"] = ["required when protected_paths is set (protected files are restored from it)"]
+        if problems := environment_problems(self.environment):
+            errors["environment"] = problems
         if errors:
             raise ValidationError(errors)
 
@@ -158,6 +167,13 @@ class Milestone(TimeStamped):
     )
     validation_state = models.CharField(max_length=16, choices=RollupState.choices, default=RollupState.NOT_STARTED)
     dependencies = models.ManyToManyField("self", symmetrical=False, blank=True, related_name="dependents")
+    # The milestone's own environment (docs/ENVIRONMENTS.md); null: the mission's.
+    environment = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="This milestone's environment, instead of the mission's; empty: the mission's.",
+    )
 
     class Meta:
         ordering = ["mission_id", "order", "id"]
@@ -165,6 +181,10 @@ class Milestone(TimeStamped):
 
     def __str__(self) -> str:
         return f"{self.mission_id}:{self.key}"
+
+    def clean(self) -> None:
+        if self.environment is not None and (problems := environment_problems(self.environment)):
+            raise ValidationError({"environment": problems})
 
 
 class SliceStatus(models.TextChoices):

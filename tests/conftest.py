@@ -81,6 +81,7 @@ def _settings_for_tests(settings, tmp_path, check_python):
         settings.FUSION_CHECK_PYTHON = check_python
     settings.FUSION_SNAPSHOT_DIR = tmp_path / "snapshots"
     settings.FUSION_REPO_CACHE = tmp_path / "repos"  # each test a worker with a cold cache
+    settings.FUSION_ENV_CACHE = tmp_path / "environments"
     settings.FUSION_RETRY_BACKOFF_MS = 0
     settings.FUSION_REDRIVE_GRACE = 0
 

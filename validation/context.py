@@ -23,6 +23,26 @@ class AssertionSpec:
         return {"key": self.key, "title": self.title, "statement": self.statement, "check": self.check}
 
 
+@dataclass(frozen=True)
+class EnvironmentReport:
+    """What the run's declared environment came to (docs/ENVIRONMENTS.md): its key,
+    whether it was reused or built (and how long that took), and, for a build the
+    revision broke, the key files it changed and the build's log."""
+
+    key: str
+    reused: bool
+    seconds: float
+    ok: bool = True
+    log: str = ""
+    broken_by: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """The short line shown with each run check's evidence."""
+        if not self.ok:
+            return f"environment {self.key[:12]}: build failed after {self.seconds:.1f} s"
+        return f"environment {self.key[:12]}: " + ("reused" if self.reused else f"built in {self.seconds:.1f} s")
+
+
 @dataclass
 class ValidationContext:
     run_id: int
@@ -47,6 +67,7 @@ class ValidationContext:
     # What the mission's environment adds to a check (docs/SANDBOX.md); None: the plain
     # interpreter and the system PATH.
     toolchain: Toolchain | None = None
+    environment: EnvironmentReport | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

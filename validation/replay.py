@@ -21,7 +21,7 @@ from validation import journal, protect
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.journal import JournalIntegrityError, JournalMiss
 from validation.models import JournalEntry, RunStatus, ValidatorRun
-from validation.services.admission import feature_assertion_specs, input_fingerprint
+from validation.services.admission import feature_assertion_specs, input_fingerprint, run_environment
 from validation.services.runner import run_assertions
 from validation.validators import judge
 from validation.validators.repair import ReplayDivergence
@@ -129,9 +129,12 @@ def _fingerprint_note(run: ValidatorRun, ctx: ValidationContext, notes: list[str
         profile=profile,
         protection=run.protection,
         sandbox_kind=(run.sandbox or "none").split()[0],
+        environment=run_environment(run.mission, run.milestone),
     )
     if now != run.input_fingerprint:
-        notes.append("the feature's assertions changed since the run; the replay judges the run's own frozen set")
+        notes.append(
+            "the feature's assertions or environment changed since the run; the replay judges the run's own frozen set"
+        )
 
 
 def replay_run(run_id: int) -> ReplayReport:

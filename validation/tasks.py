@@ -17,7 +17,8 @@ from validation.services.task_outcome import task_outcome_process
 
 logger = logging.getLogger(__name__)
 
-RUN_TIME_LIMIT_MS = (settings.FUSION_VALIDATOR_TIMEOUT + 60) * 1000
+# A run may first build its environment (docs/ENVIRONMENTS.md), then judge.
+RUN_TIME_LIMIT_MS = (settings.FUSION_VALIDATOR_TIMEOUT + settings.FUSION_ENV_BUILD_TIMEOUT + 60) * 1000
 
 
 @dramatiq.actor(max_retries=5, min_backoff=500, max_backoff=10_000, time_limit=120_000, queue_name="fusion")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import mirror_guard
+from fusion_site.base import cachedirs, mirror_guard
 from fusion_site.base.sources import (
     SnapshotError,
     Source,
@@ -129,15 +129,7 @@ def _unreachable(source: Source, proc: subprocess.CompletedProcess) -> SourceUna
 # ---------------------------------------------------------------- locks
 
 
-@contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[None]:
-    # flock locks belong to the open file: two threads of one process exclude each other too.
-    with open(path, "a") as fh:
-        fcntl.flock(fh, mode)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+_flock = cachedirs.flock
 
 
 def _write_lock(source: Source) -> contextlib.AbstractContextManager[None]:
@@ -147,10 +139,7 @@ def _write_lock(source: Source) -> contextlib.AbstractContextManager[None]:
 @contextlib.contextmanager
 def in_use(source: Source) -> Iterator[Path]:
     """The mirror, held against eviction while the caller reads it."""
-    use = cache_root() / f"{source.key}.use"
-    with _flock(use, fcntl.LOCK_SH):
-        with contextlib.suppress(OSError):
-            os.utime(use)  # the least-recently-used order
+    with cachedirs.in_use(cache_root(), source.key):
         yield mirror_dir(source)
 
 
@@ -381,13 +370,7 @@ def _ls_remote(source: Source, name: str) -> str:
 # ---------------------------------------------------------------- eviction
 
 
-def _size(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+_size = cachedirs.tree_bytes
 
 
 def evict(*, keep: str = "", budget: int | None = None) -> list[str]:
@@ -395,41 +378,6 @@ def evict(*, keep: str = "", budget: int | None = None) -> list[str]:
     never `keep`, never one a reader holds. Returns the keys removed."""
     budget = settings.FUSION_REPO_CACHE_BYTES if budget is None else budget
     root = cache_root()
-    mirrors = []
-    for path in root.iterdir():
-        if not MIRROR_NAME.match(path.name):  # a clone being made, or one being evicted
-            continue
-        key = path.name[: -len(".git")]
-        use = root / f"{key}.use"
-        try:
-            used = use.stat().st_mtime if use.exists() else path.stat().st_mtime
-        except OSError:  # evicted by another worker meanwhile
-            continue
-        mirrors.append((used, key, path, _size(path)))
-    total = sum(m[3] for m in mirrors)
-    removed = []
-    for _used, key, path, size in sorted(mirrors):
-        if total <= budget:
-            break
-        if key == keep or not _try_remove(root, key, path):
-            continue
-        total -= size
-        removed.append(key)
-    return removed
-
-
-def _try_remove(root: Path, key: str, path: Path) -> bool:
-    with open(root / f"{key}.lock", "a") as lock, open(root / f"{key}.use", "a") as use:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False  # being fetched or read: kept this time
-        # Renamed first: a reader that comes next finds no mirror and makes a new one.
-        doomed = root / f".evicted-{key}-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(path, doomed)
-        except OSError:
-            return False
-        shutil.rmtree(doomed, ignore_errors=True)
-    return True
+    # Only finished mirrors: not a clone being made, nor one being evicted.
+    folders = [(path.name[: -len(".git")], path) for path in root.iterdir() if MIRROR_NAME.match(path.name)]
+    return cachedirs.evict(root, folders, budget=budget, keep=keep)

@@ -85,13 +85,24 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Bind:
+    """A host folder mounted over a folder of the command's tree (`target`, relative to
+    the tree): an environment's `node_modules` where the project's tools look for it."""
+
+    source: Path
+    target: str
+    writable: bool = False
+
+
+@dataclass(frozen=True)
 class Toolchain:
     """What an environment adds to a command: folders first on `PATH`, folders mounted
-    read-only, and variables."""
+    read-only, folders mounted into its tree, and variables."""
 
     path: tuple[str, ...] = ()
     readable: tuple[Path, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    binds: tuple[Bind, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,7 @@ class Confinement:
     network: bool = False
     # Not a check (a validator's or executor's program): no limits on memory or processes.
     limits: bool = True
+    binds: tuple[Bind, ...] = ()  # mounted over the tree's own folders (`Bind`)
 
 
 def mode() -> str:
@@ -234,6 +246,8 @@ def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path) -> list[str
     for folder in confine.writable:
         args += ["--bind", str(folder), str(folder)]
     args += ["--bind", str(tree), str(confine.tree), "--chdir", str(confine.tree)]
+    for bind in confine.binds:  # after the tree: mounted over it
+        args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), str(confine.tree / bind.target)]
     args += ["--unshare-all", *([] if not confine.network else ["--share-net"])]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "fusion-check"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]

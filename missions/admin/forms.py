@@ -13,6 +13,7 @@ from django.forms.models import BaseInlineFormSet
 from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
 from missions.admin.helpers import related
 from missions.checks_spec import pattern_problems
+from missions.environment_spec import environment_problems
 from missions.errors import DomainError, Invalid
 from missions.models import (
     AssertionScope,
@@ -36,7 +37,22 @@ SETTLED_FIELDS = (
     "protected_paths",
     "validator",
     "allowed_validators",
+    "environment",
 )
+
+
+ENVIRONMENT_HELP = (
+    'A JSON mapping, e.g. {"preset": "python", "setup": ["pip install -r requirements.txt"]}: '
+    "built once per key and mounted read-only into every check (docs/ENVIRONMENTS.md)."
+)
+
+
+def _environment(value: Any, *, empty: dict | None) -> Any:
+    if value in (None, ""):  # an emptied field: none (a mission), the mission's (a milestone)
+        return empty
+    if problems := environment_problems(value):
+        raise forms.ValidationError(problems)
+    return value
 
 
 def mission_id_of(parent: models.Model | None) -> int | None:
@@ -60,6 +76,7 @@ class MissionForm(forms.ModelForm):
             "(shown as the base commit), and moved only when you change it here.",
             "allowed_validators": 'A JSON list of validator profile names, e.g. ["checks"]: besides '
             "the validator, the only profiles that may judge this mission.",
+            "environment": ENVIRONMENT_HELP,
         }
 
     # Who is saving (`MissionAdmin.get_form`); the admin site lets staff in only.
@@ -91,6 +108,9 @@ class MissionForm(forms.ModelForm):
         if problems:
             raise forms.ValidationError(problems)
         return value
+
+    def clean_environment(self):
+        return _environment(self.cleaned_data.get("environment"), empty={})
 
     def clean_allowed_validators(self):
         value = self.cleaned_data.get("allowed_validators")
@@ -159,6 +179,10 @@ class MilestoneForm(MissionScopedForm):
     class Meta:
         model = Milestone
         fields = "__all__"
+        help_texts = {"environment": "Empty: the mission's environment. " + ENVIRONMENT_HELP}
+
+    def clean_environment(self):
+        return _environment(self.cleaned_data.get("environment"), empty=None)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -78,6 +78,10 @@ class MissionAdmin(PlanWriteMixin, SaveChangedFieldsMixin, LinkDisplays, admin.M
             },
         ),
         ("Protected paths", {"fields": ("protected_paths", "on_protected_change", "protect_runner_config")}),
+        (
+            "Environment",
+            {"fields": ("environment",), "description": "What the checks run with (docs/ENVIRONMENTS.md)."},
+        ),
         ("People", {"fields": ("owner", "members")}),
         ("Record", {"fields": ("event_seq", *TIMESTAMPS)}),
     )
@@ -157,6 +161,7 @@ class MilestoneAdmin(PlanWriteMixin, RollupRefreshMixin, SaveChangedFieldsMixin,
         "status",
         "validation_state",
         "dependencies",
+        "environment",
         *TIMESTAMPS,
     )
     inlines = (SliceInline, ContractAssertionInline)

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
 from missions.checks_spec import check_spec_problems, pattern_problems
+from missions.environment_spec import environment_problems
 from missions.errors import Invalid
 from missions.models import (
     ContractAssertion,
@@ -55,6 +56,18 @@ class CheckField(serializers.JSONField):
         return value
 
 
+class EnvironmentField(serializers.JSONField):
+    """A declared environment (docs/ENVIRONMENTS.md); on a milestone, null is the mission's."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value is None and self.allow_null:
+            return None
+        if problems := environment_problems(value):
+            raise serializers.ValidationError(problems)
+        return value
+
+
 class MissionSerializer(serializers.ModelSerializer):
     """`repository` is a git URL or a local path (docs/REPOSITORIES.md), checked with the
     requesting user's staff flag; `credentials_env` names a variable on the workers, never
@@ -65,6 +78,7 @@ class MissionSerializer(serializers.ModelSerializer):
 
     members = serializers.PrimaryKeyRelatedField(many=True, required=False, queryset=get_user_model().objects.all())
     owner = serializers.PrimaryKeyRelatedField[AbstractBaseUser](read_only=True)
+    environment = EnvironmentField(required=False, help_text=Mission._meta.get_field("environment").help_text)
     workspace = serializers.CharField(
         write_only=True,
         required=False,
@@ -96,6 +110,7 @@ class MissionSerializer(serializers.ModelSerializer):
             "submodules",
             "validator",
             "allowed_validators",
+            "environment",
             "executor",
             "executor_command",
             "owner",
@@ -166,6 +181,9 @@ class MissionSerializer(serializers.ModelSerializer):
 class MilestoneSerializer(serializers.ModelSerializer):
     mission = VisiblePK(model=Mission, mission_path="")
     dependencies = VisiblePK(model=Milestone, mission_path="mission", many=True, required=False)
+    environment = EnvironmentField(
+        required=False, allow_null=True, help_text=Milestone._meta.get_field("environment").help_text
+    )
 
     class Meta:
         model = Milestone
@@ -179,6 +197,7 @@ class MilestoneSerializer(serializers.ModelSerializer):
             "status",
             "validation_state",
             "dependencies",
+            "environment",
             "created_at",
             "updated_at",
         ]

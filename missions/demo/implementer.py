@@ -19,9 +19,10 @@ CHANGES = {
         "shop/discount.py": "def apply_discount(total, percent):\n    return round(total * (100 - percent) / 100, 2)\n"
     },
     "receipt": {
-        "shop/receipt.py": "from shop.cart import cart_total\n\n\ndef receipt(items):\n"
-        "    lines = [f'{qty} x {price:.2f}' for price, qty in items]\n"
-        "    return '\\n'.join(lines + [f'TOTAL {cart_total(items):.2f}'])\n"
+        "shop/receipt.py": "from shopmoney import money\n\nfrom shop.cart import cart_total\n\n\n"
+        "def receipt(items):\n"
+        "    lines = [f'{qty} x {money(price)}' for price, qty in items]\n"
+        "    return '\\n'.join(lines + [f'TOTAL {money(cart_total(items))}'])\n"
     },
 }
 

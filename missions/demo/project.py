@@ -1,6 +1,14 @@
-"""The demo's real Python project (a tiny shop) and its mission file."""
+"""The demo's real Python project (a tiny shop) and its mission file. The shop formats
+money with a package it installs from a wheel it carries (`WHEELS`), in the environment
+its mission declares: built once, offline, in the sandbox (docs/ENVIRONMENTS.md)."""
 
 from typing import Any
+
+from missions.demo.wheel import wheel, wheel_name
+
+# The package the receipt formats money with, in the repository's `wheels/`.
+MONEY = {"shopmoney.py": "def money(amount):\n    return f'{amount:.2f}'\n"}
+WHEELS = {f"wheels/{wheel_name('shopmoney', '1.0')}": wheel("shopmoney", "1.0", MONEY)}
 
 TESTS = {
     "shop/__init__.py": "",
@@ -19,6 +27,7 @@ TESTS = {
     "tests/test_receipt.py": "import unittest\n\n\nclass ReceiptTests(unittest.TestCase):\n"
     "    def test_receipt(self):\n        from shop.receipt import receipt\n"
     "        self.assertIn('TOTAL 8.00', receipt([(2.5, 2), (1.0, 3)]))\n",
+    "requirements.txt": "shopmoney==1.0\n",
     "README.md": "# Tiny shop\n\nThe demo project of Fusion Missions.\n",
 }
 
@@ -40,6 +49,12 @@ MISSION: dict[str, Any] = {
         "retry_budget": 3,
         # The tests came first (the base revision): an implementation cannot pass by editing them.
         "protected_paths": ["tests/**"],
+        # Its dependency, from the wheel the repository carries: no network needed.
+        "environment": {
+            "preset": "python",
+            "setup": ["pip install --no-index --find-links wheels -r requirements.txt"],
+            "key_files": ["requirements.txt", "wheels"],
+        },
     },
     "milestones": [
         {

@@ -28,7 +28,7 @@ from missions.models import (
     Slice,
     TaskStatus,
 )
-from missions.services.judging import base_changed, settle_mission_fields
+from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.writing import apply_fields, in_mission, require_staff_for_code, unique_key_guard
 from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
@@ -122,6 +122,8 @@ def _creates_cycle(milestone: Milestone, deps: list[Milestone]) -> bool:
 @unique_key_guard
 def milestone_create(*, user, mission: Mission, dependencies: Iterable[Milestone] = (), **fields: Any) -> Milestone:
     deps = _check_dependencies(None, mission, dependencies)
+    if fields.get("environment") is not None:
+        settle_milestone_environment(mission=mission, old=None, new=fields["environment"], user=user)
     milestone = Milestone.objects.create(mission=mission, **fields)
     milestone.dependencies.set(deps)
     publish_on_commit(
@@ -140,6 +142,10 @@ def milestone_update(
     *, user, milestone: Milestone, dependencies: Iterable[Milestone] | None = None, **fields: Any
 ) -> Milestone:
     fields.pop("mission", None)
+    if "environment" in fields:
+        settle_milestone_environment(
+            mission=milestone.mission, old=milestone.environment, new=fields["environment"], user=user
+        )
     apply_fields(milestone, fields)
     if dependencies is not None:
         milestone.dependencies.set(_check_dependencies(milestone, milestone.mission, dependencies))

@@ -23,7 +23,8 @@ changes.
   its tests (`base_revision`, `protected_paths`, `on_protected_change`,
   `protect_runner_config`) are changed by the mission's owner or staff only (`owner_only`):
   a member could otherwise switch the mission to the weakest profile, or lift the
-  protection of the tests the work is judged by.
+  protection of the tests the work is judged by. The same for the `environment` the
+  checks run with (docs/ENVIRONMENTS.md), the mission's and a milestone's own.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fusion_site.base.mirrors import source_of
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from fusion_site.base.sources import credentials_allowed, normalize
 from missions import hooks
+from missions.environment_spec import environment_problems
 from missions.errors import Forbidden, Invalid, StaffOnly
 from missions.events import lock_mission, publish_on_commit
 from missions.models import ContractAssertion, Milestone, Mission
@@ -53,6 +55,8 @@ JUDGES = (
     "on_protected_change",
     "protect_runner_config",
     "submodules",
+    # What the checks run with (docs/ENVIRONMENTS.md): its `setup` runs with the network.
+    "environment",
 )
 
 
@@ -83,6 +87,8 @@ def settle_mission_fields(*, mission: Mission | None, fields: dict[str, Any], us
     """`fields` (what a writer sets on `mission`, or on a new one) as they are to be written,
     with `base_commit` when the base is (re)pinned; refused with a `DomainError` otherwise."""
     fields = dict(fields)
+    if "environment" in fields and (problems := environment_problems(fields["environment"])):
+        raise Invalid("environment: " + "; ".join(problems), fields={"environment": problems})
     _check_credentials(mission, fields, user)
     _check_judges(mission, fields, user)
     _settle_base(mission, fields)
@@ -153,6 +159,20 @@ def _check_judges(mission: Mission | None, fields: dict[str, Any], user: Any) ->
         "only the mission's owner or staff may change how it is judged (its validator profiles and protected paths)",
         code="owner_only",
         fields={name: ["only the owner or staff may change this field"] for name in changed},
+    )
+
+
+def settle_milestone_environment(*, mission: Mission, old: Any, new: Any, user: Any) -> None:
+    """A milestone's own environment (`None`: the mission's) follows the mission's rule:
+    valid, and changed by the mission's owner or staff only (`owner_only`)."""
+    if new is not None and (problems := environment_problems(new)):
+        raise Invalid("environment: " + "; ".join(problems), fields={"environment": problems})
+    if new == old or _staff(user) or mission.owner_id == getattr(user, "pk", None):
+        return
+    raise Forbidden(
+        "only the mission's owner or staff may change how it is judged (a milestone's environment)",
+        code="owner_only",
+        fields={"environment": ["only the owner or staff may change this field"]},
     )
 
 

@@ -59,6 +59,9 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
             {
                 "blocked",
                 "validator_unavailable",
+                # runs that kept ending `error` with this code (validation/services/outcomes.py)
+                "sandbox_unavailable",
+                "environment_failed",
                 "operator",
                 "fingerprint_failures",
                 "workspace_unavailable",

@@ -7,7 +7,7 @@ import pytest
 
 from missions.management.commands.demo import create_demo
 from missions.models import MissionFeature
-from validation.models import FixLineage, ValidatorRun
+from validation.models import FixLineage, JournalEntry, ValidatorRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,3 +25,7 @@ def test_demo_mission_runs_to_complete(worker, tmp_path, alice):
     assert statuses == ["failed", "passed"]
     assert set(mission.milestones.values_list("status", flat=True)) == {"complete"}
     assert set(mission.assertions.values_list("status", flat=True)) == {"passed"}
+    # Its declared environment (the wheel the repository carries) was built once, then reused.
+    notes = JournalEntry.objects.filter(run__mission=mission, kind="note", key="environment")
+    assert notes.exists() and all(n.payload["ok"] for n in notes)
+    assert [n.payload["reused"] for n in notes].count(False) == 1

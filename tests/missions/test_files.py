@@ -431,7 +431,7 @@ def test_export_format_and_round_trip_through_a_fresh_database(tmp_path):
     assert list(data["mission"]) == list(files.MISSION_FIELDS)
     assert data["mission"]["repository"] == "https://git.example.com/shop.git" and "workspace" not in data["mission"]
     m1 = data["milestones"][0]
-    assert list(m1) == ["key", "title", "description", "dependencies", "assertions", "slices"]
+    assert list(m1) == ["key", "title", "description", "environment", "dependencies", "assertions", "slices"]
     assert list(m1["assertions"][0]) == ["key", "title", "statement", "scope", "check"]
     assert m1["assertions"][1]["check"] is None
     assert list(m1["slices"][0]) == ["key", "title", "description", "features"]

@@ -13,6 +13,7 @@ from django.utils import timezone
 from fusion_site.base import sandbox
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from missions.environment_spec import declared_for, effective
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
@@ -72,10 +73,13 @@ def input_fingerprint(
     profile: dict[str, Any],
     protection: dict[str, Any] | None = None,
     sandbox_kind: str | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> str:
     """`sandbox_kind`: what the run's commands ran in ("bubblewrap", "none"); by default
     what they would run in here. Part of the key: a pass obtained unconfined is never
-    reused for a run that would be confined (docs/SANDBOX.md)."""
+    reused for a run that would be confined (docs/SANDBOX.md). `environment`: the
+    declared environment with its defaults (`run_environment`), so that a pass under
+    another environment is never reused (docs/ENVIRONMENTS.md)."""
     judged = [{"key": a["key"], "statement": a["statement"], "check": a["check"]} for a in assertions]
     return sha256_of(
         {
@@ -84,8 +88,14 @@ def input_fingerprint(
             "validator": profiles.public_config(profile),
             "sandbox": sandbox_kind or sandbox.status().kind,
             **({"protection": protection} if protection else {}),
+            **({"environment": environment} if environment else {}),
         }
     )
+
+
+def run_environment(mission, milestone) -> dict[str, Any] | None:
+    """The environment a run of `milestone` uses: its own, else the mission's, with its defaults."""
+    return effective(declared_for(mission.environment, milestone.environment))
 
 
 def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -240,7 +250,13 @@ def admit(
             detail="no contract assertions are linked: a feature never passes without them",
             actor_id=actor_id,
         )
-    fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile, protection=protection)
+    fingerprint = input_fingerprint(
+        revision=revision,
+        assertions=assertions,
+        profile=profile,
+        protection=protection,
+        environment=run_environment(feature.mission, feature.slice.milestone),
+    )
     if not force:
         # Every judged run on this input, newest first (a handful), in one query: the
         # newest decides a reuse, the failed ones count towards the block.
@@ -282,7 +298,7 @@ def _locked_feature(pk: int):
     """The feature locked, with its mission and slice. `of`: the feature row is the one
     locked (the mission's is, by `lock_mission`; the slice's need not be)."""
     locked = MissionFeature.objects.select_for_update(of=("self",)) if _locks_of() else MissionFeature.objects
-    return locked.select_related("mission", "slice").filter(pk=pk)
+    return locked.select_related("mission", "slice__milestone").filter(pk=pk)
 
 
 _LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(_locked_feature)

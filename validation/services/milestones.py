@@ -22,6 +22,7 @@ from validation.services.admission import (
     input_fingerprint,
     mission_protection,
     new_run,
+    run_environment,
     run_started_event,
 )
 from validation.services.fixes import fix_create, regression_sources
@@ -73,7 +74,11 @@ def _milestone_input(milestone: Milestone) -> dict:
         "assertions": assertions,
         "protection": protection,
         "fingerprint": input_fingerprint(
-            revision=revision, assertions=assertions, profile=profile, protection=protection
+            revision=revision,
+            assertions=assertions,
+            profile=profile,
+            protection=protection,
+            environment=run_environment(mission, milestone),
         ),
     }
 

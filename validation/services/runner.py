@@ -18,7 +18,7 @@ from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
 from missions.services.judging import mission_base
-from validation import journal, profiles, protect
+from validation import environments, journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import JournalEntry, RunStatus, ValidatorRun
 from validation.services.outcomes import RUN_STATUS, run_complete, run_error
@@ -131,7 +131,7 @@ _CLAIM = PreparedUpdate(
 # its own.
 _CLAIMED: Prepared[ValidatorRun] = Prepared(
     lambda pk: (
-        ValidatorRun.objects.select_related("mission", "feature")
+        ValidatorRun.objects.select_related("mission", "feature", "milestone")
         .annotate(decided=Exists(JournalEntry.objects.filter(run=OuterRef("pk"), kind="decision", key="final")))
         .filter(pk=pk)
     )
@@ -193,7 +193,8 @@ def _judge_and_record(run: ValidatorRun) -> str:
                 # Protected files go back to the base revision before anything reads the snapshot.
                 protection = protect.prepare(checkout, source=source, revision=run.revision, frozen=run.protection)
                 ctx = build_context(run, checkout, protection=protection)
-                judgement = judge(ctx)
+                with environments.provided(run, ctx):  # built or reused, held while it judges
+                    judgement = judge(ctx)
                 verdict = host_accept(
                     run.pk,
                     judgement.candidate,

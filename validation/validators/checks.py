@@ -24,7 +24,7 @@ from fusion_site.base.sandbox import Confinement, Toolchain
 from fusion_site.base.snapshots import is_whole_snapshot, private_copy
 from fusion_site.base.tree_index import TreeFacts, facts_of
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
-from validation import journal, protect, subversion, unfetched, witness
+from validation import environments, journal, protect, subversion, unfetched, witness
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.verdict import (
     AssertionVerdict,
@@ -107,6 +107,7 @@ class RunPlace:
             readable=(*tools.readable, *self.readable),
             writable=self.writable,
             network=spec.get("network", False) is True,
+            binds=tools.binds,
         )
 
     def env(self, extra: dict[str, str] | None) -> dict[str, str]:
@@ -260,6 +261,14 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
     if check_spec_problems(spec):  # judge_assertion blocks it without running anything
         return judge_assertion(ctx.checkout, assertion)
     assert spec is not None  # check_spec_problems has a problem for anything but an object
+    if "run" in spec and ctx.environment is not None:
+        return environments.judged_with(ctx.environment, assertion, lambda: _judge_protected(ctx, assertion, in_place))
+    return _judge_protected(ctx, assertion, in_place)
+
+
+def _judge_protected(ctx: ValidationContext, assertion: AssertionSpec, in_place: bool) -> AssertionVerdict:
+    spec = assertion.check
+    assert spec is not None  # judge_isolated judges only a check without problems
     protection = ctx.protection
     own = spec.get("protect") or []
     if own and not protection.base:

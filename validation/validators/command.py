@@ -17,13 +17,13 @@ import os
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
 from fusion_site.base.redact import redact
-from fusion_site.base.sandbox import Confinement
+from fusion_site.base.sandbox import Confinement, Toolchain
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.validators import Judgement
@@ -106,12 +106,16 @@ def read_stdout(text: str) -> tuple[Any, str]:
     return text, "text"
 
 
-def _invoke(options: CommandOptions, checkout: Path, stdin: str) -> dict[str, Any]:
+def _invoke(options: CommandOptions, checkout: Path, stdin: str, tools: Toolchain | None = None) -> dict[str, Any]:
+    """`tools`: the run's environment (docs/ENVIRONMENTS.md), as a check gets it."""
+    tools = tools or Toolchain()
     with tempfile.NamedTemporaryFile(prefix="fusion-validator-stderr-", delete=False) as err:
         err_path = err.name
     extra = {"FUSION_VALIDATOR_STDERR": err_path}
     if options.api_key_env and os.environ.get(options.api_key_env):
         extra[options.api_key_env] = os.environ[options.api_key_env]
+    confine = options.confinement(checkout, Path(err_path))
+    confine = replace(confine, readable=(*confine.readable, *tools.readable), binds=tools.binds)
     try:
         result = run_command(
             options.argv(),
@@ -119,8 +123,8 @@ def _invoke(options: CommandOptions, checkout: Path, stdin: str) -> dict[str, An
             timeout=options.timeout,
             max_output=MAX_STDOUT,
             stdin=stdin,
-            env=scrubbed_env(extra),
-            confine=options.confinement(checkout, Path(err_path)),
+            env=scrubbed_env({**tools.env, **extra}, path=tools.path),
+            confine=confine,
         )
         stderr = Path(err_path).read_bytes()[-STDERR_TAIL:].decode("utf-8", errors="replace")
     except Unconfined as exc:
@@ -175,7 +179,7 @@ def judge_command(ctx: ValidationContext) -> Judgement:
             response_kind="model_response",
             key=key,
             request=request,
-            live_fn=lambda stdin=stdin: _invoke(options, ctx.workdir or ctx.checkout, stdin),
+            live_fn=lambda stdin=stdin: _invoke(options, ctx.workdir or ctx.checkout, stdin, ctx.toolchain),
             what=f"command invocation {attempt + 1}",
         )
         _check_exit(answer, options)

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from missions.demo import implementer
-from missions.demo.project import MISSION, TESTS
+from missions.demo.project import MISSION, TESTS, WHEELS
 from missions.management.workers import start_embedded_worker
 from missions.models import Mission
 from missions.services.files import mission_import
@@ -31,6 +31,9 @@ def make_repository(path: Path) -> str:
     for rel, text in TESTS.items():
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
         (path / rel).write_text(text)
+    for rel, data in WHEELS.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_bytes(data)
     env = {
         **os.environ,
         "GIT_AUTHOR_NAME": "Demo",

@@ -23,7 +23,7 @@ from missions.models import (
 )
 from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
-from missions.services.judging import base_changed, settle_mission_fields
+from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
 
@@ -147,10 +147,11 @@ def _check_repository(doc: Document, mission: Mission | None, user) -> None:
         raise Invalid(line, code="repository_refused", fields={"errors": [line]}) from exc
 
 
-def _settle(doc: Document, mission: Mission | None, user) -> None:
+def _settle(doc: Document, mission: Mission | None, existing: _Existing, user) -> None:
     """The rules every writer applies (`missions/services/judging.py`): the base pinned to
-    its commit, credentials where they may go, who picks the validators. A refusal names
-    the file's fields (`mission.base_revision: …`) and keeps its code."""
+    its commit, credentials where they may go, who picks the validators and the
+    environments. A refusal names the file's fields (`mission.base_revision: …`) and keeps
+    its code."""
     values = doc.mission.values
     try:
         settled = settle_mission_fields(mission=mission, fields=values, user=user)
@@ -159,6 +160,16 @@ def _settle(doc: Document, mission: Mission | None, user) -> None:
         raise type(exc)(lines[0], code=exc.code, fields={"errors": lines}, extra=exc.extra) from exc
     if "base_commit" in settled:
         values["base_commit"] = settled["base_commit"]
+    if mission is None:  # a new mission: the importer is its owner
+        return
+    for node in doc.milestones:
+        current = existing.milestones.get(node.key)
+        old = current.environment if current is not None else None
+        try:
+            settle_milestone_environment(mission=mission, old=old, new=node.values["environment"], user=user)
+        except DomainError as exc:
+            line = f"{node.path}.environment: {exc.detail}"
+            raise type(exc)(line, code=exc.code, fields={"errors": [line]}) from exc
 
 
 def _actor(user) -> int | None:
@@ -238,7 +249,7 @@ def _apply(doc: Document, user) -> ImportResult:
         _guard_links(doc, existing)
         _guard_staff(doc, mission, existing, user)
         _check_repository(doc, mission, user)
-        _settle(doc, mission, user)
+        _settle(doc, mission, existing, user)
         writer = _Writer()
         created = mission is None
         base = mission.base_commit if mission is not None else ""

@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from fusion_site.base.sources import SourceRefused, check_credentials_env
 from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
+from missions.environment_spec import MAX_PATH, MAX_SETUP, PRESETS, environment_problems
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.judging import MAX_ALLOWED_VALIDATORS, allowed_validators_problems
 
@@ -38,7 +39,7 @@ _SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
 # Error types of a value that is read all the same by the rules of the whole file (a list
 # with a bad pattern still needs a base_revision); any other refused value reads as its default.
-PROBLEM_LISTS = "check_problems", "pattern_problems"
+PROBLEM_LISTS = "check_problems", "pattern_problems", "environment_problems"
 
 
 def plain(value: Any) -> Any:
@@ -155,6 +156,35 @@ class Check(_Reworded):
         return {"type": "object", "additionalProperties": True}
 
 
+class Environment(_Reworded):
+    """A declared environment: `missions.environment_spec` decides its shape."""
+
+    wrong_type = "must be a mapping (preset, setup, key_files, path: see docs/ENVIRONMENTS.md)"
+
+    def check(self, value: dict | None) -> dict | None:
+        if value is None:
+            return None
+        if problems := environment_problems(value):
+            # `setup[1]: …` names a place inside the mapping; `must …` is the mapping's own
+            suffixes = [f": {p}" if p.startswith("must ") else f".{p}" for p in problems]
+            raise _problems("environment_problems", suffixes)
+        return value
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        # null (a milestone's: the mission's) is written as an omitted field, as for a check
+        strings = {"type": "array", "items": {"type": "string", "minLength": 1}}
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "preset": {"enum": list(PRESETS), "default": "none"},
+                "setup": {**strings, "maxItems": MAX_SETUP},
+                "key_files": {**strings, "maxItems": MAX_PATTERNS},
+                "path": {**strings, "maxItems": MAX_PATH},
+            },
+        }
+
+
 @dataclass(frozen=True)
 class EnvName(_Rule):
     """The name of an environment variable, or '' (`fusion_site.base.sources.check_credentials_env`)."""
@@ -235,7 +265,8 @@ def column(model: type[models.Model], name: str, *more: _Rule) -> Any:
     assert isinstance(f, models.Field), f"{model.__name__}.{name} is not a column"
     rule: _Rule | None
     if isinstance(f, models.JSONField):
-        rule = Check() if name == "check" else ProfileNames() if name == "allowed_validators" else Patterns()
+        rules = {"check": Check, "allowed_validators": ProfileNames, "environment": Environment}
+        rule = rules.get(name, Patterns)()
     elif isinstance(f, models.BooleanField):
         rule = None
     elif isinstance(f, models.IntegerField):
@@ -249,8 +280,8 @@ def column(model: type[models.Model], name: str, *more: _Rule) -> Any:
     description = str(f.help_text) or None
     if required:
         info = Field(description=description)
-    elif isinstance(f.get_default(), list):
-        info = Field(default_factory=list, description=description)  # never one shared list
+    elif isinstance(f.get_default(), list | dict):
+        info = Field(default_factory=type(f.get_default()), description=description)  # never one shared value
     elif f.get_default() is None:
         info = Field(default=None, description=description, json_schema_extra=_no_default)
     else:
@@ -323,6 +354,7 @@ class MissionFileMilestone(_Closed):
     dependencies: list[Key] = Field(default_factory=list, description="Keys of milestones of the file.")
     assertions: list[MissionFileAssertion] = Field(default_factory=list)
     slices: list[MissionFileSlice] = Field(default_factory=list)
+    environment: dict[Any, Any] | None = column(Milestone, "environment")
 
 
 class MissionFileMission(_Closed):
@@ -342,6 +374,7 @@ class MissionFileMission(_Closed):
     submodules: bool = column(Mission, "submodules")
     validator: str = column(Mission, "validator")
     allowed_validators: list[Any] = column(Mission, "allowed_validators")
+    environment: dict[Any, Any] = column(Mission, "environment")
     executor: str = column(Mission, "executor")
     executor_command: str = column(Mission, "executor_command")
     autopilot: bool = column(Mission, "autopilot")
