@@ -56,9 +56,9 @@ PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 # The overlay is mounted by a fixed script in a namespace of its own; every value is a
 # positional argument, never spliced into the script.
 LAYER_SCRIPT = (
-    'set -e; mount -t tmpfs -o "size=$1,mode=0755" fusion-layer "$2"; mkdir "$2/upper" "$2/work"; '
+    'set -e; mount -t tmpfs -o "size=$1,mode=0755" fusion-layer "$2"; mkdir "$2/upper" "$2/work" "$2/tmp" "$2/home" "$2/shm"; '
     'mount -t overlay fusion-check -o "lowerdir=$3,upperdir=$2/upper,workdir=$2/work" "$4"; '
-    "shift 4; exec \"$@\""
+    'shift 4; exec "$@"'
 )
 
 
@@ -194,7 +194,11 @@ def interpreter_mounts() -> tuple[Path, ...]:
     return _interpreter_prefixes(str(check_interpreter()))
 
 
-def _system_args() -> list[str]:
+def _system_args(layer: Path | None = None) -> list[str]:
+    """`layer`: the check's writable layer (`LAYER_SCRIPT`), whose tmpfs of
+    `FUSION_CHECK_DISK_MB` also holds its `/tmp`, `HOME` and `/dev/shm`. A tmpfs bubblewrap
+    makes has no size (0.8 cannot set one) and lives in the host's memory: a check writing
+    there would fill the host's memory past every limit."""
     args: list[str] = []
     for folder in SYSTEM_FOLDERS:
         path = Path(folder)
@@ -207,8 +211,15 @@ def _system_args() -> list[str]:
             args += ["--ro-bind", "/dev/null", masked]
     for masked in MASKED_FOLDERS:
         if Path(masked).is_dir():
-            args += ["--tmpfs", masked]
-    return [*args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME]
+            args += ["--tmpfs", masked, "--remount-ro", masked]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if layer is None:
+        args += ["--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/home"]
+    else:
+        args += ["--bind", f"{layer}/shm", "/dev/shm", "--bind", f"{layer}/tmp", "/tmp"]
+        args += ["--bind", f"{layer}/home", "/home"]
+    # `/dev` itself (its device nodes are mounts of their own) is read-only.
+    return [*args, "--remount-ro", "/dev", "--dir", HOME]
 
 
 def _limit_args(limits: bool) -> list[str]:
@@ -225,9 +236,10 @@ def _limit_args(limits: bool) -> list[str]:
     ]
 
 
-def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path) -> list[str]:
-    """The bubblewrap command line running `argv` with `tree` as its working tree."""
-    args = ["bwrap", *_system_args()]
+def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path, layer: Path | None = None) -> list[str]:
+    """The bubblewrap command line running `argv` with `tree` as its working tree
+    (`layer`: its writable layer, `_system_args`)."""
+    args = ["bwrap", *_system_args(layer)]
     for folder in (*interpreter_mounts(), *confine.readable):
         args += ["--ro-bind", str(folder), str(folder)]
     for folder in confine.writable:
@@ -236,6 +248,9 @@ def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path) -> list[str
     args += ["--unshare-all", *([] if not confine.network else ["--share-net"])]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "fusion-check"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # Last, once every mount point is made: the sandbox's root is a tmpfs of its own,
+    # which a check could otherwise fill without bound (`_system_args`).
+    args += ["--remount-ro", "/"]
     return [*args, "--", *_limit_args(confine.limits), *argv]
 
 
@@ -249,13 +264,20 @@ def confined_argv(confine: Confinement, argv: list[str]) -> Iterator[list[str]]:
             (scratch / "layer").mkdir()
             (scratch / "merged").mkdir()
             merged = scratch / "merged"
-            inner = bwrap_argv(confine, argv, tree=merged)
+            inner = bwrap_argv(confine, argv, tree=merged, layer=scratch / "layer")
             command = [*_layer_argv(confine.tree, scratch / "layer", merged, settings.FUSION_CHECK_DISK_MB), *inner]
         else:
             command = bwrap_argv(confine, argv, tree=confine.tree)
         group = stack.enter_context(_pids_group()) if confine.limits else None
         if group is not None:
-            command = ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "fusion-pids", str(group), *command]
+            command = [
+                "sh",
+                "-c",
+                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+                "fusion-pids",
+                str(group),
+                *command,
+            ]
         yield command
 
 
@@ -311,7 +333,15 @@ def limits_text() -> str:
 # What a process over one of the limits says, or how it dies (SIGXFSZ: 128 + 25).
 LIMIT_SIGNS = (
     ("memory", ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "heap out of memory")),
-    ("processes", ("Cannot fork", "fork: Resource temporarily unavailable", "can't start new thread", "BlockingIOError: [Errno 11]")),
+    (
+        "processes",
+        (
+            "Cannot fork",
+            "fork: Resource temporarily unavailable",
+            "can't start new thread",
+            "BlockingIOError: [Errno 11]",
+        ),
+    ),
     ("disk", ("No space left on device",)),
     ("file size", ("File size limit exceeded", "File too large")),
 )

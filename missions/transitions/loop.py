@@ -59,6 +59,10 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
             {
                 "blocked",
                 "validator_unavailable",
+                # A run that ended `error` for want of a sandbox or an environment
+                # (validation/services/outcomes.py ERROR_STOP_REASONS).
+                "sandbox_unavailable",
+                "environment_failed",
                 "operator",
                 "fingerprint_failures",
                 "workspace_unavailable",
