@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,17 +28,14 @@ from django.db import connection
 
 from fusion_site.base import mirrors, sandbox
 from fusion_site.base.snapshots import snapshot, snapshot_root
-from missions.models import Mission, MissionEvent, MissionFeature
+from missions.models import Mission, MissionFeature
 from tests.sandbox import attempts
-from tests.support.workers import wait_until
-from validation.models import JournalEntry, RunStatus, ValidatorRun
+from tests.sandbox.mission import RIGHT, STUB, WRONG, check_of, protected_test, run_texts
+from validation.models import RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STUB = "def add(a, b):\n    raise NotImplementedError\n"
-RIGHT = "def add(a, b):\n    return a + b\n"
-WRONG = "def add(a, b):\n    return a - b\n"
 LIMITS = {"processes": 32, "memory_mb": 256, "disk_mb": 32, "file_mb": 8}
 
 
@@ -72,17 +68,6 @@ CASES = [
 ]
 
 
-def check_of(case: str) -> dict:
-    return {"run": f"python -m pytest -q -s --tb=line -p no:cacheprovider tests/test_{case}.py"}
-
-
-def test_file(case: str) -> str:
-    return f"from calc_{case} import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"
-
-
-test_file.__test__ = False  # a helper, not a test
-
-
 def implementation(case: Case) -> str:
     return f'import attempts\n\nattempts.attempt("{case.name}")\n\n\n' + (RIGHT if case.honest else WRONG)
 
@@ -99,6 +84,18 @@ def digest(root: Path, *, skip=lambda path: False) -> dict[str, str]:
         data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
         found[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
     return found
+
+
+def holdings(repository: Path, mirror: Path, other: Path) -> dict[str, dict[str, str]]:
+    """What an escape would change: the user's repository, the data folder (but the test
+    database), the mirror (but its objects, which only grow, and the service's own
+    bookkeeping files) and another run's snapshot."""
+    return {
+        "repository": digest(repository),
+        "data": digest(settings.DATA_DIR, skip=is_database),
+        "mirror": digest(mirror, skip=lambda p: "objects" in p.parts or p.name.startswith("fusion-")),
+        "other snapshot": digest(other),
+    }
 
 
 def is_database(path: Path) -> bool:
@@ -123,13 +120,6 @@ def accepts(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def run_texts(run: ValidatorRun) -> str:
-    """Everything the service keeps of a run: its verdict, error, journal and events."""
-    journal = JournalEntry.objects.filter(run=run).values_list("payload", flat=True)
-    events = MissionEvent.objects.filter(mission_id=run.feature.mission_id).values_list("payload", flat=True)
-    return json.dumps([run.verdict, run.error, run.blocked_reason, list(journal), list(events)], default=str)
 
 
 def escape_lines(text: str, case: str) -> list[str]:
@@ -179,12 +169,6 @@ def service_process(tmp_path):
         proc.wait()
 
 
-@pytest.fixture
-def bubblewrap():
-    if not sandbox.layers_work():
-        pytest.fail(f"this suite needs bubblewrap with its overlay layer here: {sandbox.status().record}")
-
-
 def test_no_escape_succeeds_and_the_verdicts_are_the_honest_ones(
     bubblewrap, small_limits, worker, build_mission, git_repo, live_server, token_user, service_process, subtests
 ):
@@ -192,7 +176,7 @@ def test_no_escape_succeeds_and_the_verdicts_are_the_honest_ones(
     marker = f"escape-marker-{uuid.uuid4().hex}"
     initial = git_repo.git("rev-parse", "HEAD").strip()
     base = git_repo.commit(
-        {"tests/__init__.py": "", **{f"tests/test_{c.name}.py": test_file(c.name) for c in CASES}}
+        {"tests/__init__.py": "", **{f"tests/test_{c.name}.py": protected_test(c.name) for c in CASES}}
         | {f"calc_{c.name}.py": STUB for c in CASES},
         "the protected tests first",
     )
@@ -231,23 +215,13 @@ def test_no_escape_succeeds_and_the_verdicts_are_the_honest_ones(
         victim = MissionFeature.objects.get(key="victim")
         # Fetched now: the runs then have nothing to fetch, and nothing changes the mirror but an escape.
         mirror = mirrors.ensure_commit(mirrors.source_of(str(git_repo.path)), revision)
-        before = {
-            "repository": digest(git_repo.path),
-            "data": digest(settings.DATA_DIR, skip=is_database),
-            "mirror": digest(mirror, skip=lambda p: "objects" in p.parts or p.name.startswith("fusion-")),
-            "other snapshot": digest(other),
-        }
+        before = holdings(git_repo.path, mirror, other)
 
         for case in CASES:
             feature_admit(feature_id=MissionFeature.objects.get(key=case.name).pk, trigger="manual", cause="validate")
         worker.drain(timeout=240)
 
-        after = {
-            "repository": digest(git_repo.path),
-            "data": digest(settings.DATA_DIR, skip=is_database),
-            "mirror": digest(mirror, skip=lambda p: "objects" in p.parts or p.name.startswith("fusion-")),
-            "other snapshot": digest(other),
-        }
+        after = holdings(git_repo.path, mirror, other)
     for name in before:
         with subtests.test(msg=f"{name} unchanged"):
             assert after[name] == before[name]
@@ -349,141 +323,3 @@ def test_a_memory_hog_in_shared_memory_is_stopped(bubblewrap, small_limits, tmp_
         confine=Confinement(tree=tmp_path, layered=True),
     )
     assert "ESCAPED" not in result.output and not result.ok
-
-
-# ------------------------------------------------------------------ the modes
-
-
-def one_feature(build_mission, git_repo) -> MissionFeature:
-    base = git_repo.commit({"tests/__init__.py": "", "tests/test_calc.py": test_file("calc")} | {"calc_calc.py": STUB})
-    git_repo.commit({"calc_calc.py": RIGHT}, "implementation")
-    mission = build_mission({"calc": [("VAL-1", check_of("calc"))]}, validator="checks")
-    Mission.objects.filter(pk=mission.pk).update(protected_paths=["tests/**"], base_revision=base)
-    return MissionFeature.objects.get(key="calc")
-
-
-class NoBubblewrap:
-    """This process's PATH with every folder holding `bwrap` replaced by one of links to
-    all its other programs: the sandbox's probe (`shutil.which`) finds none, for real. The
-    probe's cache is cleared on both sides."""
-
-    def __init__(self, tmp_path: Path, monkeypatch):
-        self.monkeypatch, self.original = monkeypatch, os.environ["PATH"]
-        path = []
-        for i, folder in enumerate(self.original.split(os.pathsep)):
-            if not (Path(folder) / "bwrap").exists():
-                path.append(folder)
-                continue
-            links = tmp_path / f"bin-without-bwrap-{i}"
-            links.mkdir()
-            for program in Path(folder).iterdir():
-                if program.name != "bwrap":
-                    (links / program.name).symlink_to(program)
-            path.append(str(links))
-        monkeypatch.setenv("PATH", os.pathsep.join(path))
-        self.clear()
-
-    @staticmethod
-    def clear() -> None:
-        sandbox._probe.cache_clear()
-        sandbox.overlay_works.cache_clear()
-
-    def restore(self) -> None:
-        self.monkeypatch.setenv("PATH", self.original)
-        self.clear()
-
-
-@pytest.fixture
-def no_bubblewrap(tmp_path, monkeypatch):
-    gone = NoBubblewrap(tmp_path, monkeypatch)
-    assert shutil.which("bwrap") is None and not sandbox.status().confined
-    yield gone
-    gone.restore()
-
-
-def admit(feature: MissionFeature) -> str:
-    return feature_admit(feature_id=feature.pk, trigger="manual", cause="validate").outcome
-
-
-def test_required_without_bubblewrap_runs_nothing_and_blocks_the_feature(
-    no_bubblewrap, settings, worker, build_mission, git_repo
-):
-    settings.FUSION_SANDBOX = "required"
-    feature = one_feature(build_mission, git_repo)
-    assert admit(feature) == "started"
-    worker.drain()
-    run = ValidatorRun.objects.get(feature=feature)
-    feature.refresh_from_db()
-    assert run.status == RunStatus.ERROR and "no sandbox works here" in run.error, run.error
-    assert run.sandbox.startswith("none (bubblewrap is not installed")
-    assert not JournalEntry.objects.filter(run=run, kind="check").exists()
-    assert feature.loop_state == "blocked" and feature.stop_reason == "sandbox_unavailable"
-
-
-@pytest.mark.parametrize("mode", ["auto", "required"])
-def test_a_pass_obtained_unsandboxed_is_judged_again_once_the_sandbox_is_there(
-    mode, no_bubblewrap, settings, worker, build_mission, git_repo
-):
-    settings.FUSION_SANDBOX = "auto"
-    feature = one_feature(build_mission, git_repo)
-    assert admit(feature) == "started"
-    worker.drain()
-    unconfined = ValidatorRun.objects.get(feature=feature)
-    assert unconfined.status == RunStatus.PASSED, unconfined.error
-    assert unconfined.sandbox == "none (bubblewrap is not installed (Debian: apt install bubblewrap))"
-    assert admit(feature) == "reused"  # the same input, unconfined again: the pass holds
-
-    no_bubblewrap.restore()  # bubblewrap is installed again
-    settings.FUSION_SANDBOX = mode
-    assert admit(feature) == "started"
-    worker.drain()
-    confined = ValidatorRun.objects.filter(feature=feature).latest("id")
-    assert confined.status == RunStatus.PASSED and confined.reused_from is None, confined.error
-    assert confined.sandbox == sandbox.status().record and confined.sandbox.startswith("bubblewrap")
-    assert admit(feature) == "reused"  # a pass obtained confined holds, whatever the mode
-    assert ValidatorRun.objects.filter(feature=feature).latest("id").reused_from_id == confined.pk
-
-
-# ------------------------------------------------------------------ the command validator
-
-VALIDATOR = """import json, pathlib, sys
-sys.stdin.read()
-seen = []
-try:
-    pathlib.Path({secret!r}).read_bytes()
-    seen.append("secret: READ")
-except OSError as exc:
-    seen.append("secret: unreadable " + type(exc).__name__)
-try:
-    pathlib.Path({data!r}, "escaped-by-validator.txt").write_text("escaped")
-    seen.append("data: WRITTEN")
-except OSError as exc:
-    seen.append("data: unwritable " + type(exc).__name__)
-pathlib.Path("validator-note.txt").write_text("mine")
-seen.append("own copy: " + pathlib.Path("validator-note.txt").read_text())
-note = "; ".join(seen)
-print(json.dumps({{"status": "pass", "summary": note, "blocked_reason": "", "assertions": [{{"key": "VAL-1",
-    "verdict": "pass", "message": note, "expected": "", "actual": "",
-    "evidence": [{{"kind": "other", "text": note}}]}}]}}))
-"""
-
-
-def test_the_command_validator_runs_confined(bubblewrap, settings, worker, build_mission, git_repo, tmp_path):
-    secret_file = Path(settings.DATA_DIR, "secret_key")
-    script = tmp_path / "validator" / "validator.py"
-    script.parent.mkdir()
-    script.write_text(VALIDATOR.format(secret=str(secret_file), data=str(settings.DATA_DIR)))
-    command = [str(sandbox.check_interpreter()), str(script)]
-    settings.FUSION_VALIDATORS = {"cmd": {"kind": "command", "command": command, "network": False}}
-    git_repo.commit({"calc.py": RIGHT}, "implementation")
-    build_mission({"calc": [("VAL-1", None)]}, validator="cmd")
-    feature = MissionFeature.objects.get(key="calc")
-    assert admit(feature) == "started"
-    worker.drain()
-    run = ValidatorRun.objects.get(feature=feature)
-    assert run.status == RunStatus.PASSED and run.sandbox.startswith("bubblewrap"), run.error
-    note = run.verdict["assertions"][0]["message"]
-    assert note == "secret: unreadable FileNotFoundError; data: unwritable FileNotFoundError; own copy: mine"
-    assert not Path(settings.DATA_DIR, "escaped-by-validator.txt").exists()
-    secret = secret_file.read_text().strip()
-    assert secret not in run_texts(run) and secret.encode().hex() not in run_texts(run)
