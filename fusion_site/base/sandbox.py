@@ -30,9 +30,11 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +55,7 @@ MASKED_FOLDERS = ("/etc/ssl/private", "/etc/sudoers.d", "/etc/ssh")
 HOME = "/home/check"
 SANDBOX_UID = 65534
 PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+GROUP_REMOVAL_SECONDS = 10  # how long a group's killed processes may take to be gone
 # The overlay is mounted by a fixed script in a namespace of its own; every value is a
 # positional argument, never spliced into the script.
 LAYER_SCRIPT = (
@@ -293,8 +296,29 @@ def _pids_group() -> Iterator[Path | None]:
         yield group
     finally:
         if group is not None:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+            _remove_group(group)
+
+
+def _remove_group(group: Path) -> None:
+    """The group removed once its processes are gone. When the command has exited, the
+    sandbox's other processes may still be dying (killed with its pid namespace), and the
+    kernel refuses to remove a group that holds any (EBUSY): removed at once, most groups
+    stayed behind, empty, one per check. What is still in it is killed again."""
+    deadline = time.monotonic() + GROUP_REMOVAL_SECONDS
+    while True:
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                log.warning("the pids group %s could not be removed: %s", group, exc)
+                return
+        for pid in _read(group / "cgroup.procs").split():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.01)
 
 
 def _new_group() -> Path | None:

@@ -323,3 +323,35 @@ def test_a_memory_hog_in_shared_memory_is_stopped(bubblewrap, small_limits, tmp_
         confine=Confinement(tree=tmp_path, layered=True),
     )
     assert "ESCAPED" not in result.output and not result.ok
+
+
+# ------------------------------------------------------------------ the host keeps nothing of a check
+
+LEAVES_CHILDREN = (
+    "import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n        time.sleep(600)\nprint('left')\n"
+)
+
+
+def test_every_pids_group_is_removed_with_its_sandbox(bubblewrap, small_limits, tmp_path, monkeypatch):
+    """As root each sandbox has a `pids` group of its own: none outlives its command, even
+    when the command leaves processes that die with its pid namespace just after. The
+    groups made are observed by wrapping the function that makes them (nothing else
+    changes)."""
+    from fusion_site.base.proc import run_command, scrubbed_env
+    from fusion_site.base.sandbox import Confinement
+
+    made: list[Path] = []
+    make = sandbox._new_group
+    monkeypatch.setattr(sandbox, "_new_group", lambda: made.append(group := make()) or group)
+    for _ in range(5):
+        result = run_command(
+            ["python", "-c", LEAVES_CHILDREN],
+            cwd=tmp_path,
+            timeout=120,
+            max_output=4096,
+            env=scrubbed_env(),
+            confine=Confinement(tree=tmp_path, layered=True),
+        )
+        assert result.ok and "left" in result.output, result.output
+    assert len(made) == (5 if os.geteuid() == 0 else 0)
+    assert [group for group in made if group is not None and group.exists()] == []
