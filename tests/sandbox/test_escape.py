@@ -27,6 +27,8 @@ from django.conf import settings
 from django.db import connection
 
 from fusion_site.base import mirrors, sandbox
+from fusion_site.base.proc import CommandResult, run_command, scrubbed_env
+from fusion_site.base.sandbox import Confinement
 from fusion_site.base.snapshots import snapshot, snapshot_root
 from missions.models import Mission, MissionFeature
 from tests.sandbox import attempts
@@ -297,6 +299,18 @@ def _case_specifics(case: str, lines: list[str], targets: dict, sentinel_pid: in
             assert f"blocked {folder} after 0 MB: Read-only file system" in said
 
 
+def confined_python(code: str, tree: Path) -> CommandResult:
+    """`python -c code` as a check runs it: in the sandbox, over `tree` with a private layer."""
+    return run_command(
+        ["python", "-c", code],
+        cwd=tree,
+        timeout=120,
+        max_output=4096,
+        env=scrubbed_env(),
+        confine=Confinement(tree=tree, layered=True),
+    )
+
+
 # ------------------------------------------------------------------ a limit the sandbox does not hold yet
 
 
@@ -306,22 +320,12 @@ def _case_specifics(case: str, lines: list[str], targets: dict, sentinel_pid: in
     "(mmap MAP_SHARED, memfd, SysV shm) is not part of; only a memory cgroup would bound it",
 )
 def test_a_memory_hog_in_shared_memory_is_stopped(bubblewrap, small_limits, tmp_path):
-    from fusion_site.base.proc import run_command, scrubbed_env
-    from fusion_site.base.sandbox import Confinement
-
     size = 4 * LIMITS["memory_mb"] * attempts.MB
     hog = (
         f"import mmap\nm = mmap.mmap(-1, {size})\nfor i in range(0, {size}, 4096):\n    m[i] = 1\n"
         "print('ESCAPED held', len(m) // 1048576, 'MB')\n"
     )
-    result = run_command(
-        ["python", "-c", hog],
-        cwd=tmp_path,
-        timeout=120,
-        max_output=4096,
-        env=scrubbed_env(),
-        confine=Confinement(tree=tmp_path, layered=True),
-    )
+    result = confined_python(hog, tmp_path)
     assert "ESCAPED" not in result.output and not result.ok
 
 
@@ -337,21 +341,11 @@ def test_every_pids_group_is_removed_with_its_sandbox(bubblewrap, small_limits, 
     when the command leaves processes that die with its pid namespace just after. The
     groups made are observed by wrapping the function that makes them (nothing else
     changes)."""
-    from fusion_site.base.proc import run_command, scrubbed_env
-    from fusion_site.base.sandbox import Confinement
-
     made: list[Path] = []
     make = sandbox._new_group
     monkeypatch.setattr(sandbox, "_new_group", lambda: made.append(group := make()) or group)
     for _ in range(5):
-        result = run_command(
-            ["python", "-c", LEAVES_CHILDREN],
-            cwd=tmp_path,
-            timeout=120,
-            max_output=4096,
-            env=scrubbed_env(),
-            confine=Confinement(tree=tmp_path, layered=True),
-        )
+        result = confined_python(LEAVES_CHILDREN, tmp_path)
         assert result.ok and "left" in result.output, result.output
     assert len(made) == (5 if os.geteuid() == 0 else 0)
     assert [group for group in made if group is not None and group.exists()] == []
