@@ -30,6 +30,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,10 +55,11 @@ MASKED_FOLDERS = ("/etc/ssl/private", "/etc/sudoers.d", "/etc/ssh")
 HOME = "/home/check"
 SANDBOX_UID = 65534
 PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+GROUP_REMOVAL_SECONDS = 10  # how long a group's killed processes may take to be gone
 # The overlay is mounted by a fixed script in a namespace of its own; every value is a
 # positional argument, never spliced into the script.
 LAYER_SCRIPT = (
-    'set -e; mount -t tmpfs -o "size=$1,mode=0755" fusion-layer "$2"; mkdir "$2/upper" "$2/work"; '
+    'set -e; mount -t tmpfs -o "size=$1,mode=0755" fusion-layer "$2"; mkdir "$2/upper" "$2/work" "$2/tmp" "$2/home" "$2/shm"; '
     'mount -t overlay fusion-check -o "lowerdir=$3,upperdir=$2/upper,workdir=$2/work" "$4"; '
     'shift 4; exec "$@"'
 )
@@ -207,7 +209,11 @@ def interpreter_mounts() -> tuple[Path, ...]:
     return _interpreter_prefixes(str(check_interpreter()))
 
 
-def _system_args() -> list[str]:
+def _system_args(layer: Path | None = None) -> list[str]:
+    """`layer`: the check's writable layer (`LAYER_SCRIPT`), whose tmpfs of
+    `FUSION_CHECK_DISK_MB` also holds its `/tmp`, `HOME` and `/dev/shm`. A tmpfs bubblewrap
+    makes has no size (0.8 cannot set one) and lives in the host's memory: a check writing
+    there would fill the host's memory past every limit."""
     args: list[str] = []
     for folder in SYSTEM_FOLDERS:
         path = Path(folder)
@@ -220,8 +226,15 @@ def _system_args() -> list[str]:
             args += ["--ro-bind", "/dev/null", masked]
     for masked in MASKED_FOLDERS:
         if Path(masked).is_dir():
-            args += ["--tmpfs", masked]
-    return [*args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME]
+            args += ["--tmpfs", masked, "--remount-ro", masked]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if layer is None:
+        args += ["--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/home"]
+    else:
+        args += ["--bind", f"{layer}/shm", "/dev/shm", "--bind", f"{layer}/tmp", "/tmp"]
+        args += ["--bind", f"{layer}/home", "/home"]
+    # `/dev` itself (its device nodes are mounts of their own) is read-only.
+    return [*args, "--remount-ro", "/dev", "--dir", HOME]
 
 
 def _limit_args(limits: bool) -> list[str]:
@@ -238,9 +251,10 @@ def _limit_args(limits: bool) -> list[str]:
     ]
 
 
-def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path) -> list[str]:
-    """The bubblewrap command line running `argv` with `tree` as its working tree."""
-    args = ["bwrap", *_system_args()]
+def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path, layer: Path | None = None) -> list[str]:
+    """The bubblewrap command line running `argv` with `tree` as its working tree
+    (`layer`: its writable layer, `_system_args`)."""
+    args = ["bwrap", *_system_args(layer)]
     for folder in (*interpreter_mounts(), *confine.readable):
         args += ["--ro-bind", str(folder), str(folder)]
     for folder in confine.writable:
@@ -251,6 +265,9 @@ def bwrap_argv(confine: Confinement, argv: list[str], *, tree: Path) -> list[str
     args += ["--unshare-all", *([] if not confine.network else ["--share-net"])]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "fusion-check"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # Last, once every mount point is made: the sandbox's root is a tmpfs of its own,
+    # which a check could otherwise fill without bound (`_system_args`).
+    args += ["--remount-ro", "/"]
     return [*args, "--", *_limit_args(confine.limits), *argv]
 
 
@@ -264,7 +281,7 @@ def confined_argv(confine: Confinement, argv: list[str]) -> Iterator[list[str]]:
             (scratch / "layer").mkdir()
             (scratch / "merged").mkdir()
             merged = scratch / "merged"
-            inner = bwrap_argv(confine, argv, tree=merged)
+            inner = bwrap_argv(confine, argv, tree=merged, layer=scratch / "layer")
             command = [*_layer_argv(confine.tree, scratch / "layer", merged, settings.FUSION_CHECK_DISK_MB), *inner]
         else:
             command = bwrap_argv(confine, argv, tree=confine.tree)
@@ -297,17 +314,25 @@ def _pids_group() -> Iterator[Path | None]:
 
 
 def _remove_group(group: Path) -> None:
-    # The namespace's last processes may still be dying (killed when its first one ended):
-    # the group is busy until the kernel has reaped them, a matter of milliseconds.
-    for _ in range(200):
+    """The group removed once its processes are gone. When the command has exited, the
+    sandbox's other processes may still be dying (killed with its pid namespace), and the
+    kernel refuses to remove a group that holds any (EBUSY): removed at once, most groups
+    stayed behind, empty, one per check. What is still in it is killed again."""
+    deadline = time.monotonic() + GROUP_REMOVAL_SECONDS
+    while True:
         try:
             group.rmdir()
             return
         except FileNotFoundError:
             return
-        except OSError:
-            time.sleep(0.01)
-    log.warning("the pids group %s is still busy; left for the system", group)
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                log.warning("the pids group %s could not be removed: %s", group, exc)
+                return
+        for pid in _read(group / "cgroup.procs").split():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.01)
 
 
 def _new_group() -> Path | None:

@@ -59,7 +59,8 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
             {
                 "blocked",
                 "validator_unavailable",
-                # runs that kept ending `error` with this code (validation/services/outcomes.py)
+                # A run that ended `error` for want of a sandbox or an environment
+                # (validation/services/outcomes.py ERROR_STOP_REASONS).
                 "sandbox_unavailable",
                 "environment_failed",
                 "operator",
