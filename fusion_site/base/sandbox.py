@@ -30,17 +30,16 @@ import functools
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+
+from fusion_site.base import cgroups
 
 log = logging.getLogger("fusion.sandbox")
 
@@ -54,8 +53,6 @@ MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", 
 MASKED_FOLDERS = ("/etc/ssl/private", "/etc/sudoers.d", "/etc/ssh")
 HOME = "/home/check"
 SANDBOX_UID = 65534
-PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
-GROUP_REMOVAL_SECONDS = 10  # how long a group's killed processes may take to be gone
 # The overlay is mounted by a fixed script in a namespace of its own; every value is a
 # positional argument, never spliced into the script.
 LAYER_SCRIPT = (
@@ -285,71 +282,14 @@ def confined_argv(confine: Confinement, argv: list[str]) -> Iterator[list[str]]:
             command = [*_layer_argv(confine.tree, scratch / "layer", merged, settings.FUSION_CHECK_DISK_MB), *inner]
         else:
             command = bwrap_argv(confine, argv, tree=confine.tree)
-        group = stack.enter_context(_pids_group()) if confine.limits else None
-        if group is not None:
-            command = [
-                "sh",
-                "-c",
-                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
-                "fusion-pids",
-                str(group),
-                *command,
-            ]
+        if confine.limits:
+            mb = 1024 * 1024
+            memory = (settings.FUSION_CHECK_MEMORY_MB + settings.FUSION_CHECK_DISK_MB) * mb
+            groups = stack.enter_context(
+                cgroups.limit_groups(processes=settings.FUSION_CHECK_PROCESSES, memory_bytes=memory)
+            )
+            command = cgroups.joined(groups, command)
         yield command
-
-
-@contextlib.contextmanager
-def _pids_group() -> Iterator[Path | None]:
-    """A `pids` control group of `FUSION_CHECK_PROCESSES` for one sandbox, when the
-    service runs as root (where `prlimit --nproc` does not count) and may make one."""
-    if os.geteuid() != 0:
-        yield None
-        return
-    group = _new_group()
-    try:
-        yield group
-    finally:
-        if group is not None:
-            _remove_group(group)
-
-
-def _remove_group(group: Path) -> None:
-    """The group removed once its processes are gone. When the command has exited, the
-    sandbox's other processes may still be dying (killed with its pid namespace), and the
-    kernel refuses to remove a group that holds any (EBUSY): removed at once, most groups
-    stayed behind, empty, one per check. What is still in it is killed again."""
-    deadline = time.monotonic() + GROUP_REMOVAL_SECONDS
-    while True:
-        try:
-            group.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if time.monotonic() >= deadline:
-                log.warning("the pids group %s could not be removed: %s", group, exc)
-                return
-        for pid in _read(group / "cgroup.procs").split():
-            with contextlib.suppress(OSError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        time.sleep(0.01)
-
-
-def _new_group() -> Path | None:
-    for root in PIDS_ROOTS:
-        if not (root / "cgroup.procs").exists():
-            continue
-        if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.subtree_control"):
-            continue
-        group = root / f"fusion-check-{uuid.uuid4().hex[:12]}"
-        try:
-            group.mkdir()
-            (group / "pids.max").write_text(str(settings.FUSION_CHECK_PROCESSES))
-            return group
-        except OSError:
-            with contextlib.suppress(OSError):
-                group.rmdir()
-    return None
 
 
 def _read(path: Path) -> str:
@@ -361,7 +301,8 @@ def _read(path: Path) -> str:
 
 def limits_text() -> str:
     return (
-        f"memory {settings.FUSION_CHECK_MEMORY_MB} MB per process (FUSION_CHECK_MEMORY_MB), "
+        f"memory {settings.FUSION_CHECK_MEMORY_MB} MB per process (FUSION_CHECK_MEMORY_MB; with the layer, "
+        "what the whole sandbox holds where a memory group can be made), "
         f"{settings.FUSION_CHECK_PROCESSES} processes (FUSION_CHECK_PROCESSES), "
         f"files of {settings.FUSION_CHECK_FILE_MB} MB (FUSION_CHECK_FILE_MB), "
         f"{settings.FUSION_CHECK_DISK_MB} MB written in all (FUSION_CHECK_DISK_MB)"
@@ -391,6 +332,8 @@ def limit_hint(exit_code: int | None, output: str) -> str:
     reached = [name for name, signs in LIMIT_SIGNS if any(sign in output for sign in signs)]
     if exit_code in (-25, 153) and "file size" not in reached:
         reached.append("file size")
+    if exit_code in (-9, 137) and "memory" not in reached:  # the memory group's OOM killer
+        reached.append("memory")
     if not reached:
         return ""
     return f"sandbox limit reached ({', '.join(reached)}); the limits: {limits_text()}"
