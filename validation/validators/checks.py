@@ -17,10 +17,10 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base import sandbox
+from fusion_site.base import sandbox, snapshot_reuse
 from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
-from fusion_site.base.sandbox import Confinement, Toolchain
 from fusion_site.base.redact import bounded, redact
+from fusion_site.base.sandbox import Confinement, Toolchain
 from fusion_site.base.snapshots import is_whole_snapshot, private_copy
 from fusion_site.base.tree_index import TreeFacts, facts_of
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
@@ -274,7 +274,9 @@ def judge_isolated(ctx: ValidationContext, assertion: AssertionSpec, *, in_place
     findings = subversion.run_findings(ctx) if "run" in spec else []
     with _check_root(ctx.checkout, spec, protection, guarded, in_place=in_place) as (root, restored, layered):
         place = RunPlace(root=root, layered=layered, toolchain=ctx.toolchain)
-        verdict = _content_rule(judge_assertion(place, assertion, expected=expected), spec, root, facts_of(ctx.checkout))
+        verdict = _content_rule(
+            judge_assertion(place, assertion, expected=expected), spec, root, facts_of(ctx.checkout)
+        )
     if restored:
         verdict = _outside_checkout(verdict)
     changed = sorted({*protection.changed, *guarded.changed})
@@ -301,6 +303,8 @@ def _check_root(
         yield checkout, False, True
         return
     if in_place and "run" in spec:
+        if not layered:  # the check writes into the snapshot itself
+            snapshot_reuse.mark_written(checkout)
         if restore:
             protect.apply(checkout, protection.diff(), guarded)
         yield checkout, False, layered
