@@ -58,7 +58,7 @@ PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 LAYER_SCRIPT = (
     'set -e; mount -t tmpfs -o "size=$1,mode=0755" fusion-layer "$2"; mkdir "$2/upper" "$2/work"; '
     'mount -t overlay fusion-check -o "lowerdir=$3,upperdir=$2/upper,workdir=$2/work" "$4"; '
-    "shift 4; exec \"$@\""
+    'shift 4; exec "$@"'
 )
 
 
@@ -255,7 +255,14 @@ def confined_argv(confine: Confinement, argv: list[str]) -> Iterator[list[str]]:
             command = bwrap_argv(confine, argv, tree=confine.tree)
         group = stack.enter_context(_pids_group()) if confine.limits else None
         if group is not None:
-            command = ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "fusion-pids", str(group), *command]
+            command = [
+                "sh",
+                "-c",
+                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+                "fusion-pids",
+                str(group),
+                *command,
+            ]
         yield command
 
 
@@ -311,7 +318,15 @@ def limits_text() -> str:
 # What a process over one of the limits says, or how it dies (SIGXFSZ: 128 + 25).
 LIMIT_SIGNS = (
     ("memory", ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "heap out of memory")),
-    ("processes", ("Cannot fork", "fork: Resource temporarily unavailable", "can't start new thread", "BlockingIOError: [Errno 11]")),
+    (
+        "processes",
+        (
+            "Cannot fork",
+            "fork: Resource temporarily unavailable",
+            "can't start new thread",
+            "BlockingIOError: [Errno 11]",
+        ),
+    ),
     ("disk", ("No space left on device",)),
     ("file size", ("File size limit exceeded", "File too large")),
 )

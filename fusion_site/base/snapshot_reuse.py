@@ -35,6 +35,9 @@ from fusion_site.base import mirrors, sandbox
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, run_git
 
+# A smaller snapshot is made from scratch: its one `git read-tree` costs about what the
+# three git calls of a reuse cost, and its removal is cheap (bench/sandbox.py).
+KEEP_MIN_FILES = 1000
 KEPT_NAME = re.compile(r"^keep-(\d+)-[0-9a-f]{12}(?:\.idx(?:\.lock)?)?$")
 
 

@@ -130,7 +130,12 @@ def snapshot(
         with tree_index.registered(facts):
             yield mission_folder(target, source.prefix, commit)
         # Only after a run that ended normally: an exception may have left a write half done.
-        kept = reuse and not facts.written and snapshot_reuse.possible(submodules=submodules)
+        kept = (
+            reuse
+            and not facts.written
+            and snapshot_reuse.possible(submodules=submodules)
+            and _index_entries(index) >= snapshot_reuse.KEEP_MIN_FILES
+        )
     except subprocess.TimeoutExpired as exc:
         raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
