@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from bench.support.repos import GIT_ENV, make_source_tree  # noqa: E402
 from fusion_site.base.snapshots import (  # noqa: E402
     READ_ONLY_UMASK,
     _writable_folders,
@@ -46,29 +46,6 @@ from fusion_site.base.snapshots import (  # noqa: E402
     snapshot,
     snapshot_root,
 )
-
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "Bench",
-    "GIT_AUTHOR_EMAIL": "bench@localhost",
-    "GIT_COMMITTER_NAME": "Bench",
-    "GIT_COMMITTER_EMAIL": "bench@localhost",
-}
-
-
-def make_repository(path: Path, n_files: int) -> None:
-    """Python-like sources of 0.1-8 KiB in 100 packages, a few executables and symlinks."""
-    rng = random.Random(7)
-    for i in range(n_files):
-        target = path / f"pkg{i % 100:03d}" / f"sub{i % 7}" / f"mod{i}.py"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"VALUE = {i}\n" * rng.randint(8, 700))
-        if i % 97 == 0:
-            target.chmod(0o755)
-    for i in range(0, n_files, 250):
-        (path / f"link{i}.py").symlink_to(f"pkg{i % 100:03d}/sub{i % 7}/mod{i}.py")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
-        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, env=GIT_ENV)
 
 
 @contextlib.contextmanager
@@ -97,7 +74,7 @@ def checkout_index(repo: Path, commit: str):
     folder, made read-only (restored protected files would have to be written again)."""
     target = snapshot_root() / f"bench-index-{time.perf_counter_ns()}"
     index = Path(f"{target}.index")
-    env = {**GIT_ENV, "GIT_INDEX_FILE": str(index)}
+    env = {**os.environ, **GIT_ENV, "GIT_INDEX_FILE": str(index)}
     subprocess.run(["git", "-C", str(repo), "read-tree", commit], check=True, capture_output=True, env=env)
     subprocess.run(
         ["git", "-C", str(repo), "checkout-index", "-a", f"--prefix={target}/"],
@@ -156,12 +133,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     repo = Path(DATA_DIR) / "repo"
-    repo.mkdir()
     try:
-        make_repository(repo, args.files)
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-        ).stdout.strip()
+        commit = make_source_tree(repo, args.files)
         with snapshot(str(repo), commit, label="run-1") as source:
             files = sum(len(names) for _dirpath, _dirs, names in os.walk(source))
             rows = [

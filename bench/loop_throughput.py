@@ -53,7 +53,13 @@ mission whose features have several `run` checks. `--snapshot-root /dev/shm` put
 every snapshot and copy, the baseline's and the loop's, on a memory file system, to leave
 the disk's file-creation cost out of both.
 
+Every command of a revision runs in the sandbox (FUSION_SANDBOX, `auto` unless set; each
+run prints what its checks ran in, as the runs recorded it); `--sandbox-compare` runs each
+point a second time with FUSION_SANDBOX=off right after, and prints the loop's ratio
+sandboxed over unsandboxed (`ratio_sandboxed_over_unsandboxed`, the median of the pairs).
+
     .venv/bin/python bench/loop_throughput.py [--features 200] [--threads 4] [--source path|url]
+    .venv/bin/python bench/loop_throughput.py --sandbox-compare --repeat 3 --latency-rounds 0
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/fusion_bench REDIS_URL=redis://127.0.0.1:6379/5 \\
         FUSION_EVENTS_PREFIX=bench .venv/bin/python bench/loop_throughput.py --mode redis --workers-processes 2
     ... --mode redis --sweep 1,2,4 --source url
@@ -113,6 +119,12 @@ parser.add_argument(
     help="run each point this many times (new processes and mission each time, its own baseline before and "
     "after) and report the median ratio: one run's ratio swings with the machine's speed",
 )
+parser.add_argument(
+    "--sandbox-compare",
+    action="store_true",
+    help="run each point twice, sandboxed (FUSION_SANDBOX as set, `auto` by default) and with FUSION_SANDBOX=off, "
+    "and report the ratio of their loop times",
+)
 parser.add_argument("--timeout", type=float, default=900, help="give up after this many seconds")
 parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, repository)")
 ARGS = parser.parse_args()
@@ -138,6 +150,9 @@ os.environ["FUSION_SNAPSHOT_DIR"] = str(SNAPSHOTS / "bench" / "snapshots")
 os.environ["FUSION_REPO_CACHE"] = str(TMP / "bench" / "repos")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fusion_site.settings")
 os.environ.setdefault("FUSION_RETRY_BACKOFF_MS", "0")
+# Every command of a revision runs sandboxed unless this says otherwise (`--sandbox-compare`
+# runs each point with `off` too).
+os.environ.setdefault("FUSION_SANDBOX", "auto")
 
 import django  # noqa: E402
 
@@ -355,7 +370,9 @@ def run_loop(mission, tasks, token: str, rev: str, port: int, procs: list[Proc])
         "feature_id", "completed_at"
     )
     latencies = [completed.timestamp() - done_at[fid] for fid, completed in runs]
+    sandboxes = sorted(set(ValidatorRun.objects.filter(mission=mission).values_list("sandbox", flat=True)))
     return {
+        "sandbox": sandboxes,
         "elapsed": elapsed,
         "api": api_seconds,
         "p50": statistics.median(latencies),
@@ -535,6 +552,7 @@ def report(point: dict) -> None:
         f"p99={loop['p99']:.2f}s  (API completions {loop['api']:.2f}s, runs={loop['runs']})"
     )
     print(f"ratio_loop_time_over_baseline={loop['elapsed'] / b['elapsed']:.2f}")
+    print(f"checks ran in: {', '.join(loop['sandbox']) or '?'} (FUSION_SANDBOX={os.environ['FUSION_SANDBOX']})")
     print(
         f"ratio_loop_time_over_baseline_with_copy={loop['elapsed'] / b['copied']:.2f}  (the baseline with the "
         f"run check in a copy of the snapshot, as a feature with more than one run check has it: {b['copied']:.2f}s)"
@@ -586,6 +604,21 @@ def report_repeats(runs: list[dict]) -> dict:
     return runs[ratios.index(median)]
 
 
+def report_sandbox(sandboxed: list[dict], unsandboxed: list[dict]) -> None:
+    """The loop's time sandboxed over unsandboxed, pair by pair (each run's loop over its
+    own baseline, so that a machine's swing between the two runs of a pair weighs less)."""
+    pairs = [
+        (_ratio(on) / _ratio(off), on["loop"]["elapsed"] / off["loop"]["elapsed"])
+        for on, off in zip(sandboxed, unsandboxed, strict=True)
+    ]
+    by_ratio = ", ".join(f"{r:.2f}" for r, _t in pairs)
+    by_time = ", ".join(f"{t:.2f}" for _r, t in pairs)
+    print(
+        f"ratio_sandboxed_over_unsandboxed={statistics.median(r for r, _t in pairs):.2f} (of the ratios to each run's "
+        f"baseline: {by_ratio}; of the loop times: {by_time})"
+    )
+
+
 def main() -> None:
     call_command("migrate", verbosity=0)
     # The latency rounds' features judge files 0, 1, … of the same repository too.
@@ -598,13 +631,20 @@ def main() -> None:
             daemon.bare("repo.git", source=repo)
             source = daemon.url("repo.git")
         points, index = [], 0
+        sandboxed = os.environ["FUSION_SANDBOX"]
         for processes in ARGS.sweep or [ARGS.workers_processes]:
-            runs = []
+            runs, unsandboxed = [], []
             for _ in range(ARGS.repeat):
-                runs.append(run_point(index, processes, source, rev, daemon))
-                index += 1
-                report(runs[-1])
-                sys.stdout.flush()
+                # Sandboxed and not, alternately, when compared: a machine's swing weighs on both.
+                for setting, into in [(sandboxed, runs), *([("off", unsandboxed)] if ARGS.sandbox_compare else [])]:
+                    os.environ["FUSION_SANDBOX"] = setting  # the processes' environment (`host_env`)
+                    into.append(run_point(index, processes, source, rev, daemon))
+                    index += 1
+                    report(into[-1])
+                    sys.stdout.flush()
+            os.environ["FUSION_SANDBOX"] = sandboxed
+            if unsandboxed:
+                report_sandbox(runs, unsandboxed)
             points.append(report_repeats(runs) if len(runs) > 1 else runs[0])
         if len(points) > 1:
             print("sweep: processes  features/s  baseline features/s  ratio  fetches per worker  idle loop adds ms")

@@ -294,6 +294,11 @@ FUSION_CHECK_DISK_MB = env_int("FUSION_CHECK_DISK_MB", 1024)  # what a check may
 # The interpreter a check without an environment gets; empty: the service's base
 # interpreter (never its virtualenv).
 FUSION_CHECK_PYTHON = os.environ.get("FUSION_CHECK_PYTHON", "")
+# How many recent snapshots of one repository a worker process keeps read-only, to make
+# the next revision's from the nearest (only where checks cannot write a snapshot;
+# fusion_site/base/snapshot_reuse.py), and how many in all; 0: none, every snapshot from scratch.
+FUSION_SNAPSHOTS_KEPT = env_int("FUSION_SNAPSHOTS_KEPT", 2)
+FUSION_SNAPSHOTS_KEPT_TOTAL = env_int("FUSION_SNAPSHOTS_KEPT_TOTAL", 6)
 # Whether the command executor (a coding agent) runs sandboxed too, with the network.
 FUSION_EXECUTOR_SANDBOX = os.environ.get("FUSION_EXECUTOR_SANDBOX", "").strip().lower() in ("1", "true", "yes")
 # How much lower than the service's own the CPU priority of the commands it runs is

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from fusion_site.base import mirrors
+from fusion_site.base import mirrors, snapshot_reuse
 from fusion_site.base.mirrors import LOCAL_TIMEOUT, mirror_git
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, git_env
@@ -249,6 +249,7 @@ def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
     """Put `paths` of the snapshot at `root` back as they are at the base revision."""
     if not paths:
         return
+    snapshot_reuse.mark_written(root)  # never kept for another run's reuse
     entries = [diff.base[p] for p in paths if p in diff.base]
     blobs = _blobs(diff.repo, sorted({e.oid for e in entries if e.kind == "blob"}), diff.source)
     for rel in paths:  # everything out of the way first: a file may have become a folder, or back
@@ -265,6 +266,8 @@ def apply(root: Path, diff: TreeDiff, guarded: Guard) -> None:
     """Protect the tree at `root` as `guarded` says: whole files back as they are at the
     base revision (an added one removed), then each rewritten configuration file."""
     rewritten = dict(guarded.rewrites)
+    if rewritten:
+        snapshot_reuse.mark_written(root)  # never kept for another run's reuse
     restore(root, diff, [p for p in (*guarded.changed, *guarded.added) if p not in rewritten])
     for rel, content in sorted(rewritten.items()):
         _clear(root, rel)

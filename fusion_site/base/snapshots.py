@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import mirrors, tree_index
+from fusion_site.base import mirrors, snapshot_reuse, tree_index
 from fusion_site.base import submodules as subs
 from fusion_site.base.mirrors import FULL_COMMIT, source_of
 from fusion_site.base.proc import run_nicer
@@ -95,12 +95,16 @@ def _writable_folders(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def snapshot(source: Source | str, revision: str, *, label: str = "run", submodules: bool = False) -> Iterator[Path]:
+def snapshot(
+    source: Source | str, revision: str, *, label: str = "run", submodules: bool = False, reuse: bool = False
+) -> Iterator[Path]:
     """The revision's files, read-only. What is yielded is the source's own folder in the
     snapshot: a local repository path that is a sub-folder of its repository is judged there.
     `submodules`: the revision's submodules are filled too, each from a mirror of its own
     (docs/REPOSITORIES.md, "Submodules"); without it their folders stay empty, and the
-    snapshot's facts (`tree_index.facts_of`) say so to the checks."""
+    snapshot's facts (`tree_index.facts_of`) say so to the checks.
+    `reuse`: made from a snapshot this process kept of the same repository when it can, and
+    kept afterwards for the next run when nothing wrote into it (`snapshot_reuse`)."""
     source = as_source(source)
     commit = revision if FULL_COMMIT.match(revision or "") else pin_revision(source, revision)
     target = snapshot_root() / f"{label}-{uuid.uuid4().hex[:12]}"
@@ -108,25 +112,40 @@ def snapshot(source: Source | str, revision: str, *, label: str = "run", submodu
     off = "" if submodules else "the mission does not check out submodules: set `submodules: true` on it"
     facts = TreeFacts(top=target, folder=source.prefix, hash_size=len(commit) // 2, default_reason=off)
     facts.indexes.append(("", index))
-    small = False
+    reuse = reuse and snapshot_reuse.possible(submodules=submodules)
+    small = kept = False
     try:
         with mirrors.in_use(source):
             mirror = mirrors.ensure_commit(source, commit)
-            target.mkdir()
-            _fill(source, mirror, commit, target, index)
+            fresh = not (reuse and snapshot_reuse.made_from_kept(source, mirror, commit, target, index))
+            if fresh:
+                target.mkdir()
+                _fill(source, mirror, commit, target, index)
             links = subs.urls(mirror, commit) if submodules else {}
         small = not submodules and _index_entries(index) <= SMALL_TREE_FILES
         if submodules:
             _populate(source, links, index, target, "", facts, depth=0)
-        _writable_folders(target)
+        if fresh:  # one made from a kept snapshot has its own pass (`_writable_added_folders`)
+            _writable_folders(target)
         with tree_index.registered(facts):
             yield mission_folder(target, source.prefix, commit)
+        # Only after a run that ended normally: an exception may have left a write half done.
+        kept = (
+            reuse
+            and not facts.written
+            and snapshot_reuse.possible(submodules=submodules)
+            and _index_entries(index) >= snapshot_reuse.KEEP_MIN_FILES
+        )
     except subprocess.TimeoutExpired as exc:
         raise SourceUnavailable(f"the checkout of {commit[:12]} from {source.display} timed out") from exc
     finally:
+        if kept:
+            kept = snapshot_reuse.keep(source.key, folder=target, index=index, commit=commit)
         for _where, path in facts.indexes:
-            path.unlink(missing_ok=True)
-        remove_tree(target, in_process=small)
+            if not kept:
+                path.unlink(missing_ok=True)
+        if not kept:
+            remove_tree(target, in_process=small)
 
 
 def mission_folder(target: Path, prefix: str, commit: str) -> Path:
@@ -335,7 +354,7 @@ def sweep_snapshots(*, live_labels: Callable[[], set[str]]) -> int:
     before its snapshot exists, so a snapshot made meanwhile is never a candidate."""
     found = [child for child in snapshot_root().iterdir() if SNAPSHOT_NAME.match(_snapshot_of(child.name))]
     live = live_labels()
-    removed = 0
+    removed = snapshot_reuse.sweep(snapshot_root())  # those kept by processes that are gone
     for path in found:
         if _is_live(path, live):
             continue

@@ -95,6 +95,9 @@ class TreeFacts:
     indexes: list[tuple[str, Path]] = field(default_factory=list)
     populated: set[str] = field(default_factory=set)
     unfetched: dict[str, str] = field(default_factory=dict)
+    # The service wrote into the snapshot after it was made: never kept for reuse
+    # (`snapshot_reuse.mark_written`).
+    written: bool = False
     # What was read once: parallel checks of one run ask the same questions.
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)

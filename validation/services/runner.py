@@ -189,7 +189,9 @@ def _judge_and_record(run: ValidatorRun) -> str:
         with journal.held(run.pk) as held:
             profiles.get_profile(run.validator)
             source = run.mission.source()
-            with snapshot(source, run.revision, label=f"run-{run.pk}", submodules=run.mission.submodules) as checkout:
+            with snapshot(
+                source, run.revision, label=f"run-{run.pk}", submodules=run.mission.submodules, reuse=True
+            ) as checkout:
                 # Protected files go back to the base revision before anything reads the snapshot.
                 protection = protect.prepare(checkout, source=source, revision=run.revision, frozen=run.protection)
                 ctx = build_context(run, checkout, protection=protection)

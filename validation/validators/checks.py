@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base import sandbox
+from fusion_site.base import sandbox, snapshot_reuse
 from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
 from fusion_site.base.redact import bounded, redact
 from fusion_site.base.sandbox import Confinement, Toolchain
@@ -312,6 +312,8 @@ def _check_root(
         yield checkout, False, True
         return
     if in_place and "run" in spec:
+        if not layered:  # the check writes into the snapshot itself
+            snapshot_reuse.mark_written(checkout)
         if restore:
             protect.apply(checkout, protection.diff(), guarded)
         yield checkout, False, layered
