@@ -208,9 +208,10 @@ def interpreter_mounts() -> tuple[Path, ...]:
 
 def _system_args(layer: Path | None = None) -> list[str]:
     """`layer`: the check's writable layer (`LAYER_SCRIPT`), whose tmpfs of
-    `FUSION_CHECK_DISK_MB` also holds its `/tmp`, `HOME` and `/dev/shm`. A tmpfs bubblewrap
-    makes has no size (0.8 cannot set one) and lives in the host's memory: a check writing
-    there would fill the host's memory past every limit."""
+    `FUSION_CHECK_DISK_MB` also holds its `/tmp`, `HOME` and `/dev/shm`, so that one bound
+    covers all a check writes. Without a layer they are tmpfs mounts of that size each: a
+    tmpfs lives in the host's memory, and one without a size would let a command fill it
+    past every limit."""
     args: list[str] = []
     for folder in SYSTEM_FOLDERS:
         path = Path(folder)
@@ -226,7 +227,9 @@ def _system_args(layer: Path | None = None) -> list[str]:
             args += ["--tmpfs", masked, "--remount-ro", masked]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if layer is None:
-        args += ["--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/home"]
+        size = str(settings.FUSION_CHECK_DISK_MB * 1024 * 1024)
+        for folder in ("/dev/shm", "/tmp", "/home"):
+            args += ["--size", size, "--tmpfs", folder]
     else:
         args += ["--bind", f"{layer}/shm", "/dev/shm", "--bind", f"{layer}/tmp", "/tmp"]
         args += ["--bind", f"{layer}/home", "/home"]
