@@ -24,6 +24,13 @@ about 160 MB checked out at 20,000), with a second commit that changes one file.
    index's instead of trusting its times (the first reuse of a snapshot just made, which
    pays that, is printed too).
 
+3. A declared environment (docs/ENVIRONMENTS.md) for a Python project with three
+   dependencies, from a folder of wheels in the repository (`--no-index --find-links`: no
+   network): its first build (a virtualenv from the base interpreter, then pip, in the
+   sandbox) against its reuse from the cache by a later run with the same key
+   (`envcache.held`, the service's own path). Median of --env-rounds, each round with a
+   cache of its own.
+
 Goals (the sandbox issue): under 30 ms per check and flat in the repository's size; a
 snapshot from a kept one under 10% of one from scratch. Prints ratios to the baselines
 measured in the same run.
@@ -50,6 +57,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--snapshot-rounds", type=int, default=7)
+    parser.add_argument("--env-rounds", type=int, default=3)
     parser.add_argument(
         "--snapshot-root",
         type=Path,
@@ -67,6 +75,7 @@ SNAPSHOTS = (
 os.environ["FUSION_DATA_DIR"] = str(TMP / "data")  # before settings are read
 os.environ["FUSION_SNAPSHOT_DIR"] = str(SNAPSHOTS / "snapshots")
 os.environ["FUSION_REPO_CACHE"] = str(TMP / "repos")
+os.environ["FUSION_ENV_CACHE"] = str(TMP / "environments")
 os.environ["DJANGO_SETTINGS_MODULE"] = "fusion_site.settings"
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
@@ -79,7 +88,13 @@ from fusion_site.base import sandbox, snapshot_reuse  # noqa: E402
 from fusion_site.base.proc import run_command, scrubbed_env  # noqa: E402
 from fusion_site.base.sandbox import Confinement  # noqa: E402
 from fusion_site.base.snapshots import private_copy, remove_tree, snapshot  # noqa: E402
+from django.test import override_settings  # noqa: E402
+
+from fusion_site.base import envcache  # noqa: E402
+from missions.demo.wheel import wheel, wheel_name  # noqa: E402
+from missions.environment_spec import effective  # noqa: E402
 from missions.management.commands.demo import make_repository as make_demo_repository  # noqa: E402
+from validation import environments  # noqa: E402
 
 COMMANDS = {"true": ["true"], "python -c pass": [str(sandbox.check_interpreter()), "-c", "pass"]}
 
@@ -167,6 +182,45 @@ def incremental(repo: Path, commits: tuple[str, str], rounds: int) -> None:
     print(f"ratio_reused_over_scratch_made={r_make / s_make:.3f}")
 
 
+DEPENDENCIES = ("alpha", "beta", "gamma")
+
+
+def make_python_project(repo: Path) -> str:
+    """A project needing three packages, carried as wheels in its `wheels/` folder."""
+    (repo / "wheels").mkdir(parents=True)
+    for name in DEPENDENCIES:
+        module = {f"{name}/__init__.py": f"NAME = {name!r}\n"}
+        (repo / "wheels" / wheel_name(name, "1.0")).write_bytes(wheel(name, "1.0", module))
+    (repo / "requirements.txt").write_text("".join(f"{name}==1.0\n" for name in DEPENDENCIES))
+    (repo / "test_deps.py").write_text("import alpha, beta, gamma\n")
+    return commit_all(repo, "a project with three dependencies", init=True)
+
+
+def environment(repo: Path, commit: str, rounds: int) -> None:
+    spec = effective(
+        {"preset": "python", "setup": ["pip install --no-index --find-links wheels -r requirements.txt"],
+         "key_files": ["requirements.txt", "wheels/*"]}
+    )  # fmt: skip
+    assert spec is not None
+    builds: list[float] = []
+    reuses: list[float] = []
+    with snapshot(str(repo), commit, label="run-3") as tree:
+        key = environments.environment_key(spec, repository="bench", checkout=tree)
+        for r in range(rounds):
+            with override_settings(FUSION_ENV_CACHE=str(TMP / f"environments-{r}")):
+                for times in (builds, reuses):
+                    started = time.perf_counter()
+                    with envcache.held(key, lambda folder: environments._build(spec, folder, tree).ok) as entry:
+                        times.append((time.perf_counter() - started) * 1000)
+                    if not entry.ready or entry.reused != (times is reuses):
+                        sys.exit(f"the environment did not build as expected: {entry}")
+    build, reuse = statistics.median(builds), statistics.median(reuses)
+    print(f"environment, python, {len(DEPENDENCIES)} dependencies from wheels, median of {rounds}:")
+    print(f"  first build (venv + pip, sandboxed)  {build:>8.1f} ms")
+    print(f"  reuse from the cache                 {reuse:>8.1f} ms")
+    print(f"ratio_env_reuse_over_build={reuse / build:.4f}")
+
+
 def main() -> int:
     args = ARGS
     if not sandbox.layers_work():
@@ -182,6 +236,8 @@ def main() -> int:
         per_check("demo", demo, demo_commit, args)
         per_check("large", large, first, args)
         incremental(large, (first, second), args.snapshot_rounds)
+        project = TMP / "project"
+        environment(project, make_python_project(project), args.env_rounds)
     finally:
         snapshot_reuse.forget()
         for folder in {TMP, SNAPSHOTS}:
