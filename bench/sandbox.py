@@ -83,14 +83,13 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.test import override_settings  # noqa: E402
+
 from bench.support.repos import commit_all, make_source_tree  # noqa: E402
-from fusion_site.base import sandbox, snapshot_reuse  # noqa: E402
+from fusion_site.base import envcache, sandbox, snapshot_reuse  # noqa: E402
 from fusion_site.base.proc import run_command, scrubbed_env  # noqa: E402
 from fusion_site.base.sandbox import Confinement  # noqa: E402
 from fusion_site.base.snapshots import private_copy, remove_tree, snapshot  # noqa: E402
-from django.test import override_settings  # noqa: E402
-
-from fusion_site.base import envcache  # noqa: E402
 from missions.demo.wheel import wheel, wheel_name  # noqa: E402
 from missions.environment_spec import effective  # noqa: E402
 from missions.management.commands.demo import make_repository as make_demo_repository  # noqa: E402
