@@ -95,3 +95,24 @@ def test_a_sandboxed_run_records_bubblewrap_and_no_page_warns(settings, build_mi
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert run.sandbox in page
     assert "Unsandboxed:" not in page and "data-sandbox-warning" not in page
+
+
+def test_serve_says_at_start_whether_checks_run_sandboxed(without_bwrap, settings):
+    from django.core.management.base import OutputWrapper
+
+    from validation.management.commands.serve import Command
+
+    settings.FUSION_SANDBOX = "auto"
+    command = Command()
+    out, err = StringIO(), StringIO()
+    command.stdout, command.stderr = OutputWrapper(out), OutputWrapper(err)
+    command._say_sandbox()
+    assert "checks run UNSANDBOXED (bubblewrap is not installed" in err.getvalue()
+    _forget()
+    os.environ["PATH"] = os.pathsep.join(["/usr/bin", os.environ["PATH"]])  # bubblewrap back
+    if not sandbox.status().confined:
+        pytest.fail("bubblewrap is required for this test (docs/SANDBOX.md): apt install bubblewrap")
+    out, err = StringIO(), StringIO()
+    command.stdout, command.stderr = OutputWrapper(out), OutputWrapper(err)
+    command._say_sandbox()
+    assert "checks run sandboxed: bubblewrap" in out.getvalue() and not err.getvalue()
