@@ -116,3 +116,38 @@ def test_serve_says_at_start_whether_checks_run_sandboxed(without_bwrap, setting
     command.stdout, command.stderr = OutputWrapper(out), OutputWrapper(err)
     command._say_sandbox()
     assert "checks run sandboxed: bubblewrap" in out.getvalue() and not err.getvalue()
+
+
+def test_a_check_reaches_the_network_only_when_it_declares_it_and_the_run_shows_it(
+    settings, build_mission, git_repo, client, staff
+):
+    import socket
+
+    from validation.views.common import describe_check
+
+    if not sandbox.status().confined:
+        pytest.fail("bubblewrap is required for this test (docs/SANDBOX.md): apt install bubblewrap")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    connect = f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5); print('connected')\""
+    try:
+        git_repo.commit({"data.txt": "payload\n"})
+        build_mission(
+            {
+                "net": [
+                    ("VAL-1", {"run": connect, "network": True}),
+                    ("VAL-2", {"run": connect, "expect_exit": 1}),  # no network: refused
+                ]
+            }
+        )
+        run = feature_admit(feature_id=MissionFeature.objects.get(key="net").pk, trigger="manual", cause="validate").run
+        runner.execute_run(run.pk)
+        run.refresh_from_db()
+    finally:
+        listener.close()
+    verdicts = {a["key"]: a for a in run.verdict["assertions"]}
+    assert verdicts["VAL-1"]["verdict"] == "pass" and "connected" in verdicts["VAL-1"]["evidence"][0]["text"]
+    assert verdicts["VAL-2"]["verdict"] == "pass" and "connected" not in verdicts["VAL-2"]["evidence"][0]["text"]
+    assert describe_check({"run": connect, "network": True}).endswith("· with network")

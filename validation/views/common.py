@@ -91,6 +91,8 @@ def describe_check(spec: Any) -> str:
             text += f" (exit {spec['expect_exit']})"
         if spec.get("expect_output"):
             text += f" output ~ /{spec['expect_output']}/"
+        if spec.get("network") is True:  # it reaches the network from its sandbox (docs/SANDBOX.md)
+            text += " · with network"
         return text
     if "file" in spec:
         for op in ("contains", "not_contains"):
