@@ -151,8 +151,9 @@ def status() -> Status:
 
 @functools.cache
 def overlay_works() -> bool:
-    """Whether a private overlay can be mounted here (Linux 5.11+ in a user namespace)."""
-    if not status().confined or shutil.which("unshare") is None:
+    """Whether a private overlay can be mounted here (Linux 5.11+ in a user namespace);
+    what the machine can do, whatever the mode (`layers_work`)."""
+    if _probe()[0] == NONE or shutil.which("unshare") is None:
         return False
     with tempfile.TemporaryDirectory(prefix="fusion-overlay-probe-") as tmp:
         lower, layer, merged = (Path(tmp) / name for name in ("lower", "layer", "merged"))
