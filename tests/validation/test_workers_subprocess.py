@@ -194,7 +194,9 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
     rev = git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"})
     feature = MissionFeature.objects.get(key="hello")
     task = task_create(user=alice, feature=feature)
-    lease_env = {"FUSION_RUN_LEASE_SECONDS": 3}
+    # Unsandboxed: the check tells the test it started, and its retry that it ran before,
+    # through a file of the test's (the worker's recovery is the subject, not the sandbox).
+    lease_env = {"FUSION_RUN_LEASE_SECONDS": "3", "FUSION_SANDBOX": "off"}
     first = workers.start(**lease_env)
     task_complete(user=alice, task=task, revision=rev)
 
