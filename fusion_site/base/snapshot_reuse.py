@@ -34,6 +34,7 @@ from django.conf import settings
 from fusion_site.base import mirrors, sandbox
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, run_git
+from fusion_site.base.trees import INDEX_FORMAT, MIRROR_MODES, READ_ONLY_UMASK, remove_tree
 
 # A smaller snapshot is made from scratch: its one `git read-tree` costs about what the
 # three git calls of a reuse cost, and its removal is cheap (bench/sandbox.py).
@@ -82,8 +83,6 @@ def made_from_kept(source: Source, mirror: Path, commit: str, target: Path, inde
     process kept of the same repository: taken (renamed to `target`), checked against its
     index, then brought to `commit` by `git read-tree -m -u` (the files that differ
     only). False, with nothing left at `target`, when there is none or anything is off."""
-    from fusion_site.base import snapshots  # snapshots calls this module
-
     older = take(source.key, folder=target, index=index)
     if older is None:
         return False
@@ -94,18 +93,18 @@ def made_from_kept(source: Source, mirror: Path, commit: str, target: Path, inde
         # Anything that differs from what git checked out (a file's contents, mode or type,
         # a file gone, anything added): the snapshot is made from scratch.
         for check in (["diff-files", "--quiet"], ["ls-files", "-z", "--others", "--directory"]):
-            done = run_git([*snapshots.INDEX_FORMAT, *tree, *check], cwd=target, timeout=timeout, extra_env=env)
+            done = run_git([*INDEX_FORMAT, *tree, *check], cwd=target, timeout=timeout, extra_env=env)
             if done.returncode != 0 or done.stdout:
                 raise SnapshotError(f"kept snapshot differs from its index ({check[0]})")
         with mirrors.filling(source, mirror, commit):
-            move = [*snapshots.MIRROR_MODES, *snapshots.INDEX_FORMAT, *tree, "read-tree", "-m", "-u", older, commit]
-            done = run_git(move, cwd=target, timeout=timeout, extra_env=env, umask=snapshots.READ_ONLY_UMASK)
+            move = [*MIRROR_MODES, *INDEX_FORMAT, *tree, "read-tree", "-m", "-u", older, commit]
+            done = run_git(move, cwd=target, timeout=timeout, extra_env=env, umask=READ_ONLY_UMASK)
         if done.returncode != 0:
             raise SnapshotError(f"read-tree -m -u failed: {done.stderr.strip()[:300]}")
         _writable_added_folders(mirror, target, older, commit)
     except (SnapshotError, OSError, subprocess.TimeoutExpired):
         index.unlink(missing_ok=True)
-        snapshots.remove_tree(target)
+        remove_tree(target)
         return False
     return True
 
@@ -184,8 +183,6 @@ atexit.register(forget)
 
 
 def _discard(folder: Path, index: Path) -> None:
-    from fusion_site.base.snapshots import remove_tree  # snapshots calls this module
-
     index.unlink(missing_ok=True)
     remove_tree(folder)
 

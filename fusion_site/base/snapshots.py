@@ -31,6 +31,7 @@ from fusion_site.base.mirrors import FULL_COMMIT, source_of
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
 from fusion_site.base.tree_index import GITLINK, TreeFacts, read_index
+from fusion_site.base.trees import INDEX_FORMAT, MIRROR_MODES, READ_ONLY_UMASK, remove_tree
 
 __all__ = ["FULL_COMMIT", "SnapshotError", "SourceUnavailable", "source_of"]
 
@@ -75,8 +76,7 @@ def snapshot_root() -> Path:
 # file afterwards costs a metadata write per file, which doubled the kernel's time per
 # snapshot on an ext4 disk under four concurrent runs). `core.sharedRepository` keeps what
 # git writes into the mirror meanwhile (a lazy fetch) at its usual modes whatever the umask.
-READ_ONLY_UMASK = 0o222
-MIRROR_MODES = ["-c", "core.sharedRepository=0664"]
+# READ_ONLY_UMASK and MIRROR_MODES: fusion_site/base/trees.py.
 
 
 def _writable_folders(path: Path) -> None:
@@ -174,11 +174,6 @@ def mission_folder(target: Path, prefix: str, commit: str) -> Path:
                 f"revision {commit[:12]} has no folder {prefix} (the mission's folder in its repository)"
             )
     return folder
-
-
-# The index `_fill` writes is read back by `tree_index` (version 2, whole): whatever a
-# mirror's config says about index formats.
-INDEX_FORMAT = ["-c", "index.version=2", "-c", "core.splitIndex=false"]
 
 
 def _fill(source: Source, mirror: Path, commit: str, work_tree: Path, index: Path) -> None:
@@ -297,38 +292,6 @@ def _copy_tree(source: Path, target: Path) -> None:
     if not done:
         remove_tree(target)
         shutil.copytree(source, target, symlinks=True)
-
-
-def remove_tree(path: Path, *, in_process: bool = False) -> None:
-    """Remove `path` whatever a check did to it. `in_process`: a small tree, removed by
-    the walk below alone."""
-    if not os.path.lexists(path):
-        return
-    if path.is_symlink() or not path.is_dir():
-        path.unlink()
-        return
-    # `rm -rf` first: in C, without the interpreter's lock (snapshots and check copies are
-    # removed on every run); the walk below for what it could not remove (a folder a check
-    # took the permissions off, for a worker that is not root).
-    if not in_process:
-        with contextlib.suppress(OSError):
-            run_nicer(["rm", "-rf", "--", str(path)])
-        if not os.path.lexists(path):
-            return
-
-    def retry(func: Callable[..., object], name: str, _exc_info: object) -> None:
-        # A check may have taken the permissions off a folder of its copy.
-        if func is os.rmdir and os.path.abspath(name) == os.path.abspath(path):
-            return  # its parent is the snapshot root, never ours to change
-        with contextlib.suppress(OSError):
-            if func in (os.open, os.scandir, os.listdir):
-                os.chmod(name, stat.S_IRWXU)
-                shutil.rmtree(name, onerror=retry)
-            else:
-                os.chmod(os.path.dirname(name), stat.S_IRWXU)
-                func(name)
-
-    shutil.rmtree(path, onerror=retry)
 
 
 # What `snapshot()` names its folders: `<label>-<12 hex>`, the label `run-<pk>`,
