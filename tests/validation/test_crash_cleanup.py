@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fusion_site.base import snapshots as snapshots_module
+from fusion_site.base import trees
 from fusion_site.base.snapshots import SMALL_TREE_FILES, snapshot, snapshot_root
 from missions.models import MissionEvent, MissionFeature
 from validation.context import ValidatorCrashed
@@ -150,14 +151,14 @@ def test_a_snapshot_is_removed_whatever_its_size_and_what_a_check_added(git_repo
     git_repo.commit({f"src/f{i}.txt": "x\n" for i in range(files)})
     rev = git_repo.git("rev-parse", "HEAD").strip()
     removers: list[list[str]] = []
-    real_run = snapshots_module.run_nicer
+    real_run = trees.run_nicer  # removing a tree (fusion_site/base/trees.py)
 
     def recording(argv, *args, **kwargs):
         if argv and argv[0] == "rm":
             removers.append(list(argv))
         return real_run(argv, *args, **kwargs)
 
-    monkeypatch.setattr(snapshots_module, "run_nicer", recording)
+    monkeypatch.setattr(trees, "run_nicer", recording)
     with snapshot(str(git_repo.path), rev, label="run-1") as checkout:
         made = checkout / "build" / "out"
         made.mkdir(parents=True)
