@@ -151,3 +151,21 @@ def test_a_check_reaches_the_network_only_when_it_declares_it_and_the_run_shows_
     assert verdicts["VAL-1"]["verdict"] == "pass" and "connected" in verdicts["VAL-1"]["evidence"][0]["text"]
     assert verdicts["VAL-2"]["verdict"] == "pass" and "connected" not in verdicts["VAL-2"]["evidence"][0]["text"]
     assert describe_check({"run": connect, "network": True}).endswith("· with network")
+
+
+def test_the_command_validator_never_mounts_a_folder_holding_the_services_state(tmp_path):
+    import sys
+
+    from django.conf import settings
+
+    from validation.validators.command import _program_mount
+
+    data = Path(settings.DATA_DIR)
+    assert _program_mount(data.parent) is None  # `agent --dir /work`: not the data folder under it
+    assert _program_mount(Path("/")) is None
+    script = tmp_path / "validator.py"
+    script.write_text("print('hi')\n")
+    assert _program_mount(script) == script  # the file alone, not its folder's neighbours
+    venv_python = Path(sys.executable)
+    if venv_python.parent.name == "bin" and not data.resolve().is_relative_to(venv_python.parent.parent.resolve()):
+        assert _program_mount(venv_python) == venv_python.parent.parent  # a program brings its prefix

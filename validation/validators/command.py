@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
 from fusion_site.base.redact import redact
 from fusion_site.base.sandbox import Confinement, Toolchain
@@ -66,7 +68,7 @@ class CommandOptions:
         files its command names by absolute path are the staff's: mounted read-only."""
         words = self.command if isinstance(self.command, list) else shlex.split(self.command)
         named = [Path(w) for w in words if w.startswith("/") and Path(w).exists()]
-        readable = {p.parent.parent if p.parent.name == "bin" else p.parent for p in named}
+        readable = {mount for p in named if (mount := _program_mount(p)) is not None}
         return Confinement(
             tree=workdir,
             writable=(stderr,),
@@ -74,6 +76,22 @@ class CommandOptions:
             network=self.network,
             limits=False,
         )
+
+
+def _program_mount(path: Path) -> Path | None:
+    """What of `path`, named by the validator's command, its sandbox reads: a program in a
+    `bin` folder brings its prefix (a virtualenv's `pyvenv.cfg` and `lib`), any other file
+    itself, a folder itself. Never a folder holding the service's state (the data folder,
+    snapshots, mirrors, environments): `/work` named on the command line does not open
+    the data folder under it."""
+    mount = path.parent.parent if path.is_file() and path.parent.name == "bin" else path
+    state = [Path(settings.DATA_DIR), *(Path(getattr(settings, name)) for name in STATE_FOLDERS)]
+    if any(folder.resolve().is_relative_to(mount.resolve()) for folder in state):
+        return path if path.is_file() else None
+    return mount
+
+
+STATE_FOLDERS = ("FUSION_SNAPSHOT_DIR", "FUSION_REPO_CACHE", "FUSION_ENV_CACHE")
 
 
 def _no_constants(name: str):
