@@ -1,6 +1,6 @@
 """Settings, all read from the environment with safe embedded defaults.
 
-Every variable is documented in README.md ("Configuration").
+Every variable is documented in docs/CONFIGURATION.md.
 """
 
 from __future__ import annotations

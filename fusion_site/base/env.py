@@ -1,7 +1,7 @@
 """Configuration values read from the environment. A plain module (no Django imports):
 `fusion_site.settings` imports it before Django is configured.
 
-Every variable is documented in README.md ("Configuration").
+Every variable is documented in docs/CONFIGURATION.md.
 """
 
 from __future__ import annotations

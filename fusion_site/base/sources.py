@@ -331,7 +331,7 @@ def url_within(url: str, prefix: str) -> bool:
 
 def credential_prefixes(name: str) -> list[str]:
     """The URL prefixes the deployment lets variable `name` be sent to
-    (`FUSION_GIT_CREDENTIALS`, README "Configuration"); none for an unlisted variable."""
+    (`FUSION_GIT_CREDENTIALS`, docs/CONFIGURATION.md); none for an unlisted variable."""
     prefixes = settings.FUSION_GIT_CREDENTIALS.get(name) if name else None
     return [p for p in prefixes if isinstance(p, str)] if isinstance(prefixes, list) else []
 

@@ -27,7 +27,10 @@ def _kept(settings, monkeypatch):
     settings.FUSION_SNAPSHOTS_KEPT_TOTAL = 6
     snapshot_reuse.forget()
     if not sandbox.layers_work():
-        pytest.skip(f"snapshots are kept only where checks run over an overlay; here: {sandbox.status().record}")
+        pytest.fail(
+            "bubblewrap with overlays is required for this test (docs/SANDBOX.md): snapshots are kept only where "
+            f"checks run over an overlay; here: {sandbox.status().record}"
+        )
     yield
     snapshot_reuse.forget()
 
