@@ -213,6 +213,22 @@ def _system_args(layer: Path | None = None) -> list[str]:
     covers all a check writes. Without a layer they are tmpfs mounts of that size each: a
     tmpfs lives in the host's memory, and one without a size would let a command fill it
     past every limit."""
+    args = [*_system_mounts(), "--proc", "/proc", "--dev", "/dev"]
+    if layer is None:
+        size = str(settings.FUSION_CHECK_DISK_MB * 1024 * 1024)
+        for folder in ("/dev/shm", "/tmp", "/home"):
+            args += ["--size", size, "--tmpfs", folder]
+    else:
+        args += ["--bind", f"{layer}/shm", "/dev/shm", "--bind", f"{layer}/tmp", "/tmp"]
+        args += ["--bind", f"{layer}/home", "/home"]
+    # `/dev` itself (its device nodes are mounts of their own) is read-only.
+    return [*args, "--remount-ro", "/dev", "--dir", HOME]
+
+
+@functools.cache
+def _system_mounts() -> tuple[str, ...]:
+    """The system's folders (read-only) and the masks, as this machine has them: looked
+    up once per process, not for every check."""
     args: list[str] = []
     for folder in SYSTEM_FOLDERS:
         path = Path(folder)
@@ -226,16 +242,7 @@ def _system_args(layer: Path | None = None) -> list[str]:
     for masked in MASKED_FOLDERS:
         if Path(masked).is_dir():
             args += ["--tmpfs", masked, "--remount-ro", masked]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    if layer is None:
-        size = str(settings.FUSION_CHECK_DISK_MB * 1024 * 1024)
-        for folder in ("/dev/shm", "/tmp", "/home"):
-            args += ["--size", size, "--tmpfs", folder]
-    else:
-        args += ["--bind", f"{layer}/shm", "/dev/shm", "--bind", f"{layer}/tmp", "/tmp"]
-        args += ["--bind", f"{layer}/home", "/home"]
-    # `/dev` itself (its device nodes are mounts of their own) is read-only.
-    return [*args, "--remount-ro", "/dev", "--dir", HOME]
+    return tuple(args)
 
 
 def _limit_args(limits: bool) -> list[str]:
@@ -364,16 +371,10 @@ def require(confine: Confinement | None) -> Status:
 
 @functools.cache
 def _announce_once(record: str) -> None:
-    # Once per process and state: every worker says it, in its own log.
-    announce()
-
-
-def announce() -> None:
-    """Said loudly once at start when commands of a revision will run unconfined."""
-    current = status()
-    if not current.confined:
-        log.warning(
-            "checks run UNSANDBOXED (%s): the code under judgment can read and write "
-            "everything this service's user can (docs/SANDBOX.md)",
-            current.detail,
-        )
+    """Said loudly, once per process and state, when commands of a revision run
+    unconfined: every worker says it in its own log (`serve` says it at start)."""
+    log.warning(
+        "checks run UNSANDBOXED (%s): the code under judgment can read and write "
+        "everything this service's user can (docs/SANDBOX.md)",
+        record,
+    )

@@ -59,7 +59,6 @@ class Command(BaseCommand):
         if current.confined:
             self.stdout.write(f"checks run sandboxed: {current.record} (FUSION_SANDBOX={current.mode})")
             return
-        sandbox.announce()
         self.stderr.write(
             self.style.WARNING(
                 f"WARNING: checks run UNSANDBOXED ({current.detail}): the code under judgment can read and "
