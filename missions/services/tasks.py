@@ -63,7 +63,9 @@ def _move(task: Task, *, new: str, cause: str, user, verb: str, fields: dict, **
 
 
 def task_prompt_for(feature: MissionFeature) -> str:
-    lines = [f"# {feature.title}", "", feature.description.strip()]
+    lines = [f"# {feature.title}"]
+    if feature.description.strip():
+        lines += ["", feature.description.strip()]
     if feature.acceptance_criteria.strip():
         lines += ["", "## Acceptance criteria", feature.acceptance_criteria.strip()]
     assertions = list(feature.assertions.all())
