@@ -63,7 +63,7 @@ $(LLM_STAMP): $(STAMP)
 		$(PY) -m pip install --quiet --no-cache-dir $(LLM_PACKAGES)
 	@touch $@
 
-# The model `make test-llm` uses, served for a validator profile to use (README.md,
+# The model `make test-llm` uses, served for a validator profile to use (docs/PRODUCTION.md,
 # "Configuration"): the same build, weights and chat format as tests/llm/conftest.py.
 LLM_HOST ?= 127.0.0.1
 LLM_PORT ?= 8080

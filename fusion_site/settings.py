@@ -123,7 +123,7 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 # `manage.py rundramatiq` runs the `dramatiq` program: its worker threads live as long as
 # the process.
 DRAMATIQ_WORKER_PROCESS = Path(sys.argv[0]).name in ("dramatiq", "dramatiq-gevent") if sys.argv else False
-# `manage.py serve` (the ASGI server of README's production shape): many short request threads.
+# `manage.py serve` (the ASGI server of docs/PRODUCTION.md): many short request threads.
 WEB_SERVER_PROCESS = len(sys.argv) > 1 and Path(sys.argv[0]).name == "manage.py" and sys.argv[1] == "serve"
 if DATABASE_URL:
     # No persistent connections in web processes: under ASGI (Daphne) requests run in

@@ -1,4 +1,4 @@
-"""The shapes an assertion's deterministic `check` may take (README, "Mission files").
+"""The shapes an assertion's deterministic `check` may take (docs/MISSION_FILES.md).
 
 Every writer (API, mission files, admin, services) and the judge itself go through
 `check_spec_problems`: a check it finds a problem in is never run."""

@@ -83,7 +83,7 @@ def can_see_mission(*, user, mission_id: int) -> bool:
     return visible_missions(user=user).filter(pk=mission_id).exists()
 
 
-# --- milestone rollup (README.md, "Rollup"): precedence not_started > failed > blocked >
+# --- milestone rollup (docs/TRUTH.md): precedence not_started > failed > blocked >
 # needs_coverage > passed > ready.
 
 

@@ -1,4 +1,4 @@
-"""Protected paths (README, "Mission files"): files an implementation must not change to
+"""Protected paths (docs/MISSION_FILES.md): files an implementation must not change to
 make its checks pass, typically its own tests.
 
 Before a check runs, every protected path of the snapshot is put back as it is at the

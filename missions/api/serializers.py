@@ -44,7 +44,7 @@ class VisiblePK(serializers.PrimaryKeyRelatedField):
 
 
 class CheckField(serializers.JSONField):
-    """A deterministic check: one of the shapes of README.md, "Mission files" (checks)."""
+    """A deterministic check: one of the shapes of docs/MISSION_FILES.md (checks)."""
 
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
@@ -307,7 +307,7 @@ class AssertionSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["mission", "status", "created_at", "updated_at"]
-        # Human keys are slugs (README.md, "Mission files"): they travel in prompts, verdicts and files.
+        # Human keys are slugs (docs/MISSION_FILES.md): they travel in prompts, verdicts and files.
         extra_kwargs = {"key": {"validators": [validate_slug]}}
 
 

@@ -36,7 +36,7 @@ def unittest_check(test: str) -> dict:
     return {"run": f"python -m unittest -q {test}", "timeout": 60}
 
 
-# A mission file as the importer reads it (README.md, "Mission files").
+# A mission file as the importer reads it (docs/MISSION_FILES.md).
 MISSION: dict[str, Any] = {
     "mission": {
         "key": "demo",

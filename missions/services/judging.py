@@ -1,4 +1,4 @@
-"""How a mission is judged, as a person sets it (docs/TRUTH.md; README "Mission files"):
+"""How a mission is judged, as a person sets it (docs/TRUTH.md; docs/MISSION_FILES.md):
 `settle_mission_fields` is the one check every writer makes before it writes (the API
 through `hierarchy.mission_create`/`mission_update`, the admin form, mission file import
 and the demo through it); a refusal is a `DomainError` with a stable code and nothing

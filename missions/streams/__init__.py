@@ -1,4 +1,4 @@
-"""The transport side of live events (README.md, "Streams for programs"):
+"""The transport side of live events (docs/DASHBOARD.md, "Streams for programs"):
 
 - `auth`: who a stream request is (session, or `Authorization: Token` for programs) and
   which channels they may read;

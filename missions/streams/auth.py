@@ -1,4 +1,4 @@
-"""Who a stream request is, and which channels they may read (README.md, "Streams for
+"""Who a stream request is, and which channels they may read (docs/DASHBOARD.md, "Streams for
 programs").
 
 - Sign-in: browsers use their session; programs send `Authorization: Token <key>` (a DRF

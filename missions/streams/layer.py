@@ -2,7 +2,7 @@
 made safe to publish to from worker threads and cheap with many WebSocket clients.
 
 `fusion_site/settings.py` names it `missions.streams.InMemoryChannelLayer`; with
-`REDIS_URL` set, channels-redis is used instead (README.md, "Streams for programs").
+`REDIS_URL` set, channels-redis is used instead (docs/DASHBOARD.md, "Streams for programs").
 """
 
 from __future__ import annotations

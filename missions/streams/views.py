@@ -1,6 +1,6 @@
 """The SSE view of `/events/missions/<id>/` and `/events/missions/`, and the bookkeeping
 of its open streams (listeners): ending them when access is revoked (`kick_listeners`)
-and re-checking access while they are open (README.md, "Streams for programs").
+and re-checking access while they are open (docs/DASHBOARD.md, "Streams for programs").
 
 django-eventstream's own view, rewritten for ASGI with the same protocol (stream-open,
 ids "channel:id", stream-reset, stream-error, keep-alive every 20 s). Its view is sync

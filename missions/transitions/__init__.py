@@ -1,4 +1,4 @@
-"""The state machines of the plan (docs/ARCHITECTURE.md, "State machines"; README.md):
+"""The state machines of the plan (docs/ARCHITECTURE.md, "State machines"):
 for each state field, its table as data and the one function that changes it. Services
 call these; nothing else writes a state field (a row is created in its default state).
 

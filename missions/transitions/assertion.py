@@ -1,5 +1,5 @@
-"""The contract assertion state machine (docs/ARCHITECTURE.md, "State machines";
-README.md): `ContractAssertion.status`, set by the verdicts of validator runs
+"""The contract assertion state machine (docs/ARCHITECTURE.md, "State machines"):
+`ContractAssertion.status`, set by the verdicts of validator runs
 (`validation/services/outcomes.py`).
 
 | from                             | to                               | cause   | event            |

@@ -1,5 +1,5 @@
 """The engine under every state machine of the plan (docs/ARCHITECTURE.md, "State
-machines"; README.md).
+machines").
 
 A `Machine` is one state field of one model and its table as data:
 

@@ -1,4 +1,4 @@
-"""The milestone state machines (docs/ARCHITECTURE.md, "State machines"; README.md):
+"""The milestone state machines (docs/ARCHITECTURE.md, "State machines"):
 `Milestone.status` (how far the plan has come) and `Milestone.validation_state` (the
 rollup of its assertions, derived: written only by
 `missions/services/rollup.py:milestone_rollup_refresh`).

@@ -1,4 +1,4 @@
-"""The mission state machine (docs/ARCHITECTURE.md, "State machines"; README.md):
+"""The mission state machine (docs/ARCHITECTURE.md, "State machines"):
 `Mission.status`, and the autopilot's stop reason (`status_reason`) as a named change of
 an active mission.
 

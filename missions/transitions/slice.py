@@ -1,4 +1,4 @@
-"""The slice state machine (docs/ARCHITECTURE.md, "State machines"; README.md):
+"""The slice state machine (docs/ARCHITECTURE.md, "State machines"):
 `Slice.status`.
 
 | from     | to       | cause               | event           | who                                      |

@@ -1,4 +1,4 @@
-"""The task state machine (docs/ARCHITECTURE.md, "State machines"; README.md):
+"""The task state machine (docs/ARCHITECTURE.md, "State machines"):
 `Task.status`, changed by `missions/services/tasks.py`.
 
 | from        | to          | cause    | event        | who           |

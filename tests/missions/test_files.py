@@ -258,7 +258,7 @@ MISTAKES = [
     ),
     (
         _set(["milestones", 0, "assertions", 0, "check"], "pytest"),
-        "milestones[0].assertions[0].check: must be a mapping (a check: see README.md, Mission files) or null",
+        "milestones[0].assertions[0].check: must be a mapping (a check: see docs/MISSION_FILES.md) or null",
     ),
     (
         _set(["milestones", 0, "assertions", 0, "check"], {"run": "pytest", 1: "x"}),

@@ -72,7 +72,7 @@ def load_schema(token: str):
 
 
 def json_error_check(ctx, response, case):
-    """Every refusal is JSON with a stable `code` (README.md, "API")."""
+    """Every refusal is JSON with a stable `code` (docs/API.md)."""
     if 400 <= response.status_code < 500 and response.status_code != 405:
         try:
             body = response.json()

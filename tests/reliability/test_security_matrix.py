@@ -6,7 +6,7 @@ The API rows are keyed by the OpenAPI schema's (method, path): an endpoint added
 API without a row here fails `test_every_api_operation_has_a_row`, and every URL pattern
 under /api/ must be an operation of the schema or one of the few documented extras.
 
-What each role gets (README.md, "Dashboard and live events" and "API"):
+What each role gets (docs/DASHBOARD.md and docs/API.md):
 - anonymous: 401 with `code: not_authenticated` everywhere under /api/; SSE
   `stream-error` forbidden; WebSocket closed with 4403; admin and dashboard redirect to
   a sign-in page. Nothing is written.

@@ -1,4 +1,4 @@
-"""Advisory reviews over the API (README.md, "API").
+"""Advisory reviews over the API (docs/API.md).
 
     POST /api/reviews/                 closed request body -> 202 receipt (Idempotency-Key honoured)
     GET  /api/reviews/ , /{id}/        the review record and its artifact list (hashes, no content)

@@ -1,4 +1,4 @@
-"""The `checks` validator (docs/TRUTH.md, README "Mission files"): deterministic, offline, zero tokens.
+"""The `checks` validator (docs/TRUTH.md, docs/MISSION_FILES.md): deterministic, offline, zero tokens.
 
 Each assertion with a check is judged by running it inside the snapshot; checks of one
 run execute in parallel (bounded by FUSION_CHECK_PARALLELISM). Every result is journaled.

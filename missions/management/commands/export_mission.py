@@ -1,4 +1,4 @@
-"""`manage.py export_mission MISSION [--output FILE]`: write a mission as its file (README.md, "Mission files")."""
+"""`manage.py export_mission MISSION [--output FILE]`: write a mission as its file (docs/MISSION_FILES.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`manage.py import_mission FILE.yaml`: create or update a mission from its file (README.md, "Mission files")."""
+"""`manage.py import_mission FILE.yaml`: create or update a mission from its file (docs/MISSION_FILES.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`manage.py mission activate|pause|resume|autopilot-on|autopilot-off|status MISSION [--user NAME]`
 
-MISSION is a mission key or id. The lifecycle rules are those of the API (README.md, "Commands"):
+MISSION is a mission key or id. The lifecycle rules are those of the API (docs/COMMANDS.md):
 activate from planning or blocked, pause from active or blocked, resume all-or-nothing.
 
 Exit codes: 0 done; 1 refused by the rules (a resume conflict lists every blocker on

@@ -1,4 +1,4 @@
-"""`manage.py mission_file_schema`: print the JSON schema of a mission file (README.md, "Mission files").
+"""`manage.py mission_file_schema`: print the JSON schema of a mission file (docs/MISSION_FILES.md).
 
 The committed copy is its output: `python manage.py mission_file_schema > docs/mission-file.schema.json`.
 """

@@ -1,4 +1,4 @@
-"""Missions as code: import and export the mission file; see README.md (Mission files).
+"""Missions as code: import and export the mission file; see docs/MISSION_FILES.md.
 
 Decisions (what the file means):
 - The whole document is validated before anything is written; every error is reported

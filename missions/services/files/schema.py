@@ -139,7 +139,7 @@ class _Reworded(_Rule):
 class Check(_Reworded):
     """An assertion's deterministic check: `missions.checks_spec` decides its shape."""
 
-    wrong_type = "must be a mapping (a check: see README.md, Mission files) or null"
+    wrong_type = "must be a mapping (a check: see docs/MISSION_FILES.md) or null"
 
     def check(self, value: dict | None) -> dict | None:
         if value is None:
@@ -383,7 +383,7 @@ class MissionFileMission(_Closed):
 
 
 class MissionFile(_Closed):
-    """A mission file (README.md, Mission files): entities are matched by key, order comes
+    """A mission file (docs/MISSION_FILES.md): entities are matched by key, order comes
     from list positions, an omitted or null field takes its default."""
 
     mission: MissionFileMission

@@ -36,7 +36,7 @@ def dump(document: dict[str, Any]) -> str:
 
 
 class KeyList(list):
-    """A list of keys, written inline (`assertions: [VAL-1, VAL-2]`) as in README.md (Mission files)."""
+    """A list of keys, written inline (`assertions: [VAL-1, VAL-2]`) as in docs/MISSION_FILES.md."""
 
 
 class _Loader(yaml.SafeLoader):
