@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
@@ -17,14 +16,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.utils.serializer_helpers import ReturnDict
 
 from missions import selectors
 from missions.api import serializers as s
 from missions.api.lifecycle import MissionLifecycleActions
-from missions.api.parsers import YAMLParser
+from missions.api.parsers import JSONTextParser, YAMLParser
 from missions.api.tree import mission_tree
 from missions.errors import Forbidden, Invalid
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
@@ -126,14 +124,14 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         },
         responses={201: s.MissionSerializer, 200: s.MissionSerializer},
     )
-    @action(detail=False, methods=["post"], url_path="import", parser_classes=[YAMLParser, JSONParser])
+    @action(detail=False, methods=["post"], url_path="import", parser_classes=[YAMLParser, JSONTextParser])
     def import_(self, request):
-        if not isinstance(request.data, (dict, str)) or not request.data:
-            raise Invalid("send a mission file as YAML or JSON", code="invalid_mission_file")
-        _refuse_relative_repository(request.data)
-        # Visibility of an existing key and "created or updated" are decided inside the
-        # import's transaction: a check made here first would race with a concurrent import.
-        result = files.mission_file_import(document=request.data, user=request.user)
+        # The text as sent (an empty body is no text): the importer reads and judges it as
+        # `import_mission` does, and reports every mistake at once. Visibility of an
+        # existing key and "created or updated" are decided inside the import's
+        # transaction: a check made here first would race with a concurrent import.
+        document = request.data if isinstance(request.data, str) else ""
+        result = files.mission_file_import(document=document, user=request.user, from_api=True)
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         body = {**s.MissionSerializer(result.mission, context={"request": request}).data, "changed": result.changed}
         return Response(body, status=code)
@@ -145,29 +143,6 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         qs = MissionEvent.objects.filter(mission=mission).order_by("-seq")
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(s.MissionEventSerializer(page, many=True).data)
-
-
-def _document_mission(data) -> dict:
-    """The `mission` mapping of a posted file, or {} (the importer reports what is wrong)."""
-    if isinstance(data, str):
-        try:
-            data = yaml.safe_load(data)
-        except yaml.YAMLError:
-            return {}
-    mission = data.get("mission") if isinstance(data, dict) else None
-    return mission if isinstance(mission, dict) else {}
-
-
-def _refuse_relative_repository(data) -> None:
-    # A file sent over HTTP has no folder: relative to the server's working directory
-    # would be a guess, so the API asks for an absolute path (or a URL). `workspace` is the
-    # repository's former name, still read for one release.
-    mission = _document_mission(data)
-    for name in ("repository", "workspace"):
-        value = mission.get(name)
-        if isinstance(value, str) and files.is_relative_path(value):
-            message = f"mission.{name}: a file sent to the API needs a git URL or an absolute repository path"
-            raise Invalid(message, code="invalid_mission_file", fields={"errors": [message]})
 
 
 class MilestoneViewSet(MissionScopedViewSet):

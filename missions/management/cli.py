@@ -1,5 +1,6 @@
 """What the operator commands (`mission`, `task`, `repair_feature`) share: finding the
-objects they are given, the user they act as, and one set of exit codes.
+objects they are given, the user they act as (or who owns what `import_mission` and `demo`
+import), and one set of exit codes.
 
 Exit codes: 0 done; 1 refused by the rules (the object is in a state that does not allow
 it, or the input is invalid — the message says why); 2 unknown object or user, or bad
@@ -82,4 +83,14 @@ def find_user(username: str | None):
 def add_user_argument(parser) -> None:
     parser.add_argument(
         "--user", dest="username", default=None, help="act as this user (named in the mission's audit log)"
+    )
+
+
+def add_owner_argument(parser) -> None:
+    """`--owner USERNAME` of the commands that import a mission (`import_mission`, `demo`)."""
+    parser.add_argument(
+        "--owner",
+        default=None,
+        metavar="USERNAME",
+        help="the user who owns the mission: it sees the mission as if it had imported it through the API",
     )

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from missions.demo import implementer
 from missions.demo.project import MISSION, TESTS, WHEELS
+from missions.management.cli import add_owner_argument, find_user
 from missions.management.workers import start_embedded_worker
 from missions.models import Mission
 from missions.services.files import mission_import
@@ -49,6 +50,7 @@ def make_repository(path: Path) -> str:
 
 
 def create_demo(*, directory: Path | None = None, user=None) -> Mission:
+    """The demo mission, owned by `user` (None: no owner, only staff see it), who starts it."""
     Mission.objects.filter(key=MISSION["mission"]["key"]).delete()
     repo = (directory or Path(settings.DATA_DIR) / "demo-repo").resolve()
     base = make_repository(repo)
@@ -58,27 +60,33 @@ def create_demo(*, directory: Path | None = None, user=None) -> Mission:
         base_revision=base,
         executor_command=f"{sys.executable} {Path(implementer.__file__).resolve()}",
     )
-    mission, _changed = mission_import(document=document, user=None)
-    if user is not None:
-        Mission.objects.filter(pk=mission.pk).update(owner=user)
+    # Imported from the command line (trusted: its executor command), owned by `user`.
+    mission, _changed = mission_import(document=document, user=None, owner=user)
     return mission_activate(mission=mission, user=user)
 
 
 class Command(BaseCommand):
-    help = "Create the demo mission over a real local git repository and start it with autopilot."
+    help = (
+        "Create the demo mission over a real local git repository and start it with autopilot. "
+        "It belongs to --owner USERNAME, or else to the first superuser (none: only staff see it)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--if-missing", action="store_true", help="do nothing when the demo mission exists")
         parser.add_argument("--wait", action="store_true", help="run it to the end with in-process workers")
         parser.add_argument("--timeout", type=float, default=300)
+        add_owner_argument(parser)
 
-    def handle(self, *args, if_missing: bool, wait: bool, timeout: float, **options):
+    def handle(self, *args, if_missing: bool, wait: bool, timeout: float, owner: str | None, **options):
+        owner_user = find_user(owner)  # an unknown user: exit 2, nothing re-created
         if if_missing and Mission.objects.filter(key=MISSION["mission"]["key"]).exists():
             self.stdout.write("demo mission exists; not re-created")
             return
-        owner = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
-        mission = create_demo(user=owner)
-        self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.repository}")
+        if owner_user is None:
+            owner_user = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
+        mission = create_demo(user=owner_user)
+        owned = f"owned by {owner_user.get_username()}" if owner_user is not None else "no owner: only staff see it"
+        self.stdout.write(f"demo mission {mission.key} (id {mission.pk}) started over {mission.repository}; {owned}")
         self.stdout.write(
             "The demo implementer replays prepared changes; set executor_command to a real coding agent instead."
         )

@@ -3,7 +3,17 @@
 Decisions (what the file means):
 - The whole document is validated before anything is written; every error is reported
   as `path: message` (`milestones[0].slices[1].key: duplicate key s1`) in one
-  `Invalid(code="invalid_mission_file")`. Then the import runs in one transaction.
+  `Invalid(code="invalid_mission_file")`: the YAML or JSON, the declaration, the rules of
+  the whole file, then those that need the stored mission (a link the file leaves in
+  place). The command line and the API read a file through this
+  one path and report the same lines. Then what the importer may not do (staff, owner,
+  repository rules, each with its code) is judged of the valid file, and the import runs
+  in one transaction.
+- Who owns the mission: the `owner` given (`import_mission --owner`, `demo --owner`) is
+  set on a new or an existing mission; without one, a new mission belongs to the user who
+  imports it (the API's caller; none from the command line, so only staff see it) and an
+  existing mission keeps its owner. The owner is not made a member: owning a mission is
+  what lets its owner see it (`missions/selectors.py: visible_missions`).
 - Entities are matched by key: the mission by `key`, milestones, slices, features and
   assertions by their key within the mission. A matched entity may move (a slice to
   another milestone, a feature to another slice, an assertion to another milestone).
@@ -23,7 +33,8 @@ Decisions (what the file means):
 - `repository` is a git URL or a local path (docs/REPOSITORIES.md); `workspace`, its former
   name, is still read for one release (the same value as `repository`, or alone). A
   relative local path is resolved against `base_dir` (the file's folder) and stored
-  absolute. The repository is then checked (`fusion_site.base.sources.check_repository`)
+  absolute; a file sent to the API (`from_api`) has no folder, and a relative path is one
+  of its errors. The repository is then checked (`fusion_site.base.sources.check_repository`)
   with the importer's staff flag, the command line (`user=None`) counting as staff: a
   local path or `file://` URL only from staff or inside FUSION_WORKSPACE_ROOTS; an
   unchanged value is not judged again. A refusal is `Invalid(code="repository_refused")`.
@@ -40,7 +51,7 @@ Decisions (what the file means):
 Where it lives:
 - `schema`: the file declared once (pydantic models whose types, defaults and limits come
   from the Django model fields) and its JSON schema (`docs/mission-file.schema.json`);
-- `yaml_io`: the YAML reader (duplicate keys refused) and the writer of exports;
+- `yaml_io`: the reader of YAML and JSON (duplicate keys refused) and the writer of exports;
 - `validating`: the declaration's verdict as `path: message` errors, then the rules that
   need the whole file (duplicate keys, references, cycles, protection, the repository's
   former name and relative path);
@@ -53,7 +64,6 @@ from missions.services.files.exporting import mission_export
 from missions.services.files.importing import ImportResult, mission_file_import, mission_import
 from missions.services.files.importing import _locked_mission as _locked_mission  # looked up here by `_apply`
 from missions.services.files.schema import MISSION_FIELDS, MissionFile, mission_file_json_schema
-from missions.services.files.validating import is_relative_path
 from missions.services.files.yaml_io import MAX_DOCUMENT_CHARS
 
 __all__ = [
@@ -61,7 +71,6 @@ __all__ = [
     "MISSION_FIELDS",
     "ImportResult",
     "MissionFile",
-    "is_relative_path",
     "mission_export",
     "mission_file_import",
     "mission_file_json_schema",

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fusion_site.base.sources import SourceRefused, check_repository
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
-from missions.events import publish_on_commit
+from missions.events import audience, publish_on_commit, revoke_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -35,20 +35,33 @@ class ImportResult:
     changed: bool
 
 
-def mission_import(*, document: str | dict, base_dir: pathlib.Path | None = None, user=None) -> tuple[Mission, bool]:
+def mission_import(
+    *, document: str | dict, base_dir: pathlib.Path | None = None, user=None, owner=None
+) -> tuple[Mission, bool]:
     """Create or update the mission a mission file describes; returns (mission, changed)."""
-    result = mission_file_import(document=document, base_dir=base_dir, user=user)
+    result = mission_file_import(document=document, base_dir=base_dir, user=user, owner=owner)
     return result.mission, result.changed
 
 
-def mission_file_import(*, document: str | dict, base_dir: pathlib.Path | None = None, user=None) -> ImportResult:
-    doc = validated(document, base_dir)
+def mission_file_import(
+    *,
+    document: str | dict,
+    base_dir: pathlib.Path | None = None,
+    user=None,
+    owner=None,
+    from_api: bool = False,
+) -> ImportResult:
+    """`user` is who imports (None: the command line, trusted like staff); `owner` is who the
+    mission is to belong to: given, it is set on a new or an existing mission; not given, a
+    new mission belongs to `user` (none from the command line: staff only see it) and an
+    existing one keeps its owner. `from_api`: the file came over HTTP and has no folder."""
+    doc = validated(document, base_dir, from_api=from_api)
     try:
-        return _apply(doc, user)
+        return _apply(doc, user, owner)
     except _MissionRace:
         # A concurrent import created the same mission between our lookup and insert;
         # run again: this time we find it and update (or leave) it.
-        return _apply(doc, user)
+        return _apply(doc, user, owner)
 
 
 class _MissionRace(Exception):
@@ -94,7 +107,7 @@ class _Existing:
         )
 
 
-def _guard_links(doc: Document, existing: _Existing) -> None:
+def _link_errors(doc: Document, existing: _Existing) -> list[str]:
     """A milestone-scoped assertion must not stay linked from a feature the file leaves alone."""
     file_features = {existing.features[f.key].pk for f in doc.all_features() if f.key in existing.features}
     feature_keys = {f.pk: f.key for f in existing.features.values()}
@@ -111,8 +124,7 @@ def _guard_links(doc: Document, existing: _Existing) -> None:
                 f"{a.path}.scope: milestone-scoped assertion {a.key} is linked to features not in the file: "
                 f"{', '.join(stray)}"
             )
-    if errors:
-        raise invalid(errors)
+    return errors
 
 
 def _guard_staff(doc: Document, mission: Mission | None, existing: _Existing, user) -> None:
@@ -162,14 +174,18 @@ def _settle(doc: Document, mission: Mission | None, existing: _Existing, user) -
         values["base_commit"] = settled["base_commit"]
     if mission is None:  # a new mission: the importer is its owner
         return
+    refused: list[DomainError] = []
+    lines = []
     for node in doc.milestones:
         current = existing.milestones.get(node.key)
         old = current.environment if current is not None else None
         try:
             settle_milestone_environment(mission=mission, old=old, new=node.values["environment"], user=user)
         except DomainError as exc:
-            line = f"{node.path}.environment: {exc.detail}"
-            raise type(exc)(line, code=exc.code, fields={"errors": [line]}) from exc
+            refused.append(exc)
+            lines.append(f"{node.path}.environment: {exc.detail}")
+    if refused:  # every milestone it refuses, with the first one's code
+        raise type(refused[0])(lines[0], code=refused[0].code, fields={"errors": lines}) from refused[0]
 
 
 def _actor(user) -> int | None:
@@ -237,7 +253,7 @@ def _guard_visible(mission: Mission | None, user) -> None:
         raise Forbidden("a mission with this key exists and is not yours", code="mission_key_taken")
 
 
-def _apply(doc: Document, user) -> ImportResult:
+def _apply(doc: Document, user, owner) -> ImportResult:
     # Looked up on the package, where `files._locked_mission` names it: a test replaces it
     # there to make an import lose the creation race.
     from missions.services import files
@@ -246,17 +262,24 @@ def _apply(doc: Document, user) -> ImportResult:
         mission = files._locked_mission(doc.mission.key)
         _guard_visible(mission, user)
         existing = _Existing.load(mission)
-        _guard_links(doc, existing)
+        # The file's mistakes, those that need the stored mission included, at once; what
+        # the importer may not do (staff, repository, owner) is judged of a valid file.
+        if errors := [*doc.errors, *_link_errors(doc, existing)]:
+            raise invalid(errors)
         _guard_staff(doc, mission, existing, user)
         _check_repository(doc, mission, user)
         _settle(doc, mission, existing, user)
         writer = _Writer()
         created = mission is None
         base = mission.base_commit if mission is not None else ""
+        owner_before = mission.owner_id if mission is not None else None
         before = existing.parents()
-        mission = _write_mission(doc.mission, mission, user, writer)
+        mission = _write_mission(doc.mission, mission, user, owner, writer)
         if not created:
             base_changed(mission=mission, old=base, actor_id=_actor(user))
+            if owner_before is not None and mission.owner_id != owner_before:
+                # The owner `owner` replaced loses the mission's live streams, unless a member.
+                revoke_on_commit(mission.pk, {owner_before} - audience(mission.pk))
         milestones = _write_milestones(doc, mission, existing, writer)
         assertions = _write_assertions(doc, milestones, existing, writer)
         slices, features = _write_slices_and_features(doc, milestones, assertions, existing, writer)
@@ -266,7 +289,7 @@ def _apply(doc: Document, user) -> ImportResult:
             )
             if not created:
                 _reopen(mission, before, writer, (milestones, assertions, slices, features))
-            payload = {"mission": mission.pk, "status": mission.status, "created": created}
+            payload = {"mission": mission.pk, "status": mission.status, "created": created, "owner": mission.owner_id}
             publish_on_commit(mission, "mission:imported", payload, actor_id=_actor(user))
         return ImportResult(mission=mission, created=created, changed=writer.changed)
 
@@ -306,13 +329,15 @@ def _reopen(
         milestone_inputs_changed(milestone_ids=writer.contract_changed, cause="mission_imported")
 
 
-def _write_mission(node: Node, mission: Mission | None, user, writer: _Writer) -> Mission:
+def _write_mission(node: Node, mission: Mission | None, user, owner, writer: _Writer) -> Mission:
     values = dict(node.values)
+    if owner is not None:
+        values["owner_id"] = owner.pk
     if mission is not None:
         values.pop("status")  # states change through services, not files
         return writer.upsert(Mission, mission, values)
-    if user is not None and getattr(user, "is_authenticated", False):
-        values["owner"] = user
+    if owner is None and user is not None and getattr(user, "is_authenticated", False):
+        values["owner_id"] = user.pk
     try:
         with transaction.atomic():
             return writer.upsert(Mission, None, values)

@@ -1,6 +1,8 @@
 """Reading a mission file: the YAML, the declaration's verdict (`schema`) in the file's
-wording, then the rules that need the whole file. Every error is collected before one
-`Invalid` is raised."""
+wording, then the rules that need the whole file. Every error is collected: a document
+that cannot be read as a mission raises one `Invalid` with them at once; otherwise they
+travel with the `Document` to the importer, which adds those that need the stored mission
+(`importing._link_errors`) and raises one `Invalid` with all of them."""
 
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ class Document:
     milestones: list[Node]
     # Where the file gave the repository (`mission.workspace` for its former name), for errors.
     repository_path: str = "mission.repository"
+    # What is wrong with the file, as `path: message` lines, in the order the file is read.
+    errors: list[str] = field(default_factory=list)
 
     def all_slices(self) -> list[Node]:
         return [s for m in self.milestones for s in m.slices]
@@ -72,9 +76,18 @@ def invalid(errors: list[str]) -> Invalid:
     return Invalid("mission file is invalid", code="invalid_mission_file", fields={"errors": errors})
 
 
-def validated(document: str | dict, base_dir: pathlib.Path | None) -> Document:
+# A file sent over HTTP has no folder: relative to the server's working directory would be
+# a guess, so a relative repository path is one of the file's mistakes there.
+NO_FOLDER = "a file sent to the API needs a git URL or an absolute repository path"
+
+
+def validated(document: str | dict, base_dir: pathlib.Path | None, *, from_api: bool = False) -> Document:
+    """The file as nodes with every error it has (`Document.errors`); raises `Invalid` with
+    them when there is no mission to read (unreadable text, not a mapping, no `mission`)."""
     errors: list[str] = []
     raw = yaml_io.load(document, errors)
+    if not errors:
+        errors += _lone_surrogates(raw)
     mission: Node | None = None
     milestones: list[Node] = []
     repository_path = "mission.repository"
@@ -90,15 +103,50 @@ def validated(document: str | dict, base_dir: pathlib.Path | None) -> Document:
             if mission is not None:
                 # the file as written: pydantic's output has every field, given or not
                 repository_path = _read_former_names(raw["mission"], mission, failed, errors)
-                _resolve_repository(mission, base_dir, repository_path, errors)
+                if from_api and is_relative_path(mission.values["repository"]):
+                    errors.append(f"{repository_path}: {NO_FOLDER}")
+                else:
+                    _resolve_repository(mission, base_dir, repository_path, errors)
                 _check_protection(mission, errors)
             _cross_check(milestones, errors)
-    if errors or mission is None:
+    if mission is None:
         raise invalid(errors or [_DOCUMENT])
-    return Document(mission, milestones, repository_path)
+    return Document(mission, milestones, repository_path, errors)
 
 
 # ---------------------------------------------------------------- errors in the file's wording
+
+_NOT_UNICODE = "must be valid Unicode text (no lone surrogates)"
+
+
+def _lone_surrogates(document: Any) -> list[str]:
+    """Where the document holds half a surrogate pair (a `\\udXXX` escape of YAML or JSON):
+    no answer, terminal or database can carry it, so it is refused before any rule echoes
+    it. Walked with a stack, in the file's order: the readers nest deeper than a recursion."""
+    lines = []
+    stack: list[tuple[Loc, Any, bool]] = [((), document, False)]  # (where, value, is a field name)
+    while stack:
+        loc, value, name = stack.pop()
+        if isinstance(value, str) and not _encodes(value):
+            where = path_of(loc) or "document"
+            lines.append(f"{where}: a field name {_NOT_UNICODE}" if name else f"{where}: {_NOT_UNICODE}")
+        elif isinstance(value, list):
+            stack += [((*loc, i), item, False) for i, item in reversed(list(enumerate(value)))]
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                # under a name that cannot be written, its value is not looked at
+                bad = isinstance(key, str) and not _encodes(key)
+                stack.append((loc, key, True) if bad else ((*loc, key), item, False))
+    return lines
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 _WORDING = {
     "missing": "required",

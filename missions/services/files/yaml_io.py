@@ -1,7 +1,10 @@
-"""The mission file as text: a YAML reader that refuses duplicate keys, and the writer of exports."""
+"""The mission file as text: a YAML (and so JSON) reader that refuses duplicate keys, and
+the writer of exports. The command line and `POST /api/missions/import/` hand it the text
+as sent, so both report the same `document: …` line for a text that cannot be read."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -21,6 +24,16 @@ def load(document: str | bytes | dict, errors: list[str]) -> Any:
     if len(document) > MAX_DOCUMENT_CHARS:
         errors.append(f"document: too large (at most {MAX_DOCUMENT_CHARS} characters)")
         return None
+    if document.lstrip().startswith("{"):
+        # JSON is read as JSON: PyYAML (YAML 1.1) refuses some of it (a tab indenting a line)
+        # and reads some other (a surrogate pair `\ud83d\ude00` as two lone halves).
+        try:
+            return json.loads(document, object_pairs_hook=_unique_pairs)
+        except ValueError:
+            pass  # not JSON: a YAML flow mapping, or a mistake YAML's reader places
+        except RecursionError:
+            errors.append(_TOO_DEEP)
+            return None
     try:
         return yaml.load(document, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -29,6 +42,22 @@ def load(document: str | bytes | dict, errors: list[str]) -> Any:
         problem = getattr(exc, "problem", None) or str(exc)
         errors.append(f"document: invalid YAML: {problem}{where}")
         return None
+    except RecursionError:
+        errors.append(_TOO_DEEP)
+        return None
+
+
+_TOO_DEEP = "document: nested too deeply"
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a duplicate key makes it no JSON, so that YAML's reader says where."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
 
 
 def dump(document: dict[str, Any]) -> str:
