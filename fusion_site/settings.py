@@ -211,12 +211,18 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "missions.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "missions.api.openapi.AutoSchema",  # drf-spectacular's, see there
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Fusion Missions API",
-    "DESCRIPTION": "Missions, contract assertions, tasks and the implement -> validate -> fix loop.",
+    "DESCRIPTION": (
+        "Missions, contract assertions, tasks and the implement -> validate -> fix loop. `/api/` lists every"
+        " resource. Authenticate with a session or `Authorization: Token <key>`; without, every operation"
+        " answers 401 `not_authenticated`. Errors are JSON `{code, detail, fields}`: `code` is stable, `fields`"
+        " names the offending input. You see the missions you own or are a member of (staff: every mission) and"
+        " what is in them; any other object answers 404 `not_found`."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,

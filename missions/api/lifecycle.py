@@ -26,9 +26,9 @@ class AutopilotSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
 
 
+# Mixed into the mission viewset: activate, pause, resume, autopilot (their descriptions:
+# missions/api/descriptions.py).
 class MissionLifecycleActions(_GenericViewBase):
-    """Mixed into the mission viewset: activate, pause, resume, autopilot."""
-
     def _lifecycle(self, request, fn, **kwargs):
         mission = fn(mission=self.get_object(), user=request.user, **kwargs)
         return Response(MissionSerializer(mission, context={"request": request}).data)

@@ -68,14 +68,15 @@ class EnvironmentField(serializers.JSONField):
         return value
 
 
+# `repository` is a git URL or a local path (docs/REPOSITORIES.md), checked with the
+# requesting user's staff flag; `credentials_env` names a variable on the workers, never its
+# value. `base_commit` is the commit `base_revision` named when it was set (read-only;
+# `missions/services/judging.py` pins it, checks credentials and who picks the validators).
+# `workspace`, the repository's former name, is read on input for one release and never
+# written in responses (a client sending back what it read would otherwise send the old
+# value next to a changed `repository`). (Not a docstring: a serializer's docstring is its
+# description in the API's docs.)
 class MissionSerializer(serializers.ModelSerializer):
-    """`repository` is a git URL or a local path (docs/REPOSITORIES.md), checked with the
-    requesting user's staff flag; `credentials_env` names a variable on the workers, never
-    its value. `base_commit` is the commit `base_revision` named when it was set (read-only;
-    `missions/services/judging.py` pins it, checks credentials and who picks the validators). `workspace`, the repository's former name, is read on input for one release
-    and never written in responses (a client sending back what it read would otherwise
-    send the old value next to a changed `repository`)."""
-
     members = serializers.PrimaryKeyRelatedField(many=True, required=False, queryset=get_user_model().objects.all())
     owner = serializers.PrimaryKeyRelatedField[AbstractBaseUser](read_only=True)
     environment = EnvironmentField(required=False, help_text=Mission._meta.get_field("environment").help_text)
@@ -355,11 +356,21 @@ class TaskSerializer(serializers.ModelSerializer):
 
     def validate(self, attrs):
         feature, mission = attrs.get("feature"), attrs.get("mission")
-        if self.instance is None and feature is None and mission is None:
-            raise serializers.ValidationError({"mission": ["give a feature or a mission"]})
         if feature is not None and mission is not None and feature.mission_id != mission.pk:
             raise serializers.ValidationError({"feature": ["belongs to another mission"]})
         return attrs
+
+
+class TaskCreateSerializer(TaskSerializer):
+    """A new task: for a feature (its mission is the feature's) or for a mission alone."""
+
+    # At least one of them; the API schema says so (missions/api/openapi.py: AutoSchema).
+    required_one_of = ("feature", "mission")
+
+    def validate(self, attrs):
+        if all(attrs.get(name) is None for name in self.required_one_of):
+            raise serializers.ValidationError({"mission": ["give a feature or a mission"]})
+        return super().validate(attrs)
 
 
 class TaskCompleteSerializer(serializers.Serializer):

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.utils.serializer_helpers import ReturnDict
 
 from missions import selectors
+from missions.api import descriptions
 from missions.api import serializers as s
 from missions.api.lifecycle import MissionLifecycleActions
 from missions.api.parsers import JSONTextParser, YAMLParser
@@ -40,10 +41,9 @@ else:
     _GenericViewBase = object
 
 
+# Limits every query to the user's missions through `mission_path` (so another user's
+# object answers 404). Also used by the validation floor's viewsets.
 class MissionScoped(_GenericViewBase):
-    """Limits every query to the user's missions through `mission_path` (so another
-    user's object answers 404). Also used by the validation floor's viewsets."""
-
     mission_path = "mission"
 
     def get_queryset(self):
@@ -74,6 +74,7 @@ class MissionFilter(filters.FilterSet):
         fields = ["status", "key", "autopilot"]
 
 
+@descriptions.MISSIONS
 class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
     queryset = Mission.objects.prefetch_related("members").order_by("id")
     serializer_class = s.MissionSerializer
@@ -145,6 +146,7 @@ class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
         return self.get_paginated_response(s.MissionEventSerializer(page, many=True).data)
 
 
+@descriptions.MILESTONES
 class MilestoneViewSet(MissionScopedViewSet):
     queryset = (
         Milestone.objects.select_related("mission")
@@ -170,6 +172,7 @@ class MilestoneViewSet(MissionScopedViewSet):
         return Response(milestone_rollup(milestone_id=self.get_object().pk))
 
 
+@descriptions.SLICES
 class SliceViewSet(MissionScopedViewSet):
     queryset = Slice.objects.select_related("milestone").order_by("milestone_id", "order", "id")
     serializer_class = s.SliceSerializer
@@ -187,11 +190,11 @@ class SliceViewSet(MissionScopedViewSet):
         hierarchy.slice_delete(user=self.request.user, slice_=instance)
 
 
+# The plan's side of a feature; its loop actions (validate, repair, create_fix, loop,
+# review) are the validation floor's (`validation/api/views.py: FeatureLoopViewSet`), on
+# the same paths.
+@descriptions.FEATURES
 class FeatureViewSet(MissionScopedViewSet):
-    """The plan's side of a feature; its loop actions (validate, repair, create_fix,
-    loop, review) are the validation floor's (`validation/api/views.py: FeatureLoopViewSet`), on the same
-    paths."""
-
     queryset = (
         MissionFeature.objects.select_related("slice")
         .prefetch_related("assertions")
@@ -245,6 +248,7 @@ class FeatureViewSet(MissionScopedViewSet):
         return Response(self.get_serializer(MissionFeature.objects.get(pk=feature.pk)).data)
 
 
+@descriptions.ASSERTIONS
 class AssertionViewSet(MissionScopedViewSet):
     queryset = ContractAssertion.objects.prefetch_related("features").order_by("milestone_id", "order", "id")
     serializer_class = s.AssertionSerializer
@@ -262,10 +266,14 @@ class AssertionViewSet(MissionScopedViewSet):
         hierarchy.assertion_delete(user=self.request.user, assertion=instance)
 
 
+@descriptions.TASKS
 class TaskViewSet(MissionScopedViewSet):
     queryset = Task.objects.select_related("feature").order_by("id")
     serializer_class = s.TaskSerializer
     filterset_fields = ["mission", "feature", "status"]
+
+    def get_serializer_class(self):
+        return s.TaskCreateSerializer if self.action == "create" else s.TaskSerializer
 
     def get_queryset(self):
         qs = super().get_queryset()
@@ -324,6 +332,7 @@ class TaskViewSet(MissionScopedViewSet):
         return self._answer(task)
 
 
+@descriptions.EVENTS
 class MissionEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = MissionEvent.objects.order_by("mission_id", "seq")
     serializer_class = s.MissionEventSerializer

@@ -272,7 +272,7 @@ API: dict[tuple[str, str], Row] = {
 }
 
 # URL patterns under /api/ that are not operations of the schema, with their answers:
-# the API root of each router, the schema itself and its Swagger UI.
+# the API root, the schema itself and its Swagger UI.
 API_EXTRAS: dict[str, dict[str, int]] = {
     "/api/": {"anonymous": 401, "member": 200, "stranger": 200, "staff": 200},
     "/api/schema/": {"anonymous": 401, "member": 200, "stranger": 200, "staff": 200},

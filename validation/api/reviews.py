@@ -21,6 +21,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from missions import selectors
+from validation.api import descriptions
 from validation.models import Review, ReviewArtifact
 from validation.review import result as results
 from validation.review.feature import feature_review
@@ -91,6 +92,7 @@ def _receipt_response(preflight) -> Response:
     return response
 
 
+@descriptions.REVIEWS
 class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Review.objects.prefetch_related("artifacts").order_by("-id")
     serializer_class = ReviewSerializer
@@ -155,7 +157,7 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 )
 @action(detail=True, methods=["post"])
 def review(self, request, pk=None):
-    """Advisory review of the feature's change, its request filled from the feature."""
+    # Advisory review of the feature's change, its request filled from the feature.
     preflight = feature_review(
         feature=self.get_object(),
         user=request.user,

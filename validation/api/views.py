@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import SyncToAsync
 from django.db import connections
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -16,6 +17,7 @@ from missions.api.serializers import FeatureSerializer
 from missions.api.views import MissionScoped
 from missions.errors import Conflict
 from missions.models import MissionFeature
+from validation.api import descriptions
 from validation.api import serializers as s
 from validation.api.reviews import feature_review_action
 from validation.journal import JournalIntegrityError
@@ -24,6 +26,7 @@ from validation.replay import replay_run
 from validation.services import operator
 
 
+@descriptions.RUNS
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = ValidatorRun.objects.prefetch_related("failures").order_by("-id")
     serializer_class = s.RunSerializer
@@ -33,19 +36,19 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_queryset(self):
         return self.queryset.filter(mission__in=selectors.visible_missions(user=self.request.user).values("pk"))
 
-    @extend_schema(responses={200: s.JournalEntrySerializer(many=True)})
+    @extend_schema(responses={200: s.JournalEntrySerializer(many=True)}, filters=False)
     @action(detail=True, methods=["get"])
     def journal(self, request, pk=None):
         run = self.get_object()
         page = self.paginate_queryset(run.journal.order_by("seq"))
         return self.get_paginated_response(s.JournalEntrySerializer(page, many=True).data)
 
-    @extend_schema(request=None, responses={200: dict})
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def replay(self, request, pk=None):
-        """Re-run the validator from the journal alone (no live model, tool or check call)
-        and compare the verdict hash; the body is what `manage.py replay_run --json` prints.
-        A journal that fails its hash chain is a result (`ok: false`), not a request error."""
+        # Re-run the validator from the journal alone (no live model, tool or check call) and
+        # compare the verdict hash; the body is what `manage.py replay_run --json` prints. A
+        # journal that fails its hash chain is a result (`ok: false`), not a request error.
         run = self.get_object()
         if run.status == RunStatus.RUNNING:
             raise Conflict("the run is still running; replay it once it has ended", code="run_running")
@@ -75,6 +78,7 @@ def _off_the_event_loop(fn, *args):
     return _REPLAYS.submit(run).result()
 
 
+@descriptions.LINEAGE
 class LineageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = FixLineage.objects.prefetch_related("failed_assertions").order_by("id")
     serializer_class = s.LineageSerializer
@@ -109,11 +113,11 @@ def loop_snapshot(feature) -> dict:
     }
 
 
+# /api/features/{id}/validate|repair|create_fix|loop|review/: the loop's actions on a
+# feature, registered on the plan's `features` prefix (validation/api/urls.py). It has no
+# list or detail route of its own: those are the plan's (missions/api/views.py).
+@descriptions.FEATURE_LOOP
 class FeatureLoopViewSet(MissionScoped, viewsets.GenericViewSet):
-    """/api/features/{id}/validate|repair|create_fix|loop|review/: the loop's actions on a
-    feature, registered on the plan's `features` prefix (validation/api/urls.py). It has
-    no list or detail route of its own: those are the plan's (missions/api/views.py)."""
-
     queryset = MissionFeature.objects.select_related("mission", "slice").order_by("id")
     serializer_class = FeatureSerializer
     review = feature_review_action  # POST /api/features/{id}/review/: an advisory review of the feature's change
@@ -146,6 +150,7 @@ class FeatureLoopViewSet(MissionScoped, viewsets.GenericViewSet):
         fix = operator.feature_create_fix(feature=self.get_object(), user=request.user)
         return Response(FeatureSerializer(fix, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="The feature's loop.")})
     @action(detail=True, methods=["get"])
     def loop(self, request, pk=None):
         return Response(loop_snapshot(self.get_object()))

@@ -285,9 +285,12 @@ def _again(error: ErrorDetails) -> InitErrorDetails:
     return {"type": kind, "loc": error["loc"], "input": error["input"]}
 
 
+# Its fields are declared in the order their problems are told; the normalized request
+# writes them in `CORE_KEYS` order, then the references given. (The docstring is the
+# schema's description, published in the API's docs.)
 class ReviewRequest(_Closed):
-    """A review request. Its fields are declared in the order their problems are told;
-    the normalized request writes them in `CORE_KEYS` order, then the references given."""
+    """A review request: what the change is meant to do, what changed and how it was
+    verified, optionally tied to a mission, a feature and a revision."""
 
     objective: Text = Field(description="What the change is meant to achieve.")
     changeSummary: Text = Field(description="What was changed.")

@@ -358,7 +358,7 @@ class MissionFileMilestone(_Closed):
 
 
 class MissionFileMission(_Closed):
-    """The mission. `status` applies to a new mission only; states change through the services."""
+    """The mission. `status` applies to a new mission only; afterwards it changes through the mission's actions."""
 
     key: str = column(Mission, "key")
     title: str = column(Mission, "title")
