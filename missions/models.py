@@ -79,6 +79,14 @@ class Mission(TimeStamped):
         default="",
         help_text="Name of the environment variable, on the workers, holding an HTTPS token or an ssh key path.",
     )
+    # Only chooses a commit, pinned at admission: the commit is what a run's input holds.
+    branch = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="The branch a validation judges when no task has landed a revision (its commit pinned when "
+        "the run starts); empty: the repository's default branch (a local path: the branch it has checked out).",
+    )
     # The name a person gave (a branch, a tag, a commit id), kept for display; protection
     # and diffs read `base_commit`, the commit id it named when it was set, which moves only
     # when a person sets the base again (docs/TRUTH.md, "Which files were protected").

@@ -156,6 +156,7 @@ class ValidatorRunAdmin(Links, RecordAdmin):
                     "implementation_attempt",
                     "validator_attempt",
                     "revision",
+                    "revision_note",
                     "input_fingerprint",
                     "validator",
                     "validator_config_pretty",
@@ -173,6 +174,7 @@ class ValidatorRunAdmin(Links, RecordAdmin):
         "validator_config_pretty",
         "verdict_pretty",
         "duration",
+        "revision_note",
     )
     inlines = (ValidatorFailureInline, FixLineageInline, JournalEntryInline)
 

@@ -43,6 +43,9 @@ class ValidatorRun(TimeStamped):
     validator = models.CharField(max_length=80, default="composite")
     validator_config = models.JSONField(default=dict, blank=True)
     revision = models.CharField(max_length=80, blank=True, default="")
+    # The branch `revision` was the head of when no task had landed one (the mission's
+    # `branch`, or the repository's default; "HEAD" when it was detached); '' otherwise.
+    revision_name = models.CharField(max_length=200, blank=True, default="")
     input_fingerprint = models.CharField(max_length=64, blank=True, default="", db_index=True)
     # What the run's commands ran in (`fusion_site.base.sandbox.Status.record`): "bubblewrap
     # 0.8.0", or "none (why)" when they ran unconfined (docs/SANDBOX.md).
@@ -85,6 +88,17 @@ class ValidatorRun(TimeStamped):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.status})"
+
+    @property
+    def revision_note(self) -> str:
+        """What a person reads of a revision no task had landed: which branch, and why."""
+        if not self.revision_name:
+            return ""
+        at = f"at {self.revision[:12]}"
+        what = f"detached HEAD {at}" if self.revision_name == "HEAD" else f"branch {self.revision_name} {at}"
+        if self.scope == RunScope.MILESTONE:
+            return f"{what} — no feature of the milestone had passed at a revision"
+        return f"{what} — no task had landed a revision"
 
     @property
     def duration_seconds(self) -> float | None:

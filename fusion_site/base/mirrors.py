@@ -41,6 +41,7 @@ from fusion_site.base.sources import (
     Source,
     SourceRefused,
     SourceUnavailable,
+    UnknownRevision,
     normalize,
     run_git,
     safe_revision,
@@ -343,19 +344,13 @@ def resolve(source: Source, name: str) -> str:
         proc = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=path)
         if proc.returncode == 0 and FULL_COMMIT.match(proc.stdout.strip()):
             return proc.stdout.strip()
-    raise SnapshotError(f"revision {name} is not a branch, tag or commit of repository {source.display}")
+    raise UnknownRevision(f"revision {name} is not a branch, tag or commit of repository {source.display}")
 
 
 def _ls_remote(source: Source, name: str) -> str:
     # `<name>^{}` too: a pattern alone hides the peeled line of an annotated tag, whose own
     # id is a tag object, not the commit to judge.
-    proc = _remote(source, ["ls-remote", "--", source.url, name, f"{name}^{{}}"])
-    if proc.returncode != 0:
-        raise _unreachable(source, proc)
-    refs = {}
-    for line in proc.stdout.splitlines():
-        sha, _, ref = line.partition("\t")
-        refs[ref] = sha
+    refs, _links = _advertised(source, name, f"{name}^{{}}")
     if name == "HEAD":
         return refs.get("HEAD", "")
     # The order git itself reads a short name in (a peeled annotated tag is its commit).
@@ -365,6 +360,42 @@ def _ls_remote(source: Source, name: str) -> str:
             mirror_guard.remember(source, found)  # the source showed it, with this source's access
             return found
     return ""
+
+
+def _advertised(source: Source, *patterns: str, symref: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """What the source shows of `patterns` now (`git ls-remote`, bounded time): {ref: id},
+    and with `symref` {ref: the ref it names} (`HEAD` → `refs/heads/main`)."""
+    proc = _remote(source, ["ls-remote", *(["--symref"] if symref else []), "--", source.url, *patterns])
+    if proc.returncode != 0:
+        raise _unreachable(source, proc)
+    refs, links = {}, {}
+    for line in proc.stdout.splitlines():
+        value, _, ref = line.partition("\t")
+        if value.startswith("ref: "):
+            links[ref] = value.removeprefix("ref: ")
+        else:
+            refs[ref] = value
+    return refs, links
+
+
+def branch_head(source: Source, branch: str = "") -> tuple[str, str]:
+    """(name, full commit id) of `branch` at the source now, or without one of the source's
+    default branch: the branch its `HEAD` names (a URL: the remote's default branch; a
+    local path: the branch its working copy has checked out), whose name is read with its
+    commit in one answer; `HEAD` itself when it is detached. `UnknownRevision` when the
+    source has no such branch (docs/TRUTH.md, "Which revision")."""
+    if branch:
+        ref = f"refs/heads/{safe_revision(branch)}"
+        refs, _links = _advertised(source, ref)
+        if ref not in refs:
+            raise UnknownRevision(f"branch {branch} does not exist in repository {source.display}")
+        mirror_guard.remember(source, refs[ref])  # the source showed it, with this source's access
+        return branch, refs[ref]
+    refs, links = _advertised(source, "HEAD", symref=True)
+    if "HEAD" not in refs:
+        raise UnknownRevision(f"repository {source.display} has no commit on its HEAD to judge")
+    named = links.get("HEAD", "")
+    return (named.removeprefix("refs/heads/") if named.startswith("refs/heads/") else "HEAD"), refs["HEAD"]
 
 
 # ---------------------------------------------------------------- eviction

@@ -47,7 +47,19 @@ def pin_revision(source: Source | str, name: str) -> str:
     judged (docs/TRUTH.md). A full id is taken as it is, with no network call; for a
     local repository it is checked at once (a local read), so a typo is refused now."""
     source = as_source(source)
-    commit = mirrors.resolve(source, name)
+    return _checked(source, mirrors.resolve(source, name))
+
+
+def pin_branch(source: Source | str, branch: str = "") -> tuple[str, str]:
+    """The branch a revision is judged on when nothing landed one, and its full commit id
+    now (`mirrors.branch_head`: `branch`, else the source's default branch), checked as
+    `pin_revision` checks its commit."""
+    source = as_source(source)
+    name, commit = mirrors.branch_head(source, branch)
+    return name, _checked(source, commit)
+
+
+def _checked(source: Source, commit: str) -> str:
     if source.local:
         with mirrors.in_use(source):
             mirrors.ensure_commit(source, commit)

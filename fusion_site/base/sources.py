@@ -39,6 +39,10 @@ class SourceRefused(SnapshotError, ValueError):
     """The repository text is not a source this service reads."""
 
 
+class UnknownRevision(SnapshotError):
+    """The source answered, and has no branch, tag or commit of that name."""
+
+
 URL_SCHEMES = ("https", "ssh", "git", "file")
 # scp-like `user@host:path` (git reads it as ssh); the host never starts with `-`.
 SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._~-]+)@(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?P<path>(?!/)[^\s]+|/[^\s]+)$")

@@ -33,6 +33,7 @@ from missions.services.judging import allowed_validators_problems, settle_missio
 SETTLED_FIELDS = (
     "repository",
     "credentials_env",
+    "branch",
     "base_revision",
     "protected_paths",
     "validator",

@@ -66,6 +66,7 @@ class MissionAdmin(PlanWriteMixin, SaveChangedFieldsMixin, LinkDisplays, admin.M
                     "repository",
                     "credentials_env",
                     "submodules",
+                    "branch",
                     "base_revision",
                     "base_commit",
                     "executor",
@@ -73,8 +74,9 @@ class MissionAdmin(PlanWriteMixin, SaveChangedFieldsMixin, LinkDisplays, admin.M
                 ),
                 "description": "The repository is a git URL or an absolute path on the workers; credentials_env "
                 "names the workers' variable holding its token or ssh key, never the secret itself, and must be "
-                "one FUSION_GIT_CREDENTIALS allows for this repository (docs/REPOSITORIES.md). The base revision "
-                "is pinned to its commit when saved.",
+                "one FUSION_GIT_CREDENTIALS allows for this repository (docs/REPOSITORIES.md). The branch is "
+                "what a validation judges when no task has landed a revision. The base revision is pinned to its "
+                "commit when saved.",
             },
         ),
         ("Protected paths", {"fields": ("protected_paths", "on_protected_change", "protect_runner_config")}),

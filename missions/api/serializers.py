@@ -103,6 +103,7 @@ class MissionSerializer(serializers.ModelSerializer):
             "repository",
             "workspace",
             "credentials_env",
+            "branch",
             "base_revision",
             "base_commit",
             "protected_paths",

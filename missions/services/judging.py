@@ -36,7 +36,7 @@ from django.db import models, transaction
 
 from fusion_site.base.mirrors import source_of
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
-from fusion_site.base.sources import credentials_allowed, normalize
+from fusion_site.base.sources import SourceRefused, credentials_allowed, normalize, safe_revision
 from missions import hooks
 from missions.environment_spec import environment_problems
 from missions.errors import Forbidden, Invalid, StaffOnly
@@ -90,6 +90,7 @@ def settle_mission_fields(*, mission: Mission | None, fields: dict[str, Any], us
     if "environment" in fields and (problems := environment_problems(fields["environment"])):
         raise Invalid("environment: " + "; ".join(problems), fields={"environment": problems})
     _check_credentials(mission, fields, user)
+    _check_branch(fields)
     _check_judges(mission, fields, user)
     _settle_base(mission, fields)
     _check_protected_paths(mission, fields)
@@ -126,6 +127,23 @@ def _url(repository: str) -> str:
         return normalize(repository).url
     except ValueError:  # refused elsewhere with its own reason; here it matches no prefix
         return ""
+
+
+# ---------------------------------------------------------------- the branch
+
+
+def _check_branch(fields: dict[str, Any]) -> None:
+    """A branch name git can take (whether the repository has it is asked at each
+    validation that reads it, which refuses it with `unknown_revision`)."""
+    name = fields.get("branch") or ""
+    if not name:
+        return
+    try:
+        problem = "" if safe_revision(name) == name else f"{name!r} has spaces around it"
+    except SourceRefused as exc:
+        problem = str(exc)
+    if problem:
+        raise Invalid(f"branch {problem}", code="invalid_branch", fields={"branch": [problem]})
 
 
 # ---------------------------------------------------------------- who judges

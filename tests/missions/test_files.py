@@ -744,3 +744,26 @@ def test_documents_are_not_mutated():
     frozen = copy.deepcopy(doc)
     mission_import(document=doc, base_dir=None)
     assert doc == frozen
+
+
+def test_the_branch_round_trips_and_a_bad_name_is_refused():
+    doc = sample()
+    doc["mission"]["branch"] = "release/2.x"
+    mission, _ = mission_import(document=doc)
+    assert mission.branch == "release/2.x"
+    exported = mission_export(mission=mission)
+    assert yaml.safe_load(exported)["mission"]["branch"] == "release/2.x"
+    assert mission_import(document=exported)[1] is False
+    mission.delete()
+    assert mission_export(mission=mission_import(document=exported)[0]) == exported
+
+    doc["mission"]["branch"] = "--upload-pack=evil"
+    with pytest.raises(Invalid) as info:
+        mission_import(document=doc)
+    assert info.value.code == "invalid_branch"
+    assert info.value.fields == {
+        "errors": [
+            "mission.branch: branch '--upload-pack=evil' is not a revision name (a commit id, a branch or a tag)"
+        ]
+    }
+    assert Mission.objects.get(key="shop").branch == "release/2.x"

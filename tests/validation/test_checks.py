@@ -52,7 +52,7 @@ def test_run_passes_with_expected_exit(git_repo, rev):
 def test_run_fails_on_unexpected_exit_and_honours_expect_exit(git_repo, rev):
     failed = judge(git_repo, rev, {"run": "python app.py --fail"})
     assert failed.verdict == "fail"
-    assert failed.actual == "exit 3" and "exits 0" in failed.expected
+    assert (failed.expected, failed.actual) == ("`python app.py --fail` exits 0", "exit 3")
     assert evidence_text(failed).startswith("exit 3")
     expected_three = judge(git_repo, rev, {"run": "python app.py --fail", "expect_exit": 3})
     assert expected_three.verdict == "pass"
@@ -62,7 +62,41 @@ def test_expect_output_is_a_regex_matched_anywhere(git_repo, rev):
     assert judge(git_repo, rev, {"run": "python app.py", "expect_output": r"wor.d"}).verdict == "pass"
     assert judge(git_repo, rev, {"run": "python app.py", "expect_output": r"^hello \w+$"}).verdict == "pass"
     missing = judge(git_repo, rev, {"run": "python app.py", "expect_output": r"goodbye"})
-    assert missing.verdict == "fail" and "does not match" in missing.actual and "/goodbye/" in missing.expected
+    assert missing.verdict == "fail" and "does not match" in missing.actual
+    assert missing.expected == "`python app.py` exits 0 and its output matches /goodbye/"
+
+
+SLOW = 'python -c "import time; time.sleep(30)"'
+
+
+@pytest.mark.parametrize(
+    ("check", "expected", "actual"),
+    [
+        ({"run": "python app.py --fail", "expect_output": "hello"}, "exits 0 and its output matches /hello/", "exit 3"),
+        ({"run": "python app.py", "expect_exit": 3}, "exits 3", "exit 0"),
+        (
+            {"run": "python app.py", "expect_exit": 3, "expect_output": r"bye\b"},
+            "exits 3 and its output matches /bye\\b/",
+            "exit 0",
+        ),
+        (
+            {"run": SLOW, "timeout": 1, "expect_output": "woke"},
+            "finishes within 1s, exits 0 and its output matches /woke/",
+            "timed out after 1s and was killed",
+        ),
+        (
+            {"run": "no-such-program-xyz --version", "expect_output": "1.0"},
+            "exits 0 and its output matches /1.0/",
+            None,
+        ),
+    ],
+    ids=["exit-failed-output-expected", "exit-code", "exit-code-and-output", "timeout", "cannot-start"],
+)
+def test_a_failed_run_check_states_its_whole_expectation(git_repo, rev, check, expected, actual):
+    verdict = judge(git_repo, rev, check)
+    assert verdict.verdict == "fail"
+    assert verdict.expected == f"`{check['run']}` {expected}"
+    assert actual is None or verdict.actual == actual
 
 
 def test_a_command_that_cannot_start_fails(git_repo, rev):

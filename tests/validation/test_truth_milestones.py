@@ -200,7 +200,7 @@ def test_the_milestone_run_judges_the_newest_passed_revision_not_the_workspace_h
     assert milestone_ready(milestone=milestone) == "complete"
     from validation.services.milestones import milestone_revision
 
-    assert milestone_revision(milestone) == b_rev
+    assert milestone_revision(milestone) == (b_rev, "")  # a passed revision: no branch named
 
 
 def test_passed_revisions_on_diverging_branches_stop_the_milestone(worker, alice, git_repo):

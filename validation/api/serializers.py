@@ -15,6 +15,11 @@ class FailureSerializer(serializers.ModelSerializer):
 class RunSerializer(serializers.ModelSerializer):
     failures = FailureSerializer(many=True, read_only=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
+    revision_note = serializers.CharField(
+        read_only=True,
+        help_text="Which branch's head `revision` is, and why, when no task had landed a revision "
+        "(e.g. 'branch main at 0123abcd4567 — no task had landed a revision'); '' otherwise.",
+    )
 
     class Meta:
         model = ValidatorRun
@@ -31,6 +36,8 @@ class RunSerializer(serializers.ModelSerializer):
             "validator",
             "validator_config",
             "revision",
+            "revision_name",
+            "revision_note",
             "input_fingerprint",
             "sandbox",
             "summary",

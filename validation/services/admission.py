@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from fusion_site.base import sandbox
 from fusion_site.base.prepared import Prepared
-from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_branch, pin_revision
+from fusion_site.base.sources import UnknownRevision
 from missions.environment_spec import declared_for, effective
 from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
@@ -115,19 +116,29 @@ def mission_protection(mission, assertions: list[dict[str, Any]]) -> dict[str, A
     }
 
 
-def standing_revision(feature: MissionFeature) -> str:
-    """`feature_revision`, or the repository's HEAD pinned now for a feature never tasked."""
-    revision = feature_revision(feature)
-    if revision or not feature.mission.repository:
-        return revision
-    try:
-        return pin_revision(feature.mission.source(), "HEAD")
-    except SnapshotError:
-        return ""
+def branch_revision(mission) -> tuple[str, str]:
+    """(commit, branch name) of the line of work a mission's revisions are judged on when
+    nothing landed one: the head of its `branch`, or of the repository's default branch,
+    pinned now (`UnknownRevision` when the branch does not exist; docs/TRUTH.md)."""
+    name, commit = pin_branch(mission.source(), mission.branch.strip())
+    return commit, name
+
+
+def judged_revision(feature: MissionFeature, revision: str | None = None, name: str = "") -> tuple[str, str]:
+    """(commit, branch name) a validation of `feature` judges: the caller's `revision` (its
+    `name`, when the caller carries a branch an earlier run named), else the revision the
+    feature stands on (`feature_revision`), else its mission's branch; the name is '' but
+    for a branch's head. ('', '') when there is nothing to judge (no repository)."""
+    if revision:
+        return _pinned(feature, revision), name
+    standing = feature_revision(feature)
+    if standing or not feature.mission.repository:
+        return standing, ""
+    return branch_revision(feature.mission)
 
 
 def _pinned(feature: MissionFeature, revision: str) -> str:
-    if not revision or FULL_COMMIT.match(revision) or not feature.mission.repository:
+    if FULL_COMMIT.match(revision) or not feature.mission.repository:
         return revision
     return pin_revision(feature.mission.source(), revision)
 
@@ -165,6 +176,7 @@ def admit(
     actor_id: int | None = None,
     profile_name: str | None = None,
     revision: str | None = None,
+    revision_name: str = "",
     force: bool = False,
     raise_conflict: bool = False,
     reason: str = "",
@@ -172,6 +184,8 @@ def admit(
 ) -> Admission:
     """Start (or reuse, or refuse) a validation of one feature, in the caller's transaction
     (which an exception dooms: a caller that goes on after one calls `feature_admit`).
+    `revision`: what to judge instead of `judged_revision`'s choice (`revision_name`: the
+    branch it was the head of, when an earlier run named one).
     `force` (operator re-run) skips fingerprint reuse and the identical-failure block.
     `mission_id`: the feature's mission, when the caller has it (one query fewer)."""
     if not transaction.get_connection().in_atomic_block:
@@ -188,6 +202,7 @@ def admit(
             actor_id=actor_id,
             profile_name=profile_name,
             revision=revision,
+            revision_name=revision_name,
             force=force,
             raise_conflict=raise_conflict,
             reason=reason,
@@ -223,11 +238,12 @@ def admit(
         raise Invalid(str(exc), code="unknown_validator", fields={"validator": [str(exc)]}) from exc
     assertions = feature_assertion_specs(feature)
     try:
-        revision = _pinned(feature, revision or standing_revision(feature))
+        revision, revision_name = judged_revision(feature, revision, revision_name)
         protection = mission_protection(feature.mission, assertions)
     except SnapshotError as exc:
         if raise_conflict:
-            raise Invalid(str(exc), code="workspace_unavailable") from exc
+            code = "unknown_revision" if isinstance(exc, UnknownRevision) else "workspace_unavailable"
+            raise Invalid(str(exc), code=code) from exc
         return _block(
             feature,
             cause="workspace_unavailable",
@@ -262,7 +278,8 @@ def admit(
         # newest decides a reuse, the failed ones count towards the block.
         judged = _JUDGED.all(feature=feature.pk, fingerprint=fingerprint)
         if judged and judged[0][1] == RunStatus.PASSED:
-            return _reuse(feature, ValidatorRun.objects.get(pk=judged[0][0]), trigger=trigger, actor_id=actor_id)
+            reused = ValidatorRun.objects.get(pk=judged[0][0])
+            return _reuse(feature, reused, trigger=trigger, actor_id=actor_id, revision_name=revision_name)
         if sum(1 for _pk, status in judged if status == RunStatus.FAILED) >= IDENTICAL_FAILURE_LIMIT:
             return _block(
                 feature,
@@ -277,6 +294,7 @@ def admit(
         cause=cause,
         profile=profile,
         revision=revision,
+        revision_name=revision_name,
         fingerprint=fingerprint,
         actor_id=actor_id,
         reason=reason,
@@ -381,6 +399,7 @@ def run_started_event(run: ValidatorRun, *, actor_id: int | None = None, **extra
             "validator_attempt": run.validator_attempt,
             "implementation_attempt": run.implementation_attempt,
             "revision": run.revision,
+            **({"revision_name": run.revision_name} if run.revision_name else {}),
             **extra,
         },
         actor_id=actor_id,
@@ -399,6 +418,7 @@ def start_run(
     assertions: list[dict[str, Any]],
     protection: dict[str, Any],
     reason: str = "",
+    revision_name: str = "",
 ) -> ValidatorRun:
     """Create the run, point the feature at it, move it to `validating`, queue the judge."""
     # No savepoint of its own: a refused insert refuses the whole admission, whose own
@@ -416,6 +436,7 @@ def start_run(
             fingerprint=fingerprint,
             actor_id=actor_id,
             validator_attempt=feature.validator_attempts + 1,
+            revision_name=revision_name,
         )
     except IntegrityError as exc:  # the database's own "one running run per feature"
         raise Conflict("a validation of this feature is already running", code="validation_already_running") from exc
@@ -453,7 +474,10 @@ def same_contract(current: list[dict], frozen: list[dict]) -> bool:
     return _judged(current) == _judged(frozen)
 
 
-def _reuse(feature: MissionFeature, reused: ValidatorRun, *, trigger: str, actor_id: int | None) -> Admission:
+def _reuse(
+    feature: MissionFeature, reused: ValidatorRun, *, trigger: str, actor_id: int | None, revision_name: str
+) -> Admission:
+    """`revision_name`: the branch this admission took the revision from (the reused run may have named none)."""
     now = timezone.now()
     run = new_run(
         feature=feature,
@@ -462,6 +486,7 @@ def _reuse(feature: MissionFeature, reused: ValidatorRun, *, trigger: str, actor
         validator=reused.validator,
         validator_config=reused.validator_config,
         revision=reused.revision,
+        revision_name=revision_name,
         assertions=reused.assertions,
         protection=reused.protection,
         fingerprint=reused.input_fingerprint,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from fusion_site.base.snapshots import SnapshotError, is_ancestor, pin_revision
+from fusion_site.base.snapshots import SnapshotError, is_ancestor
 from missions.models import LoopState, Milestone, MissionFeature
 from missions.transitions.loop import feature_transition
 from missions.transitions.progress import milestone_complete
@@ -18,6 +18,7 @@ from validation import profiles
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.selectors import consecutive_errors
 from validation.services.admission import (
+    branch_revision,
     frozen_assertion,
     input_fingerprint,
     mission_protection,
@@ -38,9 +39,11 @@ class NoMilestoneRevision(Exception):
     """The features' passed revisions are not on one line of history."""
 
 
-def milestone_revision(milestone: Milestone) -> str:
-    """The commit a milestone is judged at: among its passed features' revisions, the
-    newest that contains every other one (`git merge-base --is-ancestor`)."""
+def milestone_revision(milestone: Milestone) -> tuple[str, str]:
+    """(commit, branch name) a milestone is judged at: among its passed features'
+    revisions, the newest that contains every other one (`git merge-base
+    --is-ancestor`), with no name; without any, the head of the mission's branch
+    (`branch_revision`)."""
     source = milestone.mission.source()
     passed = (
         MissionFeature.objects.filter(slice__milestone=milestone, loop_state=LoopState.PASSED, last_run__isnull=False)
@@ -49,10 +52,10 @@ def milestone_revision(milestone: Milestone) -> str:
     )
     revisions = list(dict.fromkeys(passed.values_list("last_run__revision", flat=True)))
     if not revisions:
-        return pin_revision(source, "HEAD")
+        return branch_revision(milestone.mission)
     for candidate in revisions:
         if all(other == candidate or is_ancestor(source, other, candidate) for other in revisions):
-            return candidate
+            return candidate, ""
     raise NoMilestoneRevision(
         "the passed features' revisions are not on one line of history ("
         + ", ".join(r[:12] for r in revisions[:5])
@@ -65,12 +68,13 @@ def _milestone_input(milestone: Milestone) -> dict:
     the fingerprint over them (a change to any of them needs a new run)."""
     mission = milestone.mission
     profile = profiles.get_profile(mission.validator)
-    revision = milestone_revision(milestone)
+    revision, revision_name = milestone_revision(milestone)
     assertions = [frozen_assertion(a) for a in milestone.assertions.order_by("order", "id")]
     protection = mission_protection(mission, assertions)
     return {
         "profile": profile,
         "revision": revision,
+        "revision_name": revision_name,
         "assertions": assertions,
         "protection": protection,
         "fingerprint": input_fingerprint(
@@ -96,6 +100,7 @@ def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
         validator=spec["profile"]["name"],
         validator_config=profiles.public_config(spec["profile"]),
         revision=spec["revision"],
+        revision_name=spec["revision_name"],
         assertions=spec["assertions"],
         protection=spec["protection"],
         fingerprint=spec["fingerprint"],

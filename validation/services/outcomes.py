@@ -233,13 +233,17 @@ def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: lis
     recorded on the run, but it decides nothing; the feature's current revision and set
     are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
 
-    standing = feature_revision(feature, fixes=fixes) or run.revision
+    landed = feature_revision(feature, fixes=fixes)
+    # Nothing landed: the run's own revision again, with the branch it was the head of.
+    standing, name = (landed, "") if landed else (run.revision, run.revision_name)
     if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
         return False
     follow_up(
         run.mission_id,
         "newer_revision",
-        lambda: feature_admit(feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing),
+        lambda: feature_admit(
+            feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing, revision_name=name
+        ),
     )
     return True
 

@@ -139,28 +139,34 @@ def judge_run(
     except Unconfined as exc:  # never judged unconfined: the run ends `error` (docs/SANDBOX.md)
         raise ValidatorCrashed(str(exc), code="sandbox_unavailable") from exc
     except CommandError as exc:
-        return "fail", f"`{spec['run']}` runs", str(exc), str(exc)
+        return "fail", run_expectation(spec), str(exc), str(exc)
     tail = _output_tail(result.output, min(settings.FUSION_CHECK_OUTPUT_BYTES, EVIDENCE_LIMIT - 500))
     if not result.ok and result.sandbox and (hint := sandbox.limit_hint(result.exit_code, result.output)):
         tail = f"{hint}\n{tail}"
     if result.timed_out:
         return (
             "fail",
-            f"`{spec['run']}` finishes within {timeout:g}s with exit {expect_exit}",
+            run_expectation(spec, within=timeout),
             f"timed out after {timeout:g}s and was killed",
             f"timed out after {timeout:g}s (killed)\n{tail}",
         )
-    expected = f"`{spec['run']}` exits {expect_exit}"
+    expected = run_expectation(spec)
     if result.exit_code != expect_exit:
         return "fail", expected, f"exit {result.exit_code}", f"exit {result.exit_code}\n{tail}"
     if pattern is not None and not result.matched:
-        return (
-            "fail",
-            f"{expected} and output matches /{pattern}/",
-            f"exit {result.exit_code}; output does not match",
-            tail,
-        )
+        return "fail", expected, f"exit {result.exit_code}; output does not match", tail
     return "pass", expected, f"exit {result.exit_code}", f"exit {result.exit_code}\n{tail}"
+
+
+def run_expectation(spec: dict[str, Any], *, within: float | None = None) -> str:
+    """The whole of what a run check expects, whichever part failed: its exit code and,
+    with `expect_output`, a match in its output (`re.search` over all of it); `within`:
+    its time limit too, for a run that overran it."""
+    parts = [f"finishes within {within:g}s"] if within is not None else []
+    parts.append(f"exits {spec.get('expect_exit', 0)}")
+    if spec.get("expect_output") is not None:
+        parts.append(f"its output matches /{spec['expect_output']}/")
+    return f"`{spec['run']}` " + (", ".join(parts[:-1]) + " and " if len(parts) > 1 else "") + parts[-1]
 
 
 def _shown(text: str, limit: int = 4000) -> str:

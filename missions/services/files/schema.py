@@ -367,6 +367,7 @@ class MissionFileMission(_Closed):
     repository: str = column(Mission, "repository")
     workspace: str = former_name(Mission, "repository")
     credentials_env: str = column(Mission, "credentials_env", EnvName())
+    branch: str = column(Mission, "branch")
     base_revision: str = column(Mission, "base_revision")
     protected_paths: list[Any] = column(Mission, "protected_paths")
     on_protected_change: str = column(Mission, "on_protected_change")

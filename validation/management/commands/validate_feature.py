@@ -44,6 +44,8 @@ class Command(BaseCommand):
             raise SystemExit(2)
         run = admission.run
         console.print(f"run {run.pk} for {target.key} ({admission.outcome}, validator {run.validator})")
+        if run.revision_note:
+            console.print(f"revision: {run.revision_note}")
         if admission.outcome == "started":
             run = self._wait(run, sync=sync, timeout=timeout, console=console)
         self._print(run, console)
