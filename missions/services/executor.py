@@ -5,8 +5,10 @@ user's checkout — and pushes the result to the source (docs/REPOSITORIES.md).
 - **Where a task starts.** At the newest revision a task of the mission landed: tasks of
   one mission build on each other, so a fix (and a feature's next task) starts from the
   code it fixes, and a milestone's features stay on one line of history (what milestone
-  validation judges). Before any task landed: the mission's pinned base (`base_commit`,
-  the commit its `base_revision` named when a person set it), else the source's HEAD.
+  validation judges). Before any task landed: the head of the mission's `branch` when it
+  names one (the line of work a validation without a landed revision judges, too), else
+  the mission's pinned base (`base_commit`, the commit its `base_revision` named when a
+  person set it), else the head of the source's default branch.
 - **The clone.** `git clone --shared` of the mirror: the mirror's objects are read through
   `objects/info/alternates`, everything new is written into the clone only, and the
   mirror is held (`mirrors.in_use`) so that eviction never removes it under the clone. A
@@ -170,7 +172,9 @@ def start_revision(task: Task, source: Source) -> str:
     )
     if landed and FULL_COMMIT.match(landed):
         return landed
-    return mission_base(task.mission) or mirrors.resolve(source, "HEAD")
+    if task.mission.branch.strip():
+        return mirrors.branch_head(source, task.mission.branch.strip())[1]
+    return mission_base(task.mission) or mirrors.branch_head(source)[1]
 
 
 def _run_in_clone(task: Task, source: Source, token: str) -> tuple[str, str]:

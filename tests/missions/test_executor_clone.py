@@ -154,6 +154,17 @@ def test_a_task_starts_at_the_base_revision_and_the_next_at_what_the_last_one_la
     assert ref_of(git_repo.path, f"refs/heads/fusion/clone/b-{second.pk}") == second.revision
 
 
+def test_a_first_task_starts_at_the_head_of_the_missions_branch(worker, owner, git_repo, tmp_path):
+    # The working copy has `main` checked out; the mission's line of work is `next`.
+    git_repo.git("checkout", "-q", "-b", "next")
+    ahead = git_repo.commit({"app.py": "print('next')\n"}, "on next")
+    git_repo.git("checkout", "-q", "main")
+    mission = command_mission(owner, git_repo.path, tmp_path, WRITES, branch="next")
+    task = run_task(worker, owner, mission)
+    assert task.status == "done", task.summary
+    assert git(git_repo.path, "rev-parse", f"{task.revision}~1").strip() == ahead
+
+
 def test_a_bare_repository_served_only_by_url(worker, owner, git_repo, tmp_path, daemon):
     git_repo.commit({"app.py": "print('v1')\n"}, "app")
     bare = daemon.bare("shop.git", source=git_repo.path)
