@@ -8,4 +8,6 @@ router.register("lineage", views.LineageViewSet, basename="fixlineage")
 router.register("reviews", reviews.ReviewViewSet, basename="review")
 # The loop's actions on the plan's features, at /api/features/{id}/<action>/.
 router.register("features", views.FeatureLoopViewSet, basename="feature")
+# And on the plan's milestones, at /api/milestones/{id}/validate/.
+router.register("milestones", views.MilestoneLoopViewSet, basename="milestone")
 urlpatterns = router.urls

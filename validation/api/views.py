@@ -12,10 +12,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from missions import selectors
-from missions.api.serializers import FeatureSerializer
+from missions.api.serializers import FeatureSerializer, MilestoneSerializer
 from missions.api.views import MissionScoped
 from missions.errors import Conflict
-from missions.models import MissionFeature
+from missions.models import Milestone, MissionFeature
 from validation.api import serializers as s
 from validation.api.reviews import feature_review_action
 from validation.journal import JournalIntegrityError
@@ -151,11 +151,64 @@ class FeatureLoopViewSet(MissionScoped, viewsets.GenericViewSet):
         return Response(loop_snapshot(self.get_object()))
 
 
-def _admission_response(admission) -> Response:
+MILESTONE_VALIDATE = """Validate the milestone as a whole, once every feature under it is done (passed, or a fix
+closed because its feature passed). Use it when the mission's autopilot is off; with the
+autopilot on, milestones are validated for you.
+
+Its slices are marked complete, and the milestone's assertions are judged by a new
+validation run at the newest passed revision of its features. When that run passes, the
+milestone is complete, and so is the mission when this was its last incomplete milestone;
+when it fails, each failure goes back to the feature that answers for it (and a fix
+feature is made when the mission has `auto_fix`).
+
+Answers 202 with the run when one starts (also after a failed run over the same input:
+asking again judges it again). Answers 200 when the milestone is complete without a new
+run (it has no assertions, or a run over exactly the same input passed), or when a run is
+already judging it (`outcome: already_running`).
+
+Refused with 409, changing nothing, when the mission is not active (`mission_not_active`),
+a milestone it depends on is not complete (`dependencies_open`), a feature under it is not
+done (`features_open`, with each feature and its state under `features`), or its features'
+revisions are not on one line of history (`no_milestone_revision`: merge them and complete
+a task at the merged revision)."""
+
+
+class MilestoneLoopViewSet(MissionScoped, viewsets.GenericViewSet):
+    """/api/milestones/{id}/validate/: the loop's action on a milestone, registered on the
+    plan's `milestones` prefix (validation/api/urls.py), as the feature's are."""
+
+    queryset = Milestone.objects.select_related("mission").order_by("id")
+    serializer_class = MilestoneSerializer
+
+    @extend_schema(
+        summary="Validate a milestone",
+        description=MILESTONE_VALIDATE,
+        request=None,
+        responses={200: s.MilestoneValidationSerializer, 202: s.MilestoneValidationSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def validate(self, request, pk=None):
+        milestone = self.get_object()
+        step = operator.milestone_validate(milestone_id=milestone.pk, actor_id=request.user.pk)
+        return _admission_response(step, **milestone_after(milestone.pk, {"request": request}))
+
+
+def milestone_after(milestone_id: int, context: dict) -> dict:
+    """The milestone and its mission's status after a validation request (API and MCP);
+    `context`: the serializers' (the requesting user)."""
+    milestone = Milestone.objects.select_related("mission").get(pk=milestone_id)
+    return {
+        "milestone": MilestoneSerializer(milestone, context=context).data,
+        "mission_status": milestone.mission.status,
+    }
+
+
+def _admission_response(admission, **extra) -> Response:
     body = {
         "outcome": admission.outcome,
         "detail": admission.detail,
         "run": s.RunSerializer(admission.run).data if admission.run else None,
+        **extra,
     }
     if admission.run is not None:
         body.update(
