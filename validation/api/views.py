@@ -203,13 +203,18 @@ def milestone_after(milestone_id: int, context: dict) -> dict:
     }
 
 
-def _admission_response(admission, **extra) -> Response:
-    body = {
+def admission_body(admission, **extra) -> dict:
+    """What a validation request answers (API and MCP): its outcome, detail and run."""
+    return {
         "outcome": admission.outcome,
         "detail": admission.detail,
         "run": s.RunSerializer(admission.run).data if admission.run else None,
         **extra,
     }
+
+
+def _admission_response(admission, **extra) -> Response:
+    body = admission_body(admission, **extra)
     if admission.run is not None:
         body.update(
             id=admission.run.pk,

@@ -16,7 +16,7 @@ from django.conf import settings
 from missions.models import LoopState, TaskStatus
 from missions.selectors import latest_done_task
 from validation.api import serializers as s
-from validation.api.views import loop_snapshot, milestone_after
+from validation.api.views import admission_body, loop_snapshot, milestone_after
 from validation.mcp import schemas
 from validation.mcp.context import db, load_user
 from validation.mcp.loop_tools import api_context, feature_for, milestone_for
@@ -43,11 +43,7 @@ def _validate(principal, arguments: dict[str, Any]) -> dict[str, Any]:
     body = s.ValidateSerializer(data={k: arguments[k] for k in ("validator",) if k in arguments})
     body.is_valid(raise_exception=True)
     admission = operator.feature_validate(feature=feature, user=user, profile=body.validated_data.get("validator"))
-    return {
-        "outcome": admission.outcome,
-        "detail": admission.detail,
-        "run": s.RunSerializer(admission.run).data if admission.run else None,
-    }
+    return admission_body(admission)
 
 
 async def feature_validate(call: Call) -> dict[str, Any]:
@@ -60,12 +56,7 @@ def _validate_milestone(principal, arguments: dict[str, Any]) -> dict[str, Any]:
         user=user, principal=principal, ref=arguments["milestone"], mission_ref=arguments.get("mission")
     )
     step = operator.milestone_validate(milestone_id=milestone.pk, actor_id=user.pk)
-    return {
-        "outcome": step.outcome,
-        "detail": step.detail,
-        "run": s.RunSerializer(step.run).data if step.run else None,
-        **milestone_after(milestone.pk, api_context(user)),
-    }
+    return admission_body(step, **milestone_after(milestone.pk, api_context(user)))
 
 
 async def milestone_validate(call: Call) -> dict[str, Any]:
