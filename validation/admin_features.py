@@ -1,12 +1,14 @@
 """The feature admin with the loop's operator actions: validate now, repair (clear or
 re-run the validation), create a fix feature for the last failure, and the advisory
-review. Each calls the same operator service as the API and the CLI.
+review; and the milestone admin with "Validate milestone". Each calls the same operator
+service as the API and the CLI.
 
-The model admin itself is `missions.admin.features.FeatureAdmin`; these actions judge, so
-they live on this floor (missions never import validation: docs/ARCHITECTURE.md,
-"Floors"). Imported by `validation.admin`, which Django's admin autodiscovery loads after
-`missions.admin` (`validation` comes after `missions` in INSTALLED_APPS): the plain
-feature admin is unregistered and this subclass registered in its place.
+The model admins themselves are `missions.admin.features.FeatureAdmin` and
+`missions.admin.hierarchy.MilestoneAdmin`; these actions judge, so they live on this floor
+(missions never import validation: docs/ARCHITECTURE.md, "Floors"). Imported by
+`validation.admin`, which Django's admin autodiscovery loads after `missions.admin`
+(`validation` comes after `missions` in INSTALLED_APPS): the plain admins are
+unregistered and these subclasses registered in their place.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from missions.admin.actions import ask
 from missions.admin.features import FeatureAdmin
 from missions.admin.forms import ReasonForm
 from missions.admin.helpers import each_action, run_each
-from missions.models import MissionFeature
+from missions.admin.hierarchy import MilestoneAdmin
+from missions.models import Milestone, MissionFeature
 from validation.review.admin_actions import review_features
-from validation.services.operator import feature_create_fix, feature_repair, feature_validate
+from validation.services.operator import feature_create_fix, feature_repair, feature_validate, milestone_validate
 
 
 def _admission_note(admission) -> str:
@@ -29,6 +32,8 @@ def _admission_note(admission) -> str:
         return f"validation run {admission.run.pk} started"
     if admission.outcome == "reused":
         return f"identical input passed before; reused as run {admission.run.pk}"
+    if admission.run is not None and admission.outcome == "already_running":
+        return f"validation run {admission.run.pk} is running"
     return f"{admission.outcome}: {admission.detail}" if admission.detail else admission.outcome
 
 
@@ -101,3 +106,23 @@ class LoopFeatureAdmin(FeatureAdmin):
 
 admin.site.unregister(MissionFeature)
 admin.site.register(MissionFeature, LoopFeatureAdmin)
+
+
+def _validate_milestone(request, milestone: Milestone) -> str:
+    step = milestone_validate(milestone_id=milestone.pk, actor_id=request.user.pk)
+    return step.detail if step.outcome == "complete" else _admission_note(step)
+
+
+validate_milestones = each_action(
+    "validate_milestones", "Validate milestone", done="Milestone validation requested", call=_validate_milestone
+)
+
+
+class LoopMilestoneAdmin(MilestoneAdmin):
+    """`MilestoneAdmin` with the milestone's validation."""
+
+    actions = (*MilestoneAdmin.actions, validate_milestones)
+
+
+admin.site.unregister(Milestone)
+admin.site.register(Milestone, LoopMilestoneAdmin)

@@ -1,7 +1,12 @@
 """Admin of missions, milestones and slices. Lifecycle changes (activate, pause, resume,
-autopilot) are actions that call the lifecycle services; the status is read-only."""
+autopilot) are actions that call the lifecycle services; the status is read-only. A
+milestone's validation judges, so its action is the floor above's
+(`validation.admin_features`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from django import forms
 from django.contrib import admin
@@ -167,6 +172,9 @@ class MilestoneAdmin(PlanWriteMixin, RollupRefreshMixin, SaveChangedFieldsMixin,
         *TIMESTAMPS,
     )
     inlines = (SliceInline, ContractAssertionInline)
+    # None of its own (ModelAdmin's default): validation.admin_features.LoopMilestoneAdmin
+    # extends these with the milestone's validation.
+    actions: Sequence[Callable[..., Any]] = ()
 
     def get_readonly_fields(self, request, obj=None):
         fields = super().get_readonly_fields(request, obj)

@@ -9,11 +9,15 @@ arguments (as argparse itself answers usage errors).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from missions.errors import DomainError
-from missions.models import Mission, MissionFeature, Task
+from missions.models import Milestone, Mission, MissionFeature, Task
+
+_Keyed = TypeVar("_Keyed", Milestone, MissionFeature)
 
 REFUSED = 1
 NOT_FOUND = 2
@@ -45,21 +49,40 @@ def find_task(ref: str) -> Task:
     return task
 
 
-def feature_by_ref(ref: str) -> MissionFeature:
-    """A feature by id, key or MISSION/KEY; CommandError when there is none or the key is ambiguous."""
+def _by_ref(model: type[_Keyed], noun: str, ref: str, mission: str | None = None) -> _Keyed:
+    """An object of the plan by id, key or MISSION/KEY (`mission`: a mission key it must
+    be in); CommandError when there is none or the key is ambiguous."""
+    qs = model._default_manager.select_related("mission")
+    if mission:
+        qs = qs.filter(mission__key=mission)
     if ref.isdigit():
-        feature = MissionFeature.objects.filter(pk=int(ref)).first()
+        found = qs.filter(pk=int(ref)).first()
     else:
         mission_key, _, key = ref.rpartition("/")
-        qs = MissionFeature.objects.filter(key=key)
+        qs = qs.filter(key=key)
         if mission_key:
             qs = qs.filter(mission__key=mission_key)
         if qs.count() > 1:
-            raise CommandError(f"feature key {key!r} is used in several missions; write MISSION/FEATURE")
-        feature = qs.first()
-    if feature is None:
-        raise CommandError(f"no feature {ref!r} (give an id, a key or MISSION/KEY)")
-    return feature
+            raise CommandError(
+                f"{noun} key {key!r} is used in several missions; write MISSION/{noun.upper()} or give --mission"
+            )
+        found = qs.first()
+    if found is None:
+        raise CommandError(f"no {noun} {ref!r} (give an id, a key or MISSION/KEY)")
+    return found
+
+
+def feature_by_ref(ref: str) -> MissionFeature:
+    """A feature by id, key or MISSION/KEY; CommandError when there is none or the key is ambiguous."""
+    return _by_ref(MissionFeature, "feature", ref)
+
+
+def find_milestone(ref: str, mission: str | None = None) -> Milestone:
+    """A milestone by id, key or MISSION/KEY, in the mission of key `mission` when given."""
+    try:
+        return _by_ref(Milestone, "milestone", ref, mission)
+    except CommandError as exc:
+        raise not_found(str(exc)) from exc
 
 
 def find_feature(ref: str):

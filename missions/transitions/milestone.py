@@ -7,9 +7,12 @@ rollup of its assertions, derived: written only by
 
 | from                     | to       | cause               | event               | who                                     |
 |--------------------------|----------|---------------------|---------------------|-----------------------------------------|
-| pending                  | active   | activate            | milestone:activated | the autopilot (a slice of it activated) |
+| pending                  | active   | activate            | milestone:activated | progress.milestone_activate (1)         |
 | pending, active, blocked | complete | complete            | milestone:completed | progress.milestone_complete             |
 | complete                 | active   | any (what undid it) | milestone:reopened  | progress.reopen_milestone               |
+
+(1) when a slice of it starts (the autopilot; a person validating the milestone), or a
+milestone run a person asked for starts (`validation/services/operator.py`).
 
 A milestone is created `pending` (`milestone:created`); nothing sets `blocked` today.
 

@@ -10,7 +10,7 @@ an active mission.
 | paused   | active   | resume                    | mission:resumed   | lifecycle.mission_resume   |
 | active   | paused   | pause                     | mission:paused    | lifecycle.mission_pause    |
 | blocked  | paused   | pause                     | mission:paused    | lifecycle.mission_pause    |
-| active   | complete | complete                  | mission:completed | the autopilot              |
+| active   | complete | complete                  | mission:completed | progress.mission_complete  |
 | complete | active   | any (what undid it)       | mission:reopened  | progress.reopen_mission    |
 | active   | active   | halt (a reason is set)    | mission:halted    | the autopilot stops        |
 | active   | active   | continue (reason cleared) | mission:continued | the autopilot goes on      |

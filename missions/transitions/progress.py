@@ -1,4 +1,5 @@
-"""How far the plan has come: a milestone completes, and anything that undoes a
+"""How far the plan has come: a slice starts (and its milestone with it), a milestone
+completes, the mission completes with its last milestone, and anything that undoes a
 completion reopens the slice, the milestone and the mission, with events
 (docs/TRUTH.md, "A slice, a milestone, a mission is complete when"): a feature leaving
 `passed`, a changed contract, and new or moved work (`work_added`). Judging whether a
@@ -7,6 +8,8 @@ The moves themselves are the machines' (`missions.transitions.slice`, `.mileston
 `.mission`)."""
 
 from __future__ import annotations
+
+from django.utils import timezone
 
 from missions import hooks
 from missions.hooks import announce_on_commit
@@ -24,11 +27,51 @@ from missions.transitions.mission import mission_transition
 from missions.transitions.slice import slice_transition
 
 
-def milestone_complete(*, milestone: Milestone) -> str:
+def slice_activate(*, slice_: Slice, actor_id: int | None = None) -> bool:
+    """A pending slice starts (`activated_at`), and its milestone with it while that is
+    pending (else a lost compare-and-swap: no move). False when the slice was not pending."""
+    moved = slice_transition(
+        slice_=slice_,
+        old=SliceStatus.PENDING,
+        new=SliceStatus.ACTIVE,
+        cause="activate",
+        actor_id=actor_id,
+        fields={"activated_at": timezone.now()},
+        payload={"milestone": slice_.milestone_id, "key": slice_.key},
+    )
+    milestone_activate(milestone_id=slice_.milestone_id, actor_id=actor_id, slice=slice_.pk)
+    return moved
+
+
+def milestone_activate(*, milestone_id: int, actor_id: int | None = None, **payload) -> bool:
+    """A pending milestone starts; any other state stays as it is (False)."""
+    return milestone_transition(
+        milestone=milestone_id,
+        old=MilestoneStatus.PENDING,
+        new=MilestoneStatus.ACTIVE,
+        cause="activate",
+        actor_id=actor_id,
+        payload=payload,
+    )
+
+
+def milestone_complete(*, milestone: Milestone, actor_id: int | None = None) -> str:
     old = Milestone.objects.filter(pk=milestone.pk).values_list("status", flat=True).get()
     if old != MilestoneStatus.COMPLETE:
-        milestone_transition(milestone=milestone.pk, old=old, new=MilestoneStatus.COMPLETE, cause="complete")
+        milestone_transition(
+            milestone=milestone.pk, old=old, new=MilestoneStatus.COMPLETE, cause="complete", actor_id=actor_id
+        )
     return "complete"
+
+
+def mission_complete(*, mission_id: int, actor_id: int | None = None) -> bool:
+    """An active mission whose every milestone is complete is complete (True when it moved
+    now; a mission that is not active, or another writer first, is no move)."""
+    if Milestone.objects.filter(mission_id=mission_id).exclude(status=MilestoneStatus.COMPLETE).exists():
+        return False
+    return mission_transition(
+        mission=mission_id, old=MissionStatus.ACTIVE, new=MissionStatus.COMPLETE, cause="complete", actor_id=actor_id
+    )
 
 
 def reopen_for_feature(*, feature_id: int, cause: str) -> None:

@@ -3,9 +3,12 @@
 
 | from     | to       | cause               | event           | who                                      |
 |----------|----------|---------------------|-----------------|------------------------------------------|
-| pending  | active   | activate            | slice:activated | the autopilot (sets `activated_at`)      |
-| active   | complete | complete            | slice:completed | the autopilot (every feature done)       |
+| pending  | active   | activate            | slice:activated | progress.slice_activate (`activated_at`) |
+| active   | complete | complete            | slice:completed | every feature done (1)                   |
 | complete | active   | any (what undid it) | slice:reopened  | progress.reopen_slice, a fix lands in it |
+
+(1) The autopilot, or a person validating the slice's milestone, who starts a pending
+slice first (`validation/services/operator.py: milestone_validate`).
 
 A slice is created `pending` (`slice:created`).
 """

@@ -95,5 +95,6 @@ def test_a_new_user_follows_the_guide(serve, tmp_path):
 
     out = done.stdout
     assert "loop_state: passed" in out
+    assert "started\nstatus: complete" in out  # the milestone's validate, then its state
     assert "nothing to do: the mission is complete" in out  # the MCP client's answer
-    assert re.search(r"^reproduced", out, re.M), out  # replay_run of the failed run
+    assert re.search(r"^run \d+: reproduced", out, re.M), out  # replay_run of the failed run

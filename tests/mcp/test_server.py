@@ -23,6 +23,7 @@ TOOL_NAMES = {
     "next_task",
     "task_complete",
     "feature_validate",
+    "milestone_validate",
     "feature_loop",
     "wait_for_verdict",
 }

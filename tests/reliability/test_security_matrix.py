@@ -37,7 +37,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
-from missions.models import ContractAssertion, Mission, MissionEvent, MissionFeature, Task
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Task
 from tests.reliability.conftest import ROLES, mission_rows, token_of, user_of
 
 pytestmark = pytest.mark.django_db
@@ -153,6 +153,8 @@ API: dict[tuple[str, str], Row] = {
     ),
     ("DELETE", "/api/milestones/{id}/"): Row(lambda w: f"/api/milestones/{w.m2.pk}/", "write", 204),
     ("GET", "/api/milestones/{id}/validation/"): Row(lambda w: f"/api/milestones/{w.m1.pk}/validation/", "read", 200),
+    # m2 has nothing to judge: it completes
+    ("POST", "/api/milestones/{id}/validate/"): Row(lambda w: f"/api/milestones/{w.m2.pk}/validate/", "action", 200),
     # slices
     ("GET", "/api/slices/"): Row(lambda w: "/api/slices/", "list", 200, obj=lambda w: w.s1),
     ("POST", "/api/slices/"): Row(
@@ -802,6 +804,11 @@ CLI = [
         "task fail",
         lambda w: ["task", "fail", str(w.t2.pk), "--reason", "cli"],
         lambda w: Task.objects.get(pk=w.t2.pk).status == "failed",
+    ),
+    Cli(
+        "validate_milestone",
+        lambda w: ["validate_milestone", f"{w.mission.key}/m2"],
+        lambda w: Milestone.objects.get(pk=w.m2.pk).status == "complete",
     ),
     Cli(
         "repair_feature clear",

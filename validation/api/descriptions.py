@@ -19,11 +19,35 @@ ADMISSION = (
 )
 ADMISSION_ERRORS = (
     "400 `validator_not_allowed` (a profile the mission does not allow; `allowed` lists its profiles), 400"
-    " `unknown_validator`, 400 `no_revision` (no landed task and no repository), 400 `no_assertions`, 400"
+    " `unknown_validator`, 400 `no_revision` (no landed task and no repository), 400 `unknown_revision` (no task"
+    " landed a revision and the mission's branch does not exist), 400 `no_assertions`, 400"
     " `workspace_unavailable` (the repository could not be read), 409 `mission_not_active`, 409"
     " `validation_already_running` (`run` is the running one), 409 `feature_blocked` (repair it), 409"
     " `feature_superseded` (a fix whose root passed)"
 )
+# The answer of a milestone's validate.
+MILESTONE_VALIDATE = """Validate the milestone as a whole, once every feature under it is done (passed, or a fix
+closed because its feature passed). Use it when the mission's autopilot is off; with the
+autopilot on, milestones are validated for you.
+
+Its slices are marked complete, and the milestone's assertions are judged by a new
+validation run at the newest passed revision of its features. When that run passes, the
+milestone is complete, and so is the mission when this was its last incomplete milestone;
+when it fails, each failure goes back to the feature that answers for it (and a fix
+feature is made when the mission has `auto_fix`).
+
+Answers 202 with the run when one starts (also after a failed run over the same input:
+asking again judges it again). Answers 200 when the milestone is complete without a new
+run (it has no assertions, or a run over exactly the same input passed), or when a run is
+already judging it (`outcome: already_running`).
+
+Errors, each changing nothing: 409 `mission_not_active`; 409 `dependencies_open` (a milestone
+it depends on is not complete); 409 `features_open` (a feature under it is not done; each
+feature and its state under `features`); 409 `no_milestone_revision` (its features'
+revisions are not on one line of history: merge them and complete a task at the merged
+revision); 400 `unknown_validator`; 400 `workspace_unavailable` (the repository could not be
+read); 400 `unknown_revision` (no feature passed at a revision and the mission's branch does
+not exist)."""
 REVIEW_RECEIPT = (
     "Answers 202 with a receipt (`id`, `state`, `result_url`, `events_url`; the review's address is also the"
     " Location header); the review runs in the background. The same `Idempotency-Key` with the same request"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from missions.api.serializers import MilestoneSerializer
 from missions.models import ContractAssertion
 from validation.models import FixLineage, JournalEntry, ValidatorFailure, ValidatorRun
 
@@ -76,3 +77,22 @@ class ValidateSerializer(serializers.Serializer):
 class RepairSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["clear", "re_run"])
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class MilestoneValidationSerializer(serializers.Serializer):
+    """The answer of a milestone's validation (a feature's validation answers the same
+    outcome, detail and run)."""
+
+    outcome = serializers.ChoiceField(
+        choices=["started", "already_running", "complete"],
+        help_text="started: a validation run began (HTTP 202); already_running: a run over the same input is "
+        "judging it; complete: the milestone is complete.",
+    )
+    detail = serializers.CharField()
+    run = RunSerializer(allow_null=True, help_text="The validation run that started, is running, or passed.")
+    id = serializers.IntegerField(required=False, help_text="The run's id, when there is a run.")
+    status = serializers.CharField(required=False, help_text="The run's status, when there is a run.")
+    validator_attempt = serializers.IntegerField(required=False)
+    implementation_attempt = serializers.IntegerField(required=False)
+    milestone = MilestoneSerializer()
+    mission_status = serializers.CharField(help_text="The mission's status after the request.")

@@ -12,3 +12,5 @@ router.register("reviews", reviews.ReviewViewSet, basename="review")
 # The loop's actions on the plan's features, at /api/features/{id}/<action>/ (the same
 # basename: the root links `features` to the plan's list).
 router.register("features", views.FeatureLoopViewSet, basename="feature")
+# And on the plan's milestones, at /api/milestones/{id}/validate/.
+router.register("milestones", views.MilestoneLoopViewSet, basename="milestone")

@@ -13,10 +13,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from missions import selectors
-from missions.api.serializers import FeatureSerializer
+from missions.api.serializers import FeatureSerializer, MilestoneSerializer
 from missions.api.views import MissionScoped
 from missions.errors import Conflict
-from missions.models import MissionFeature
+from missions.models import Milestone, MissionFeature
 from validation.api import descriptions
 from validation.api import serializers as s
 from validation.api.reviews import feature_review_action
@@ -156,12 +156,48 @@ class FeatureLoopViewSet(MissionScoped, viewsets.GenericViewSet):
         return Response(loop_snapshot(self.get_object()))
 
 
-def _admission_response(admission) -> Response:
-    body = {
+class MilestoneLoopViewSet(MissionScoped, viewsets.GenericViewSet):
+    """/api/milestones/{id}/validate/: the loop's action on a milestone, registered on the
+    plan's `milestones` prefix (validation/api/urls.py), as the feature's are."""
+
+    queryset = Milestone.objects.select_related("mission").order_by("id")
+    serializer_class = MilestoneSerializer
+
+    @extend_schema(
+        summary="Validate a milestone",
+        description=descriptions.MILESTONE_VALIDATE,
+        request=None,
+        responses={200: s.MilestoneValidationSerializer, 202: s.MilestoneValidationSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def validate(self, request, pk=None):
+        milestone = self.get_object()
+        step = operator.milestone_validate(milestone_id=milestone.pk, actor_id=request.user.pk)
+        return _admission_response(step, **milestone_after(milestone.pk, {"request": request}))
+
+
+def milestone_after(milestone_id: int, context: dict) -> dict:
+    """The milestone and its mission's status after a validation request (API and MCP);
+    `context`: the serializers' (the requesting user)."""
+    milestone = Milestone.objects.select_related("mission").get(pk=milestone_id)
+    return {
+        "milestone": MilestoneSerializer(milestone, context=context).data,
+        "mission_status": milestone.mission.status,
+    }
+
+
+def admission_body(admission, **extra) -> dict:
+    """What a validation request answers (API and MCP): its outcome, detail and run."""
+    return {
         "outcome": admission.outcome,
         "detail": admission.detail,
         "run": s.RunSerializer(admission.run).data if admission.run else None,
+        **extra,
     }
+
+
+def _admission_response(admission, **extra) -> Response:
+    body = admission_body(admission, **extra)
     if admission.run is not None:
         body.update(
             id=admission.run.pk,

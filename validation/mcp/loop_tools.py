@@ -19,7 +19,7 @@ from missions import selectors
 from missions.api.serializers import FeatureSerializer, TaskCompleteSerializer, TaskSerializer
 from missions.api.tree import mission_tree
 from missions.errors import NotFound
-from missions.models import LoopState, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.models import LoopState, Milestone, MissionFeature, MissionStatus, Task, TaskStatus
 from missions.services import tasks as task_services
 from validation.api import serializers as s
 from validation.mcp import schemas
@@ -32,31 +32,40 @@ DONE_STATES = (LoopState.PASSED, LoopState.SUPERSEDED)
 CAUSE = re.compile(r"^## Validation cause$.*", re.M | re.S)
 
 
-def _context(user) -> dict[str, Any]:
+def api_context(user) -> dict[str, Any]:
     # The API's serializers read the requesting user from the request (visibility, staff).
     return {"request": SimpleNamespace(user=user)}
 
 
-def feature_for(*, user, principal: Principal, ref: int | str, mission_ref: int | str | None) -> MissionFeature:
-    visible = MissionFeature.objects.filter(mission__in=selectors.visible_missions(user=user).values("pk"))
+def _visible_object(model, noun: str, *, user, principal: Principal, ref: int | str, mission_ref: int | str | None):
+    """A feature or milestone the user may see, by id or by its key within the mission."""
+    visible = model.objects.filter(mission__in=selectors.visible_missions(user=user).values("pk"))
     if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
-        feature = visible.select_related("mission").filter(pk=int(ref)).first()
-        if feature is not None and principal.mission_id is not None and feature.mission_id != principal.mission_id:
-            feature = None  # a mission endpoint answers for its own mission only
+        found = visible.select_related("mission").filter(pk=int(ref)).first()
+        if found is not None and principal.mission_id is not None and found.mission_id != principal.mission_id:
+            found = None  # a mission endpoint answers for its own mission only
     else:
         mission = tool_mission(user=user, principal=principal, ref=mission_ref)
-        feature = visible.select_related("mission").filter(mission=mission, key=ref).first()
-    if feature is None:
-        raise NotFound(f"no feature {ref!r}", code="not_found")
-    return feature
+        found = visible.select_related("mission").filter(mission=mission, key=ref).first()
+    if found is None:
+        raise NotFound(f"no {noun} {ref!r}", code="not_found")
+    return found
+
+
+def feature_for(*, user, principal: Principal, ref: int | str, mission_ref: int | str | None) -> MissionFeature:
+    return _visible_object(MissionFeature, "feature", user=user, principal=principal, ref=ref, mission_ref=mission_ref)
+
+
+def milestone_for(*, user, principal: Principal, ref: int | str, mission_ref: int | str | None) -> Milestone:
+    return _visible_object(Milestone, "milestone", user=user, principal=principal, ref=ref, mission_ref=mission_ref)
 
 
 def _task_row(task: Task, user) -> dict[str, Any]:
-    return dict(TaskSerializer(task, context=_context(user)).data)
+    return dict(TaskSerializer(task, context=api_context(user)).data)
 
 
 def _feature_row(feature: MissionFeature, user) -> dict[str, Any]:
-    return dict(FeatureSerializer(feature, context=_context(user)).data)
+    return dict(FeatureSerializer(feature, context=api_context(user)).data)
 
 
 # ---------------------------------------------------------------- mission_status

@@ -78,6 +78,7 @@ ID = {"type": "integer", "minimum": 1}
 REF = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}]}
 MISSION_ARG = {**REF, "description": "Mission id or key; defaults to the connection's mission."}
 FEATURE_ARG = {**REF, "description": "Feature id, or its key within the mission."}
+MILESTONE_ARG = {**REF, "description": "Milestone id, or its key within the mission."}
 OBJECT = {"type": "object"}
 NULLABLE_INT = {"type": ["integer", "null"]}
 NULLABLE_STR = {"type": ["string", "null"]}
@@ -167,6 +168,16 @@ ADMISSION = shape(
         },
         "detail": {"type": "string"},
         "run": {"type": ["object", "null"]},
+    }
+)
+
+MILESTONE_VALIDATION = shape(
+    {
+        "outcome": {"enum": ["started", "already_running", "complete"]},
+        "detail": {"type": "string"},
+        "run": {"type": ["object", "null"], "description": "The run that started, is running, or passed."},
+        "milestone": {"type": "object", "required": ["id", "key", "status", "validation_state"]},
+        "mission_status": {"type": "string"},
     }
 )
 

@@ -1,4 +1,4 @@
-"""Judging tools: `feature_validate`, `feature_loop` and `wait_for_verdict`.
+"""Judging tools: `feature_validate`, `milestone_validate`, `feature_loop` and `wait_for_verdict`.
 
 `wait_for_verdict` holds no database connection while it waits: each look is a couple of
 short queries in a pool thread that closes its connection afterwards, then the tool
@@ -16,10 +16,10 @@ from django.conf import settings
 from missions.models import LoopState, TaskStatus
 from missions.selectors import latest_done_task
 from validation.api import serializers as s
-from validation.api.views import loop_snapshot
+from validation.api.views import admission_body, loop_snapshot, milestone_after
 from validation.mcp import schemas
 from validation.mcp.context import db, load_user
-from validation.mcp.loop_tools import feature_for
+from validation.mcp.loop_tools import api_context, feature_for, milestone_for
 from validation.mcp.tooling import Call, Tool
 from validation.models import RunStatus, ValidatorRun
 from validation.services import operator
@@ -43,15 +43,24 @@ def _validate(principal, arguments: dict[str, Any]) -> dict[str, Any]:
     body = s.ValidateSerializer(data={k: arguments[k] for k in ("validator",) if k in arguments})
     body.is_valid(raise_exception=True)
     admission = operator.feature_validate(feature=feature, user=user, profile=body.validated_data.get("validator"))
-    return {
-        "outcome": admission.outcome,
-        "detail": admission.detail,
-        "run": s.RunSerializer(admission.run).data if admission.run else None,
-    }
+    return admission_body(admission)
 
 
 async def feature_validate(call: Call) -> dict[str, Any]:
     return await db(_validate)(call.principal, call.arguments)
+
+
+def _validate_milestone(principal, arguments: dict[str, Any]) -> dict[str, Any]:
+    user = load_user(principal)
+    milestone = milestone_for(
+        user=user, principal=principal, ref=arguments["milestone"], mission_ref=arguments.get("mission")
+    )
+    step = operator.milestone_validate(milestone_id=milestone.pk, actor_id=user.pk)
+    return admission_body(step, **milestone_after(milestone.pk, api_context(user)))
+
+
+async def milestone_validate(call: Call) -> dict[str, Any]:
+    return await db(_validate_milestone)(call.principal, call.arguments)
 
 
 def _loop(principal, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +147,23 @@ TOOLS = [
         ),
         output_schema=schemas.ADMISSION,
         handler=feature_validate,
+        read_only=False,
+    ),
+    Tool(
+        name="milestone_validate",
+        title="Validate a milestone",
+        description="Validate the milestone as a whole once every feature under it is done (passed or superseded); "
+        "for missions whose autopilot is off (with it on, milestones are validated for you). Its slices are "
+        "completed and a validator run judges the milestone's assertions at the newest passed revision of its "
+        "features; when it passes, the milestone is complete, and the mission with its last milestone. Returns "
+        "outcome started (with the run: wait for it, then look at mission_status), already_running, or complete; "
+        "refused with features_open (each feature and its state), dependencies_open, mission_not_active or "
+        "no_milestone_revision.",
+        input_schema=schemas.closed(
+            {"milestone": schemas.MILESTONE_ARG, "mission": schemas.MISSION_ARG}, ("milestone",)
+        ),
+        output_schema=schemas.MILESTONE_VALIDATION,
+        handler=milestone_validate,
         read_only=False,
     ),
     Tool(

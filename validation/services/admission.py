@@ -31,7 +31,9 @@ IDENTICAL_FAILURE_LIMIT = 3
 
 @dataclass
 class Admission:
-    outcome: str  # started | reused | blocked | already_running
+    # A feature's: started | reused | blocked | already_running | refused; a milestone's
+    # (`milestones.milestone_judge`): started | already_running | complete | waiting | stopped.
+    outcome: str
     run: ValidatorRun | None = None
     detail: str = ""
 

@@ -8,7 +8,6 @@ machines"): a stop is `mission:halted` with its reason, going on again `mission:
 from __future__ import annotations
 
 from django.db import transaction
-from django.utils import timezone
 
 from missions.models import (
     LoopState,
@@ -22,11 +21,11 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services.tasks import task_create
-from missions.transitions.milestone import milestone_transition
 from missions.transitions.mission import mission_transition
+from missions.transitions.progress import mission_complete, slice_activate
 from missions.transitions.slice import slice_transition
 from validation.models import ValidatorRun
-from validation.services.milestones import milestone_ready
+from validation.services.milestones import DONE, milestone_ready, open_dependencies
 from validation.services.queueing import autopilot_notify
 
 
@@ -69,33 +68,15 @@ def _triage(slice_: Slice) -> int:
     return created
 
 
-def _activate_slice(mission: Mission, slice_: Slice) -> None:
-    slice_transition(
-        slice_=slice_,
-        old=slice_.status,
-        new=SliceStatus.ACTIVE,
-        cause="activate",
-        fields={"activated_at": timezone.now()},
-        payload={"milestone": slice_.milestone_id, "key": slice_.key},
-    )
-    milestone_transition(  # a no-op (a lost compare-and-swap) unless the milestone is pending
-        milestone=slice_.milestone_id,
-        old=MilestoneStatus.PENDING,
-        new=MilestoneStatus.ACTIVE,
-        cause="activate",
-        payload={"slice": slice_.pk},
-    )
-    _triage(slice_)
-
-
 def _deps_complete(milestone: Milestone) -> bool:
-    return not milestone.dependencies.exclude(status=MilestoneStatus.COMPLETE).exists()
+    return not open_dependencies(milestone).exists()
 
 
 def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
     for slice_ in milestone.slices.exclude(status=SliceStatus.COMPLETE).order_by("order", "id"):
         if slice_.status == SliceStatus.PENDING:
-            _activate_slice(mission, slice_)
+            slice_activate(slice_=slice_)
+            _triage(slice_)
             return "activated"
         features = MissionFeature.objects.filter(slice=slice_)
         blocked = features.filter(loop_state=LoopState.BLOCKED).order_by("id").first()
@@ -104,7 +85,7 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
                 mission,
                 f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): repair it to continue",
             )
-        if features.exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED]).exists():
+        if features.exclude(loop_state__in=DONE).exists():
             _triage(slice_)
             _clear_stop(mission)
             return "waiting"
@@ -141,7 +122,7 @@ def _advance(*, mission_id: int) -> str:
             if waiting:
                 return _stop(mission, f"milestones {', '.join(waiting)} wait for dependencies that cannot complete")
             break
-    mission_transition(mission=mission, old=mission.status, new=MissionStatus.COMPLETE, cause="complete")
+    mission_complete(mission_id=mission.pk)
     return "complete"
 
 

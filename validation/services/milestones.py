@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from functools import partial
 
+from django.db.models import QuerySet
+
 from fusion_site.base.snapshots import SnapshotError, is_ancestor
-from missions.models import LoopState, Milestone, MissionFeature
+from fusion_site.base.sources import UnknownRevision
+from missions.errors import Conflict, DomainError, Invalid
+from missions.models import LoopState, Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus
 from missions.transitions.loop import feature_transition
-from missions.transitions.progress import milestone_complete
+from missions.transitions.progress import milestone_complete, mission_complete
 from validation import profiles
-from validation.models import RunScope, RunStatus, ValidatorRun
+from validation.models import RunScope, RunStatus, RunTrigger, ValidatorRun
 from validation.selectors import consecutive_errors
 from validation.services.admission import (
+    Admission,
     branch_revision,
     frozen_assertion,
     input_fingerprint,
@@ -35,8 +40,10 @@ ERROR_LIMIT = 3  # consecutive milestone-run errors before the autopilot stops a
 DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
 
 
-class NoMilestoneRevision(Exception):
+class NoMilestoneRevision(Conflict):
     """The features' passed revisions are not on one line of history."""
+
+    code = "no_milestone_revision"
 
 
 def milestone_revision(milestone: Milestone) -> tuple[str, str]:
@@ -65,12 +72,20 @@ def milestone_revision(milestone: Milestone) -> tuple[str, str]:
 
 def _milestone_input(milestone: Milestone) -> dict:
     """What a milestone run judges: revision, frozen assertions, profile, protection, and
-    the fingerprint over them (a change to any of them needs a new run)."""
+    the fingerprint over them (a change to any of them needs a new run). Refused with the
+    codes a feature's validation has for an unknown profile and an unreachable repository."""
     mission = milestone.mission
-    profile = profiles.get_profile(mission.validator)
-    revision, revision_name = milestone_revision(milestone)
+    try:
+        profile = profiles.get_profile(mission.validator)
+    except profiles.ProfileError as exc:
+        raise Invalid(str(exc), code="unknown_validator") from exc
     assertions = [frozen_assertion(a) for a in milestone.assertions.order_by("order", "id")]
-    protection = mission_protection(mission, assertions)
+    try:
+        revision, revision_name = milestone_revision(milestone)
+        protection = mission_protection(mission, assertions)
+    except SnapshotError as exc:
+        code = "unknown_revision" if isinstance(exc, UnknownRevision) else "workspace_unavailable"
+        raise Invalid(str(exc), code=code) from exc
     return {
         "profile": profile,
         "revision": revision,
@@ -87,7 +102,7 @@ def _milestone_input(milestone: Milestone) -> dict:
     }
 
 
-def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
+def _start_milestone_run(milestone: Milestone, spec: dict, *, trigger: str, actor_id: int | None) -> ValidatorRun:
     # A run still judging an older input (an assertion changed meanwhile) decides nothing:
     # it is cancelled, and only one milestone run is ever running (docs/TRUTH.md).
     for stale in milestone.runs.filter(scope=RunScope.MILESTONE, status=RunStatus.RUNNING):
@@ -96,7 +111,7 @@ def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
         feature=None,
         mission_id=milestone.mission_id,
         milestone_id=milestone.pk,
-        trigger="milestone",
+        trigger=trigger,
         validator=spec["profile"]["name"],
         validator_config=profiles.public_config(spec["profile"]),
         revision=spec["revision"],
@@ -104,35 +119,66 @@ def _start_milestone_run(milestone: Milestone, spec: dict) -> ValidatorRun:
         assertions=spec["assertions"],
         protection=spec["protection"],
         fingerprint=spec["fingerprint"],
+        actor_id=actor_id,
     )
-    run_started_event(run)
+    run_started_event(run, actor_id=actor_id)
     queue_run(run)
     return run
 
 
-def milestone_ready(*, milestone: Milestone) -> str:
-    """Called by the autopilot (under its mission lock) once every slice is complete."""
-    if MissionFeature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE).exists():
-        return "waiting"
+def open_features(milestone: Milestone) -> QuerySet[MissionFeature]:
+    """The features under the milestone that are not done (passed, or a superseded fix)."""
+    return MissionFeature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE)
+
+
+def open_dependencies(milestone: Milestone) -> QuerySet[Milestone]:
+    """The milestones this one depends on that are not complete."""
+    return milestone.dependencies.exclude(status=MilestoneStatus.COMPLETE)
+
+
+def milestone_judge(*, milestone: Milestone, asked: bool = False, actor_id: int | None = None) -> Admission:
+    """The one decision on a milestone whose features may all be done, under its mission's
+    lock (the autopilot's, a person's request, a milestone run's pass): `waiting` (a
+    feature is not done), `complete` (no assertions, or a run over exactly the current
+    input passed: `run`), `already_running` (`run`), `started` (a new milestone run,
+    `run`), or `stopped` (`detail` says why). A last run over the current input that
+    failed, was blocked or cancelled stops the autopilot until something changes; one that
+    errored is retried up to `ERROR_LIMIT` times in a row. `asked`: a person asked for
+    this validation, so any such run is followed by a new one. Refusals (the revisions
+    not on one line of history, the repository or the profile unavailable) are
+    `DomainError`s and change nothing."""
+    if open_features(milestone).exists():
+        return Admission("waiting")
     if not milestone.assertions.exists():
-        return milestone_complete(milestone=milestone)
-    try:
-        spec = _milestone_input(milestone)
-    except (NoMilestoneRevision, SnapshotError, profiles.ProfileError) as exc:
-        return f"stop:milestone {milestone.key} cannot be validated: {str(exc)[:300]}"
+        return Admission(milestone_complete(milestone=milestone, actor_id=actor_id))
+    spec = _milestone_input(milestone)
     runs = milestone.runs.filter(scope=RunScope.MILESTONE)
     last = runs.filter(input_fingerprint=spec["fingerprint"]).order_by("-id").first()
-    if last is None:
-        _start_milestone_run(milestone, spec)
-        return "validating_milestone"
-    if last.status == RunStatus.RUNNING:
-        return "waiting"
-    if last.status == RunStatus.PASSED:
-        return milestone_complete(milestone=milestone)
-    if last.status == RunStatus.ERROR and consecutive_errors(runs) < ERROR_LIMIT:
-        _start_milestone_run(milestone, spec)
-        return "validating_milestone"
-    return f"stop:milestone {milestone.key} validation {last.status} (run {last.pk}): {_why(last)}"
+    if last is not None and last.status == RunStatus.RUNNING:
+        return Admission("already_running", last)
+    if last is not None and last.status == RunStatus.PASSED:
+        return Admission(milestone_complete(milestone=milestone, actor_id=actor_id), last)
+    retry = last is not None and last.status == RunStatus.ERROR and consecutive_errors(runs) < ERROR_LIMIT
+    if last is None or asked or retry:
+        trigger = RunTrigger.MANUAL if asked else RunTrigger.MILESTONE
+        return Admission("started", _start_milestone_run(milestone, spec, trigger=trigger, actor_id=actor_id))
+    detail = f"milestone {milestone.key} validation {last.status} (run {last.pk}): {_why(last)}"
+    return Admission("stopped", last, detail)
+
+
+# What the autopilot hears from `milestone_judge`; a stop halts the mission with its reason.
+_AUTOPILOT_STATES = {"started": "validating_milestone", "already_running": "waiting"}
+
+
+def milestone_ready(*, milestone: Milestone) -> str:
+    """Called by the autopilot (under its mission lock) once every slice is complete."""
+    try:
+        step = milestone_judge(milestone=milestone)
+    except DomainError as exc:
+        return f"stop:milestone {milestone.key} cannot be validated: {exc.detail[:300]}"
+    if step.outcome == "stopped":
+        return f"stop:{step.detail}"
+    return _AUTOPILOT_STATES.get(step.outcome, step.outcome)
 
 
 def _why(run: ValidatorRun) -> str:
@@ -147,11 +193,28 @@ def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
     a feature-scoped assertion to the root features linked to it (a regression), a
     milestone-scoped one to the feature that landed last. Each source leaves `passed`
     for `needs_fix` (its last run is now this one, so an operator can always create the
-    fix it calls for) and gets a fix feature under the usual lineage and budget rules."""
+    fix it calls for) and gets a fix feature under the usual lineage and budget rules.
+
+    A pass completes the milestone (and the mission with its last milestone) here when the
+    mission's autopilot is off: a person asked for the run, and nobody else would. With the
+    autopilot on, the autopilot completes it, as it completes everything it drives."""
     if verdict.status == "fail":
         for source, keys in regression_sources(run).items():
             follow_up(run.mission_id, "milestone_regression", partial(_send_back, run, source, keys))
+    elif verdict.status == "pass":
+        autopilot, status = Mission.objects.filter(pk=run.mission_id).values_list("autopilot", "status").get()
+        if not autopilot and status == MissionStatus.ACTIVE:
+            follow_up(run.mission_id, "milestone_complete", partial(_complete_after_pass, run))
     autopilot_notify(run.mission_id)
+
+
+def _complete_after_pass(run: ValidatorRun) -> None:
+    """The decision again, now that the run has passed: the milestone completes when its
+    features are still all done and the run judged its current input (else a run over the
+    current input starts, as the autopilot would start it)."""
+    milestone = Milestone.objects.select_related("mission").get(pk=run.milestone_id)
+    if milestone_judge(milestone=milestone).outcome == "complete":
+        mission_complete(mission_id=run.mission_id)
 
 
 def _send_back(run: ValidatorRun, source: MissionFeature, keys: list[str]) -> None:

@@ -1,32 +1,34 @@
-"""Operator actions on a feature (docs/TRUTH.md); each names the user in the audit log."""
+"""Operator actions on a feature or a milestone (docs/TRUTH.md); each names the user in
+the audit log."""
 
 from __future__ import annotations
 
 from django.db import transaction
 from django.db.models import Q
 
-from missions.errors import Conflict, Invalid
+from missions.errors import Conflict, Invalid, NotFound
 from missions.events import lock_mission
-from missions.models import LoopState, MissionFeature, MissionStatus
+from missions.models import LoopState, Milestone, Mission, MissionFeature, MissionStatus, SliceStatus
 from missions.services.judging import same_base
 from missions.transitions.loop import feature_transition
+from missions.transitions.progress import milestone_activate, mission_complete, slice_activate
+from missions.transitions.slice import slice_transition
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.admission import Admission, feature_admit, feature_assertion_specs, same_contract
 from validation.services.fixes import fix_for_failure
+from validation.services.milestones import milestone_judge, open_dependencies, open_features
 from validation.services.queueing import autopilot_notify
 
 REPAIRABLE = (LoopState.BLOCKED, LoopState.PASSED, LoopState.NEEDS_FIX)
 
 
-def _require_active(feature: MissionFeature) -> None:
-    if feature.mission.status != MissionStatus.ACTIVE:
-        raise Conflict(
-            f"the mission is {feature.mission.status}; activate or resume it first", code="mission_not_active"
-        )
+def _require_active(mission: Mission) -> None:
+    if mission.status != MissionStatus.ACTIVE:
+        raise Conflict(f"the mission is {mission.status}; activate or resume it first", code="mission_not_active")
 
 
 def feature_validate(*, feature: MissionFeature, user, profile: str | None = None) -> Admission:
-    _require_active(feature)
+    _require_active(feature.mission)
     return feature_admit(
         feature_id=feature.pk,
         trigger="manual",
@@ -71,7 +73,7 @@ def feature_repair(*, feature: MissionFeature, user, mode: str, reason: str = ""
         autopilot_notify(feature.mission_id)  # it makes the new task when the mission runs itself
         return None
     if mode == "re_run":
-        _require_active(feature)
+        _require_active(feature.mission)
         return feature_admit(
             feature_id=feature.pk,
             trigger="manual",
@@ -97,6 +99,61 @@ def feature_create_fix(*, feature: MissionFeature, user) -> MissionFeature:
     if fix is None:
         raise Conflict("the retry budget is used up; the feature is blocked", code="budget_exhausted")
     return fix
+
+
+@transaction.atomic
+def milestone_validate(*, milestone_id: int, actor_id: int | None) -> Admission:
+    """A person asks for a milestone's validation: what the autopilot does for one
+    milestone, on request. Refused, changing nothing, unless the mission is active, the
+    milestones this one depends on are complete and every feature under it is done. Then
+    its slices complete (a pending one starts first, with its milestone, as the autopilot
+    starts it) and `milestone_judge` decides: `complete` (no assertions, or a run over
+    exactly its current input passed), `already_running`, or `started` (a new milestone
+    run; also after a failed, blocked or errored run over the same input: a person asked
+    again); a milestone being judged is under way (`active`). A milestone that completes here, or when its run passes
+    (`milestones.milestone_run_completed`), completes the mission when it was the last."""
+    mission_id = Milestone.objects.filter(pk=milestone_id).values_list("mission_id", flat=True).first()
+    if mission_id is None:
+        raise NotFound(f"no milestone {milestone_id}")
+    lock_mission(mission_id)
+    milestone = Milestone.objects.select_related("mission").get(pk=milestone_id)
+    _require_active(milestone.mission)
+    _require_ready(milestone)
+    for slice_ in milestone.slices.exclude(status=SliceStatus.COMPLETE).order_by("order", "id"):
+        if slice_.status == SliceStatus.PENDING:
+            slice_activate(slice_=slice_, actor_id=actor_id)
+        slice_transition(
+            slice_=slice_.pk, old=SliceStatus.ACTIVE, new=SliceStatus.COMPLETE, cause="complete", actor_id=actor_id
+        )
+    step = milestone_judge(milestone=milestone, asked=True, actor_id=actor_id)
+    if step.outcome == "complete":
+        done = mission_complete(mission_id=mission_id, actor_id=actor_id)
+        step.detail = f"milestone {milestone.key} is complete" + ("; so is the mission" if done else "")
+        return step
+    milestone_activate(milestone_id=milestone.pk, actor_id=actor_id)  # under way (no slice started it)
+    if step.run is not None:  # started, or already running
+        step.detail = f"milestone run {step.run.pk} judges {milestone.key} at {step.run.revision[:12]}"
+    return step
+
+
+def _require_ready(milestone: Milestone) -> None:
+    deps = list(open_dependencies(milestone).order_by("order", "id").values("id", "key", "status"))
+    if deps:
+        raise Conflict(
+            f"milestone {milestone.key} depends on milestones that are not complete: "
+            + ", ".join(f"{d['key']} ({d['status']})" for d in deps),
+            code="dependencies_open",
+            extra={"dependencies": deps},
+        )
+    features = list(open_features(milestone).order_by("slice__order", "order", "id").values("id", "key", "loop_state"))
+    if features:
+        shown = ", ".join(f"{f['key']} ({f['loop_state']})" for f in features[:20])
+        more = f" and {len(features) - 20} more" if len(features) > 20 else ""
+        raise Conflict(
+            f"features of milestone {milestone.key} are not done (passed, or superseded): {shown}{more}",
+            code="features_open",
+            extra={"features": features},
+        )
 
 
 def revalidate_changed_contracts(*, milestone_ids: list[int], cause: str) -> list[int]:

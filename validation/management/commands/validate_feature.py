@@ -4,20 +4,13 @@ Exit codes: 0 pass, 1 fail, 2 blocked or error."""
 
 from __future__ import annotations
 
-import time
-
 from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
-from rich.table import Table
 
 from missions.errors import DomainError
 from missions.management.cli import feature_by_ref
-from validation.models import RunStatus, ValidatorRun
+from validation.management.runs import NOT_JUDGED, exit_code, print_run, wait_for_run
 from validation.services.admission import feature_admit
-from validation.services.runner import execute_run
-
-# By run status (a str: the choices compare and hash as their values).
-EXIT: dict[str, int] = {RunStatus.PASSED: 0, RunStatus.FAILED: 1}
 
 
 class Command(BaseCommand):
@@ -41,38 +34,12 @@ class Command(BaseCommand):
             raise CommandError(exc.detail) from exc
         if admission.run is None:
             console.print(f"{target.key}: {admission.outcome} {admission.detail}")
-            raise SystemExit(2)
+            raise SystemExit(NOT_JUDGED)
         run = admission.run
         console.print(f"run {run.pk} for {target.key} ({admission.outcome}, validator {run.validator})")
         if run.revision_note:
             console.print(f"revision: {run.revision_note}")
         if admission.outcome == "started":
-            run = self._wait(run, sync=sync, timeout=timeout, console=console)
-        self._print(run, console)
-        raise SystemExit(EXIT.get(run.status, 2))
-
-    def _wait(self, run: ValidatorRun, *, sync: bool, timeout: float, console: Console) -> ValidatorRun:
-        if sync:
-            with console.status("validating…"):
-                execute_run(run.pk)
-            return ValidatorRun.objects.get(pk=run.pk)
-        deadline = time.monotonic() + timeout
-        with console.status("waiting for a worker…"):
-            while time.monotonic() < deadline:
-                run.refresh_from_db()
-                if run.status != RunStatus.RUNNING:
-                    return run
-                time.sleep(0.5)
-        raise CommandError(f"run {run.pk} is still running after {timeout:g}s (is a worker running?)")
-
-    def _print(self, run: ValidatorRun, console: Console) -> None:
-        table = Table(title=f"run {run.pk}: {run.status}")
-        for column in ("assertion", "verdict", "message"):
-            table.add_column(column)
-        for item in (run.verdict or {}).get("assertions", []):
-            table.add_row(item["key"], item["verdict"], item.get("message", "")[:120])
-        console.print(table)
-        if run.error:
-            console.print(f"error: {run.error}")
-        if run.blocked_reason:
-            console.print(f"blocked: {run.blocked_reason}")
+            run = wait_for_run(run, sync=sync, timeout=timeout, console=console)
+        print_run(run, console)
+        raise SystemExit(exit_code(run))
