@@ -34,7 +34,7 @@ def guide_script(text: str) -> str:
         directive, lang, body = block["directive"], block["lang"], block["body"]
         end = f"GUIDE_BLOCK_{number}"
         if directive and directive.startswith("write "):
-            parts.append(f'cat > "{directive.removeprefix("write ").strip()}" <<\'{end}\'\n{body}{end}')
+            parts.append(f"cat > \"{directive.removeprefix('write ').strip()}\" <<'{end}'\n{body}{end}")
         elif directive == "run python":
             parts.append(f"python - <<'{end}'\n{body}{end}")
         elif directive:
