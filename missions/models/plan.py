@@ -1,8 +1,5 @@
-"""Mission -> Milestone -> Slice -> Feature, contract assertions, tasks, the audit log.
-
-States change only through services (`missions.transitions.loop`, `missions.services.*`); the
-models hold data and the invariants the database can enforce.
-"""
+"""The plan: Mission -> Milestone -> Slice -> Feature, with their states, and the contract
+assertions that say when each is done."""
 
 from __future__ import annotations
 
@@ -15,23 +12,7 @@ from fusion_site.base.mirrors import source_of
 from fusion_site.base.sources import SnapshotError, Source
 from missions.checks_spec import check_spec_problems, pattern_problems
 from missions.environment_spec import environment_problems
-
-
-def column(model: type[models.Model], name: str) -> str:
-    """The database column of a concrete field (for the few statements written out)."""
-    field = model._meta.get_field(name)
-    assert isinstance(field, models.Field) and field.column  # a concrete field
-    return field.column
-
-
-class TimeStamped(models.Model):
-    """`updated_at` is bumped by save(); services that use queryset.update() set it too."""
-
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        abstract = True
+from missions.models.base import TimeStamped
 
 
 class MissionStatus(models.TextChoices):
@@ -375,84 +356,3 @@ class FeatureAssertion(models.Model):
             raise ValidationError({"assertion": "Milestone-scoped assertions cannot be linked to features."})
         if self.assertion.mission_id != self.feature.mission_id:
             raise ValidationError({"assertion": "The assertion belongs to another mission."})
-
-
-class TaskStatus(models.TextChoices):
-    TODO = "todo"
-    IN_PROGRESS = "in_progress"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class Task(TimeStamped):
-    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="tasks")
-    feature = models.ForeignKey(MissionFeature, null=True, blank=True, on_delete=models.CASCADE, related_name="tasks")
-    title = models.CharField(max_length=200)
-    prompt = models.TextField(blank=True, default="")
-    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.TODO, db_index=True)
-    # The full commit id the task landed (resolved when it completed) and the name the
-    # user gave it (a branch, `HEAD`, a short id), kept for display only.
-    revision = models.CharField(max_length=80, blank=True, default="")
-    revision_name = models.CharField(max_length=200, blank=True, default="")
-    summary = models.TextField(blank=True, default="")
-    log = models.TextField(blank=True, default="")
-    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.MANUAL)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    # The `command` executor's lease (missions/services/executor.py), as validator runs
-    # hold theirs: how many executors took the task, which one holds it (a claim token and
-    # the worker process) and until when (renewed by a heartbeat while the command runs).
-    executor_attempts = models.PositiveIntegerField(default=0, editable=False)
-    claim_token = models.CharField(max_length=32, blank=True, default="", editable=False)
-    claimed_by = models.CharField(max_length=200, blank=True, default="", editable=False)
-    lease_until = models.DateTimeField(null=True, blank=True, editable=False)
-
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return f"task {self.pk}: {self.title}"
-
-
-class MissionEvent(TimeStamped):
-    """Append-only audit log; `seq` orders events within a mission."""
-
-    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="events")
-    seq = models.PositiveIntegerField()
-    type = models.CharField(max_length=80, db_index=True)
-    payload = models.JSONField(default=dict, blank=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta:
-        ordering = ["mission_id", "seq"]
-        constraints = [models.UniqueConstraint(fields=["mission", "seq"], name="mission_event_seq_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.mission_id}#{self.seq} {self.type}"
-
-
-__all__ = [
-    "AssertionScope",
-    "AssertionStatus",
-    "ContractAssertion",
-    "Executor",
-    "MissionFeature",
-    "FeatureAssertion",
-    "FeatureStatus",
-    "LoopState",
-    "Milestone",
-    "MilestoneStatus",
-    "Mission",
-    "MissionEvent",
-    "MissionStatus",
-    "ProtectedChange",
-    "RollupState",
-    "Slice",
-    "SliceStatus",
-    "StopReason",
-    "Task",
-    "TaskStatus",
-]
