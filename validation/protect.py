@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from fusion_site.base import mirrors, snapshot_reuse
+from fusion_site.base import mirrors, refs, snapshot_reuse
 from fusion_site.base.mirrors import LOCAL_TIMEOUT, mirror_git
 from fusion_site.base.proc import run_nicer
 from fusion_site.base.sources import SnapshotError, Source, git_env
@@ -368,7 +368,7 @@ class Protection:
                 if self.source is None:
                     raise SnapshotError("protected paths need the mission's repository, and it has none")
                 # Both commits from the worker's mirror: the user's repository is never read for it.
-                base = mirrors.resolve(self.source, self.base)
+                base = refs.resolve(self.source, self.base)
                 with mirrors.in_use(self.source):
                     mirrors.ensure_commit(self.source, base)
                     repo = mirrors.ensure_commit(self.source, self.revision)

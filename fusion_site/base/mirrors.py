@@ -41,10 +41,8 @@ from fusion_site.base.sources import (
     Source,
     SourceRefused,
     SourceUnavailable,
-    UnknownRevision,
     normalize,
     run_git,
-    safe_revision,
     scrub,
 )
 
@@ -88,7 +86,7 @@ def _local_top(path: str) -> tuple[str, str]:
 def _local_top_cached(path: str) -> tuple[str, str]:
     # A read of the user's repository (no write): where its top is, and our folder in it.
     # Only answers are cached; an error is asked again next time.
-    proc = _git(["rev-parse", "--path-format=absolute", "--show-toplevel", "--show-prefix"], cwd=Path(path))
+    proc = local_git(["rev-parse", "--path-format=absolute", "--show-toplevel", "--show-prefix"], cwd=Path(path))
     lines = proc.stdout.splitlines()
     if proc.returncode != 0 or len(lines) not in (1, 2):
         raise SnapshotError(f"repository {path} is not a git repository with a working tree")
@@ -98,7 +96,7 @@ def _local_top_cached(path: str) -> tuple[str, str]:
 # ---------------------------------------------------------------- git, bounded
 
 
-def _git(
+def local_git(
     args: list[str], *, cwd: Path | None = None, source: Source | None = None, timeout: float = LOCAL_TIMEOUT
 ) -> subprocess.CompletedProcess:
     try:
@@ -112,17 +110,17 @@ def _git(
 
 def mirror_git(mirror: Path, *args: str, timeout: float = LOCAL_TIMEOUT) -> str:
     """A local (no network) git command in a mirror; its output, or `SnapshotError`."""
-    proc = _git(list(args), cwd=mirror, timeout=timeout)
+    proc = local_git(list(args), cwd=mirror, timeout=timeout)
     if proc.returncode != 0:
         raise SnapshotError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[:500]}")
     return proc.stdout
 
 
-def _remote(source: Source, args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return _git(args, cwd=cwd, source=source, timeout=settings.FUSION_GIT_REMOTE_TIMEOUT)
+def remote_git(source: Source, args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return local_git(args, cwd=cwd, source=source, timeout=settings.FUSION_GIT_REMOTE_TIMEOUT)
 
 
-def _unreachable(source: Source, proc: subprocess.CompletedProcess) -> SourceUnavailable:
+def unreachable(source: Source, proc: subprocess.CompletedProcess) -> SourceUnavailable:
     reason = scrub(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}", source)
     return SourceUnavailable(f"repository {source.display} is unreachable: {reason[:400]}")
 
@@ -168,9 +166,9 @@ def _clone(source: Source, path: Path) -> None:
     try:
         # A local path clones with hard links (git ignores the filter there): fast, and
         # read-only for the user's repository.
-        proc = _remote(source, ["clone", "--bare", "--quiet", "--filter=blob:none", "--", source.url, str(tmp)])
+        proc = remote_git(source, ["clone", "--bare", "--quiet", "--filter=blob:none", "--", source.url, str(tmp)])
         if proc.returncode != 0:
-            raise _unreachable(source, proc)
+            raise unreachable(source, proc)
         mirror_git(tmp, "config", "remote.origin.fetch", HEADS_AND_TAGS[0])
         mirror_git(tmp, "config", "--add", "remote.origin.fetch", HEADS_AND_TAGS[1])
         mirror_git(tmp, "config", "gc.auto", "0")  # never a surprise repack in a worker's hot path
@@ -222,7 +220,7 @@ def has_commit(mirror: Path, commit: str) -> bool:
     for a missing object (`--missing=allow-any` turns it off)."""
     if _known_yes(mirror, commit):
         return True
-    proc = _git(["rev-list", "--no-walk", "--ignore-missing", "--missing=allow-any", commit, "--"], cwd=mirror)
+    proc = local_git(["rev-list", "--no-walk", "--ignore-missing", "--missing=allow-any", commit, "--"], cwd=mirror)
     found = proc.returncode == 0 and proc.stdout.strip() == commit
     if found:
         _learn(mirror, commit)
@@ -251,7 +249,7 @@ def _ensure_commit(source: Source, commit: str) -> Path:
         if has_commit(path, commit):  # another worker thread fetched it meanwhile
             _confirm(source, path, commit)
             return path
-        by_id = _remote(source, ["fetch", "--quiet", "--no-tags", "origin", commit], cwd=path)
+        by_id = remote_git(source, ["fetch", "--quiet", "--no-tags", "origin", commit], cwd=path)
         _count_fetch(path, f"commit {commit}")
         if not (by_id.returncode == 0 and has_commit(path, commit)):
             refresh(source, path, locked=True)
@@ -277,7 +275,7 @@ def _lacks_blobs(mirror: Path, commit: str) -> bool:
     """Whether the commit's tree has objects a partial mirror lacks (no lazy fetch here)."""
     if _known_yes(mirror, f"complete {commit}"):
         return False
-    proc = _git(["rev-list", "--objects", "--no-walk", "--missing=print", commit, "--"], cwd=mirror)
+    proc = local_git(["rev-list", "--objects", "--no-walk", "--missing=print", commit, "--"], cwd=mirror)
     lacks = proc.returncode != 0 or any(line.startswith("?") for line in proc.stdout.splitlines())
     if not lacks:
         _learn(mirror, f"complete {commit}")
@@ -304,10 +302,10 @@ def refresh(source: Source, path: Path, *, locked: bool = False) -> None:
     if not locked:
         with _write_lock(source):
             return refresh(source, path, locked=True)
-    proc = _remote(source, ["fetch", "--quiet", "--prune", "--force", "origin", *HEADS_AND_TAGS], cwd=path)
+    proc = remote_git(source, ["fetch", "--quiet", "--prune", "--force", "origin", *HEADS_AND_TAGS], cwd=path)
     _count_fetch(path, "heads")
     if proc.returncode != 0:
-        raise _unreachable(source, proc)
+        raise unreachable(source, proc)
     return None
 
 
@@ -323,79 +321,6 @@ def fetch_count(source_or_path: Source | Path) -> int:
         return len((path / "fusion-fetches").read_text().splitlines())
     except OSError:
         return 0
-
-
-# ---------------------------------------------------------------- resolving names
-
-
-def resolve(source: Source, name: str) -> str:
-    """The full commit id `name` names at the source now. A full id needs no network
-    call; a branch, tag or `HEAD` is asked of the source with `git ls-remote` (bounded
-    time); a short id is looked up in the mirror after a refresh."""
-    name = safe_revision(name)
-    if FULL_COMMIT.match(name):
-        return name
-    found = _ls_remote(source, name)
-    if found:
-        return found
-    if re.fullmatch(r"[0-9a-f]{4,39}", name):
-        path = ensure_mirror(source)
-        refresh(source, path)
-        proc = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=path)
-        if proc.returncode == 0 and FULL_COMMIT.match(proc.stdout.strip()):
-            return proc.stdout.strip()
-    raise UnknownRevision(f"revision {name} is not a branch, tag or commit of repository {source.display}")
-
-
-def _ls_remote(source: Source, name: str) -> str:
-    # `<name>^{}` too: a pattern alone hides the peeled line of an annotated tag, whose own
-    # id is a tag object, not the commit to judge.
-    refs, _links = _advertised(source, name, f"{name}^{{}}")
-    if name == "HEAD":
-        return refs.get("HEAD", "")
-    # The order git itself reads a short name in (a peeled annotated tag is its commit).
-    for ref in (name, f"refs/{name}", f"refs/tags/{name}", f"refs/heads/{name}"):
-        if ref in refs:
-            found = refs.get(f"{ref}^{{}}", refs[ref])
-            mirror_guard.remember(source, found)  # the source showed it, with this source's access
-            return found
-    return ""
-
-
-def _advertised(source: Source, *patterns: str, symref: bool = False) -> tuple[dict[str, str], dict[str, str]]:
-    """What the source shows of `patterns` now (`git ls-remote`, bounded time): {ref: id},
-    and with `symref` {ref: the ref it names} (`HEAD` → `refs/heads/main`)."""
-    proc = _remote(source, ["ls-remote", *(["--symref"] if symref else []), "--", source.url, *patterns])
-    if proc.returncode != 0:
-        raise _unreachable(source, proc)
-    refs, links = {}, {}
-    for line in proc.stdout.splitlines():
-        value, _, ref = line.partition("\t")
-        if value.startswith("ref: "):
-            links[ref] = value.removeprefix("ref: ")
-        else:
-            refs[ref] = value
-    return refs, links
-
-
-def branch_head(source: Source, branch: str = "") -> tuple[str, str]:
-    """(name, full commit id) of `branch` at the source now, or without one of the source's
-    default branch: the branch its `HEAD` names (a URL: the remote's default branch; a
-    local path: the branch its working copy has checked out), whose name is read with its
-    commit in one answer; `HEAD` itself when it is detached. `UnknownRevision` when the
-    source has no such branch (docs/TRUTH.md, "Which revision")."""
-    if branch:
-        ref = f"refs/heads/{safe_revision(branch)}"
-        refs, _links = _advertised(source, ref)
-        if ref not in refs:
-            raise UnknownRevision(f"branch {branch} does not exist in repository {source.display}")
-        mirror_guard.remember(source, refs[ref])  # the source showed it, with this source's access
-        return branch, refs[ref]
-    refs, links = _advertised(source, "HEAD", symref=True)
-    if "HEAD" not in refs:
-        raise UnknownRevision(f"repository {source.display} has no commit on its HEAD to judge")
-    named = links.get("HEAD", "")
-    return (named.removeprefix("refs/heads/") if named.startswith("refs/heads/") else "HEAD"), refs["HEAD"]
 
 
 # ---------------------------------------------------------------- eviction

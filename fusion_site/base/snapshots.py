@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import mirrors, snapshot_reuse, tree_index
+from fusion_site.base import mirrors, refs, snapshot_reuse, tree_index
 from fusion_site.base import submodules as subs
 from fusion_site.base.mirrors import FULL_COMMIT, source_of
 from fusion_site.base.proc import run_nicer
@@ -47,15 +47,15 @@ def pin_revision(source: Source | str, name: str) -> str:
     judged (docs/TRUTH.md). A full id is taken as it is, with no network call; for a
     local repository it is checked at once (a local read), so a typo is refused now."""
     source = as_source(source)
-    return _checked(source, mirrors.resolve(source, name))
+    return _checked(source, refs.resolve(source, name))
 
 
 def pin_branch(source: Source | str, branch: str = "") -> tuple[str, str]:
     """The branch a revision is judged on when nothing landed one, and its full commit id
-    now (`mirrors.branch_head`: `branch`, else the source's default branch), checked as
+    now (`refs.branch_head`: `branch`, else the source's default branch), checked as
     `pin_revision` checks its commit."""
     source = as_source(source)
-    name, commit = mirrors.branch_head(source, branch)
+    name, commit = refs.branch_head(source, branch)
     return name, _checked(source, commit)
 
 

@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from fusion_site.base import mirrors
+from fusion_site.base import mirrors, refs
 from fusion_site.base.mirrors import FULL_COMMIT
 from fusion_site.base.proc import CommandError, CommandResult, run_command, scrubbed_env
 from fusion_site.base.redact import redact
@@ -173,8 +173,8 @@ def start_revision(task: Task, source: Source) -> str:
     if landed and FULL_COMMIT.match(landed):
         return landed
     if task.mission.branch.strip():
-        return mirrors.branch_head(source, task.mission.branch.strip())[1]
-    return mission_base(task.mission) or mirrors.branch_head(source)[1]
+        return refs.branch_head(source, task.mission.branch.strip())[1]
+    return mission_base(task.mission) or refs.branch_head(source)[1]
 
 
 def _run_in_clone(task: Task, source: Source, token: str) -> tuple[str, str]:

@@ -134,7 +134,7 @@ def test_a_commit_never_pushed_blocks_the_feature_naming_it_then_recovery_judges
 
 def stop_server_at_first_fetch(monkeypatch, served) -> list[str]:
     """The server goes away just before the run's first fetch (what the run meets)."""
-    real, seen = mirrors._remote, []
+    real, seen = mirrors.remote_git, []
 
     def remote(source, args, **kwargs):
         if args[0] == "fetch" and not seen:
@@ -142,7 +142,7 @@ def stop_server_at_first_fetch(monkeypatch, served) -> list[str]:
         seen.append(args[0])
         return real(source, args, **kwargs)
 
-    monkeypatch.setattr(mirrors, "_remote", remote)
+    monkeypatch.setattr(mirrors, "remote_git", remote)
     return seen
 
 

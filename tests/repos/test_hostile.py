@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from fusion_site.base import mirrors, sources
+from fusion_site.base import mirrors, refs, sources
 from fusion_site.base.snapshots import pin_revision, snapshot
 from fusion_site.base.sources import SourceRefused, normalize
 from missions.errors import Invalid
@@ -168,7 +168,7 @@ def test_the_low_level_functions_refuse_hostile_revisions_too(served, tmp_path, 
     gits.clear()
     for revision in hostile_revisions(marker):
         with pytest.raises(SourceRefused):
-            mirrors.resolve(source, revision)
+            refs.resolve(source, revision)
         with pytest.raises(SourceRefused):
             mirrors.ensure_commit(source, revision)
         with pytest.raises(SourceRefused):
