@@ -86,7 +86,8 @@ class Servers:
         env = {**os.environ, "LOG_LEVEL": "WARNING", "FUSION_SWEEP_INTERVAL": "3600"}
         if redis_url:
             env["REDIS_URL"] = redis_url
-        self.logs = [open(Path(DATA_DIR) / f"server-{p}.log", "w") for p in self.ports]
+        # Open as long as the servers run (closed by `stop`): no `with` spans that.
+        self.logs = [open(Path(DATA_DIR) / f"server-{p}.log", "w") for p in self.ports]  # noqa: SIM115
         self.procs = [
             subprocess.Popen(
                 [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", "--no-migrate", "--no-workers"],

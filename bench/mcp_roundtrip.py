@@ -207,11 +207,11 @@ class Serve:
 
 @asynccontextmanager
 async def mcp_session(url: str, token: str, *, mode: str = "auto", **kwargs):
-    async with httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)
-    ) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client:
-            yield client
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client,
+    ):
+        yield client
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -292,19 +292,21 @@ async def notifications(serve: Serve, mission, tasks, token: str, rev: str, sess
     async def listener(index: int) -> None:
         try:
             if ARGS.subscribe == "listen":
-                async with mcp_session(url, token) as client:
-                    async with client.listen(resource_subscriptions=[uri]) as subscription:
-                        joined()
-                        async with anyio.create_task_group() as group:
+                async with (
+                    mcp_session(url, token) as client,
+                    client.listen(resource_subscriptions=[uri]) as subscription,
+                ):
+                    joined()
+                    async with anyio.create_task_group() as group:
 
-                            async def consume() -> None:
-                                async for event in subscription:
-                                    if str(event.uri) == uri:
-                                        stamps[index].append(time.time())
+                        async def consume() -> None:
+                            async for event in subscription:
+                                if str(event.uri) == uri:
+                                    stamps[index].append(time.time())
 
-                            group.start_soon(consume)
-                            await stop.wait()
-                            group.cancel_scope.cancel()
+                        group.start_soon(consume)
+                        await stop.wait()
+                        group.cancel_scope.cancel()
             else:
 
                 async def on_message(message) -> None:

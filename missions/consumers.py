@@ -71,9 +71,12 @@ def own_origin(origin: str, *, host: str | None) -> bool:
         if origin == trusted:
             return True
         pattern = urlsplit(trusted)
-        if pattern.scheme == parsed.scheme and pattern.netloc.startswith("*."):
-            if is_same_domain(netloc, pattern.netloc[1:]):
-                return True
+        if (
+            pattern.scheme == parsed.scheme
+            and pattern.netloc.startswith("*.")
+            and is_same_domain(netloc, pattern.netloc[1:])
+        ):
+            return True
     return False
 
 

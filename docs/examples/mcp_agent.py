@@ -110,10 +110,12 @@ async def main(url: str, token: str, repository: str) -> None:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=180) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            for step in await drive(client, repository=repository):
-                print(step)
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=180) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        for step in await drive(client, repository=repository):
+            print(step)
 
 
 if __name__ == "__main__":

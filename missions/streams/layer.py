@@ -8,6 +8,7 @@ made safe to publish to from worker threads and cheap with many WebSocket client
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 
@@ -83,10 +84,9 @@ class InMemoryChannelLayer(_InMemoryChannelLayer):
         self._clean_expired()
         shared = (time.time() + self.expiry, copy.deepcopy(message))
         for channel in list(self.groups.get(group, ())):
-            try:
+            # As the parent (ChannelFull): a full client misses the event.
+            with contextlib.suppress(asyncio.QueueFull):
                 self._queue(channel).put_nowait(shared)
-            except asyncio.QueueFull:
-                pass  # as the parent (ChannelFull): a full client misses the event
 
     async def _at_home(self, coro):
         home = self._home

@@ -25,6 +25,7 @@ have missed one: its mission's registrations go with it, and a client listens ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import warnings
@@ -173,10 +174,8 @@ class Live:
             for audience in list(self._audiences):
                 audience.lose(mission_id)  # a revocation may have been missed meanwhile
             if channel is not None:
-                try:
+                with contextlib.suppress(Exception):
                     await layer.group_discard(group_name(mission_id), channel)
-                except Exception:  # noqa: BLE001
-                    pass
 
     def revoke(self, mission_id: int, user_ids: set[int]) -> None:
         for audience in list(self._audiences):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -130,10 +131,8 @@ class WebSocketClient:
     async def close(self, code: int = 1000) -> None:
         if self.writer.is_closing():
             return
-        try:
+        with contextlib.suppress(ConnectionError, RuntimeError):
             await self._send_frame(0x8, struct.pack("!H", code))
-        except (ConnectionError, RuntimeError):
-            pass
         self.writer.close()
 
 
@@ -194,12 +193,10 @@ class Command(BaseCommand):
                 "a token is needed: --token KEY or FUSION_TOKEN (manage.py drf_create_token USER makes one)"
             )
         mission_id = resolve_mission(mission, url=url, token=token)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(
                 self._watch(f"{url}/ws/missions/{mission_id}/", token, as_json=as_json, count=count, timeout=timeout)
             )
-        except KeyboardInterrupt:
-            pass
 
     async def _watch(self, ws_url: str, token: str, *, as_json: bool, count: int, timeout: float) -> None:
         try:

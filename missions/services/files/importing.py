@@ -232,9 +232,9 @@ class _Writer:
 def _orders(nodes: list[Node], current: dict[str, Any], parent_attr: str, parent_id: int | None) -> list[int]:
     """List positions, unless the stored rows already sort (order, id) the way the file lists them."""
     objs = [o for n in nodes if (o := current.get(n.key)) is not None and getattr(o, parent_attr) == parent_id]
-    if parent_id is not None and len(objs) == len(nodes):
-        if [o.pk for o in sorted(objs, key=lambda o: (o.order, o.pk))] == [o.pk for o in objs]:
-            return [o.order for o in objs]
+    stored = [o.pk for o in sorted(objs, key=lambda o: (o.order, o.pk))]
+    if parent_id is not None and len(objs) == len(nodes) and stored == [o.pk for o in objs]:
+        return [o.order for o in objs]
     return list(range(len(nodes)))
 
 
