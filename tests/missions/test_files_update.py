@@ -22,7 +22,7 @@ from missions.models import (
 from missions.services.files import ImportResult, mission_export, mission_file_import, mission_import
 from tests.conftest import is_postgres
 from tests.missions.file_helpers import SAMPLE, invalid_errors, links, sample, snapshot
-from tests.support.pg import wait_for_lock_waiters
+from tests.support.locks import wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db
 
