@@ -46,16 +46,6 @@ def consecutive_errors(runs: QuerySet[ValidatorRun], *, window: int = 10) -> int
 JUDGED = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED)
 
 
-def newest_judged_run(*, feature_id: int, fingerprint: str) -> ValidatorRun | None:
-    """The newest run on exactly this input that reached a verdict (errors and
-    cancellations say nothing about the code)."""
-    return (
-        ValidatorRun.objects.filter(feature_id=feature_id, input_fingerprint=fingerprint, status__in=JUDGED)
-        .order_by("-id")
-        .first()
-    )
-
-
 _LINEAGE: Prepared[int] = Prepared(
     lambda root: FixLineage.objects.filter(root_id=root).values_list("fix_id", flat=True)
 )

@@ -10,10 +10,6 @@ class YAMLParser(BaseParser):
         return stream.read().decode("utf-8", errors="replace")
 
 
-class TextYAMLParser(YAMLParser):
-    media_type = "text/yaml"
-
-
 class JSONTextParser(YAMLParser):
     """A JSON mission file as text too: the importer reads it like YAML (JSON is YAML), so a
     mistake in it reads as the command line reports it for the same file."""

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -340,10 +339,3 @@ class MissionEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
 
     def get_queryset(self):
         return self.queryset.filter(mission__in=selectors.visible_missions(user=self.request.user).values("pk"))
-
-
-def get_visible(model, *, user, pk, mission_path="mission"):
-    lookup = f"{mission_path}__in" if mission_path else "pk__in"
-    return get_object_or_404(
-        model.objects.filter(**{lookup: selectors.visible_missions(user=user).values("pk")}), pk=pk
-    )

@@ -127,10 +127,6 @@ FEATURE = Machine(
 )
 
 
-def is_allowed(old: str, new: str, cause: str) -> bool:
-    return cause in TRANSITIONS.get(old, {}).get(new, frozenset())
-
-
 def feature_transition(
     *,
     feature: MissionFeature | int,

@@ -17,7 +17,7 @@ from django.core.management import call_command
 
 from missions.errors import Invalid
 from missions.services.files import mission_file_json_schema, mission_import
-from tests.missions.test_files import SAMPLE
+from tests.missions.file_helpers import SAMPLE
 
 COMMITTED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "mission-file.schema.json"
 REGENERATE = "python manage.py mission_file_schema > docs/mission-file.schema.json"

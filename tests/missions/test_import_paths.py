@@ -14,11 +14,11 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from missions.models import Mission
-from tests.missions.test_api import MISSION_FILE
+from tests.missions.api_helpers import MISSION_FILE
 
 pytestmark = pytest.mark.django_db
 
-# test_api's file, with a second milestone that depends on the first
+# the API tests' file, with a second milestone that depends on the first
 FILE = MISSION_FILE + "  - key: m2\n    title: Payment\n    dependencies: [m1]\n"
 
 
