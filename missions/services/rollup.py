@@ -14,7 +14,8 @@ from fusion_site.base.prepared import Prepared
 from missions.events import publish_on_commit
 from missions.models import Milestone
 from missions.selectors import milestone_rollup_and_stored
-from missions.transitions.milestone import ROLLUP_EVENT, milestone_validation_transition
+from missions.transitions import milestone_validation_transition
+from missions.transitions.tables import ROLLUP_EVENT
 
 _STATE: Prepared[tuple[int, str]] = Prepared(
     lambda pk: Milestone.objects.filter(pk=pk).values_list("mission_id", "validation_state")
