@@ -3,7 +3,7 @@
 Precedence: not_started (no assertions) > failed > blocked > needs_coverage (a
 feature-scoped assertion linked to no feature) > passed (all passed) > ready. The stored
 `validation_state` changes only here, through its machine
-(`missions.transitions.milestone.milestone_validation_transition`).
+(`missions.transitions.moves.milestone_validation_transition`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Creating a task links it to its feature and moves an idle feature to `implementing`.
 Completing it records the revision and, after commit, announces `hooks.task_completed`, which the validation floor judges.
-Status moves are the task machine's (`missions.transitions.task`).
+Status moves are the task machine's (`missions.transitions.moves.task_transition`).
 """
 
 from __future__ import annotations

@@ -216,14 +216,15 @@ REVIEW_ENDS = ("completed", "failed", "cancelled")
 
 def _review() -> dict[str, dict[str, Entry]]:
     """Each stage advances to the next; any stage may fail or be cancelled."""
-    table: dict[str, dict[str, Entry]] = {end: {} for end in REVIEW_ENDS}
-    for stage, following in zip(REVIEW_STAGES, REVIEW_STAGES[1:], strict=False):
-        table[stage] = {
+    table: dict[str, dict[str, Entry]] = {
+        stage: {
             following: {"advance": REVIEW_EVENT},
             "failed": {"fail": REVIEW_EVENT},
             "cancelled": {"cancel": REVIEW_EVENT},
         }
-    return table
+        for stage, following in zip(REVIEW_STAGES, REVIEW_STAGES[1:], strict=False)
+    }
+    return {**table, **{end: {} for end in REVIEW_ENDS}}
 
 
 # `Review.state`: the advisory review's stages (validation/review/stages.py).
