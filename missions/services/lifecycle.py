@@ -22,7 +22,7 @@ def _set_status(mission: Mission, new: str, *, user, cause: str, change: str) ->
     with transaction.atomic():
         lock_mission(mission.pk)
         old = Mission.objects.filter(pk=mission.pk).values_list("status", flat=True).get()
-        if not MISSION.allows(old, new, cause) or not mission_transition(
+        if not MISSION.names(old, new, cause) or not mission_transition(
             mission=mission.pk, old=old, new=new, cause=cause, actor_id=getattr(user, "pk", None)
         ):
             mission.refresh_from_db()
@@ -77,7 +77,7 @@ def resume_blockers(mission: Mission) -> list[dict]:
 @transaction.atomic
 def mission_resume(*, mission: Mission, user) -> Mission:
     mission = Mission.objects.select_for_update().get(pk=mission.pk)
-    if not MISSION.allows(mission.status, MissionStatus.ACTIVE, "resume"):
+    if not MISSION.names(mission.status, MissionStatus.ACTIVE, "resume"):
         raise Conflict(f"a {mission.status} mission cannot be resumed", code="illegal_mission_state")
     blockers = resume_blockers(mission)
     if blockers:

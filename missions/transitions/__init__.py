@@ -4,9 +4,10 @@ writes a state field (a row is created in its default state).
 
 - `tables`: every table, the validation floor's (`ValidatorRun.status`, `Review.state`)
   included, as data; `TRANSITIONS` names them for the docs (`manage.py transition_tables`).
-- `machine`: the engine — `Machine(name, model, field, table)`, `Machine.allows` (what a
-  state may become, for the services' guards) and `move` (legal pair, the mission's lock
-  first, compare-and-swap on the old state, audit row, named event).
+- `machine`: the engine — `Machine(name, model, field, table)`; `Machine.allows` and
+  `Machine.names` (what a state may become, for the services' guards); `move` (legal
+  pair, the mission's lock first, compare-and-swap on the old state, audit row, named
+  event).
 - `moves`: the plan's machines and their functions (task, mission, milestone and its
   rollup state, slice, assertion).
 

@@ -16,7 +16,7 @@ which says how a table reads). `move` is the one way to change such a field. It
 A pair (old, new) with old == new is a move only where the table says so (the mission's
 autopilot halting or going on keeps its status and changes its reason). A row without a
 mission (a review asked for outside one) has no lock and no stream: it moves by the
-compare-and-swap alone. Services ask `Machine.allows` whether a state may move, rather
+compare-and-swap alone. Services ask `Machine.allows` (or `.names`) whether a state may move, rather
 than list the states the table already names.
 """
 
@@ -72,6 +72,13 @@ class Machine:
         if cause is None or causes is None:
             return causes is None or bool(causes)
         return cause in causes
+
+    def names(self, old: str, new: str, cause: str) -> bool:
+        """Whether the table names `cause` for moving `old` to `new`. An entry open to any
+        cause does not count: a reopening is by whatever undid a completion, and a
+        person's action named for other moves (activate, resume) is not one."""
+        causes = self.causes(old, new)
+        return causes is not None and cause in causes
 
     def mission_of(self, pk: int) -> int | None:
         if self.mission_field == "pk":

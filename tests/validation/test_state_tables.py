@@ -84,6 +84,7 @@ def test_allows_reads_the_table():
     assert not FEATURE.allows("idle", "implementing", "clear")
     assert FEATURE.allows("validating", "blocked") and not FEATURE.allows("superseded", "idle")
     assert MISSION.allows("complete", "active", "anything_that_undid_it")
+    assert not MISSION.names("complete", "active", "activate") and MISSION.names("paused", "active", "resume")
     assert [s for s in TASK.states if TASK.allows(s, "failed", "fail")] == ["todo", "in_progress"]
 
 
