@@ -10,15 +10,14 @@ writes a state field (a row is created in its default state).
   event).
 - `moves`: the plan's machines and their functions (task, mission, milestone and its
   rollup state, slice, assertion).
-
-The package exposes each machine (`TASK`, `FEATURE`, ...) and its `*_transition` function.
 - `loop`: `MissionFeature.loop_state` (`feature_transition`, event `feature:updated`).
 - `progress`: completing a milestone and reopening what a change undid, through the
   machines above.
 
 The validation floor binds its two tables to its models (`validation/services/run_state.py`,
 `validation/review/state.py`) and moves them with the same engine. Every event name is in
-the catalogue, `missions.events.EVENT_TYPES`.
+the catalogue, `missions.events.EVENT_TYPES`. The package exposes each machine (`TASK`,
+`FEATURE`, ...) and its `*_transition` function.
 """
 
 from missions.transitions.loop import FEATURE, feature_transition

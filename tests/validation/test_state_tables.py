@@ -17,6 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from missions.errors import IllegalTransition
+from missions.events import EVENT_TYPES
 from missions.management.transition_docs import DOCS, render, stale_docs
 from missions.models import Milestone, Mission, MissionEvent, MissionFeature, Slice
 from missions.transitions import ASSERTION, FEATURE, MILESTONE, MILESTONE_VALIDATION, MISSION, SLICE, TASK
@@ -189,3 +190,14 @@ def test_a_review_without_a_mission_moves_without_a_stream(db):
     assert transition(review.pk, old="initializing", new="candidates_running")
     assert Review.objects.get(pk=review.pk).state == "candidates_running"
     assert not MissionEvent.objects.exists()
+
+
+def test_every_tables_event_is_in_the_catalogue():
+    named = {
+        event
+        for _field, table in TRANSITIONS.values()
+        for moves in table.values()
+        for entry in moves.values()
+        for event in ([entry] if isinstance(entry, str) else entry.values())
+    }
+    assert named <= EVENT_TYPES.keys(), named - EVENT_TYPES.keys()
