@@ -85,7 +85,7 @@ def task_create(
     lock_mission(mission.pk)
     if feature is not None:
         feature = MissionFeature.objects.select_for_update().get(pk=feature.pk)
-        if feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists():
+        if feature.tasks.filter(status__in=TASK.open_states).exists():
             raise Conflict("the feature already has an open task", code="task_open")
     task = Task.objects.create(
         mission=mission,

@@ -52,6 +52,11 @@ class Machine:
         choices = getattr(self.model._meta.get_field(self.field), "choices", None) or ()
         return [value for value, _label in choices]
 
+    @property
+    def open_states(self) -> list[str]:
+        """The states with a move out; the others are final."""
+        return [state for state in self.states if self.table.get(state)]
+
     def event(self, old: str, new: str, cause: str) -> str | None:
         """The event of moving from `old` to `new` by `cause`; None if that move is illegal."""
         entry = self.table.get(old, {}).get(new)

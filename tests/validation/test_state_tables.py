@@ -87,6 +87,9 @@ def test_allows_reads_the_table():
     assert MISSION.allows("complete", "active", "anything_that_undid_it")
     assert not MISSION.names("complete", "active", "activate") and MISSION.names("paused", "active", "resume")
     assert [s for s in TASK.states if TASK.allows(s, "failed", "fail")] == ["todo", "in_progress"]
+    assert TASK.open_states == ["todo", "in_progress"] and FEATURE.open_states == [
+        s for s in FEATURE.states if s != "superseded"
+    ]
 
 
 # --- the validation floor's machines, pair by pair --------------------------------------

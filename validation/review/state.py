@@ -24,8 +24,8 @@ from validation.models import Review, ReviewState
 
 S = ReviewState
 REVIEW = Machine(name="review", model=Review, field="state", table=tables.REVIEW)
-TERMINAL = frozenset(state for state in S.values if not REVIEW.table.get(state))
-ACTIVE = tuple(s for s in S.values if s not in TERMINAL)
+ACTIVE = tuple(REVIEW.open_states)
+TERMINAL = frozenset(state for state in S.values if state not in ACTIVE)
 TERMINAL_EVENT: dict[str, str] = {S.COMPLETED: "completed", S.FAILED: "failed", S.CANCELLED: "cancelled"}
 # The cause of a move to a state (the table names it): any other state is the next stage.
 CAUSE: dict[str, str] = {S.FAILED: "fail", S.CANCELLED: "cancel"}
