@@ -1,5 +1,5 @@
-"""The engine under every state machine of the plan (docs/ARCHITECTURE.md, "State
-machines").
+"""The engine under every state machine, the plan's and the validation floor's
+(docs/ARCHITECTURE.md, "State machines").
 
 A `Machine` is one state field of one model and its table (`missions.transitions.tables`,
 which says how a table reads). `move` is the one way to change such a field. It
@@ -16,8 +16,8 @@ which says how a table reads). `move` is the one way to change such a field. It
 A pair (old, new) with old == new is a move only where the table says so (the mission's
 autopilot halting or going on keeps its status and changes its reason). A row without a
 mission (a review asked for outside one) has no lock and no stream: it moves by the
-compare-and-swap alone. Services ask `Machine.allows` (or `.names`) whether a state may move, rather
-than list the states the table already names.
+compare-and-swap alone. Services ask `Machine.allows` (or `.names`) whether a state may
+move, rather than list the states the table already names.
 """
 
 from __future__ import annotations
