@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 GLOBAL_CHANNEL = "missions"
 
 # The catalogue: every event type the product publishes, and what it reports. The state
-# machines' events are named in their tables (`missions/transitions/`, docs/ARCHITECTURE.md
+# machines' events are named in their tables (`missions/transitions/tables.py`, docs/ARCHITECTURE.md
 # "State machines"); the dashboard subscribes to exactly these (`static/dashboard/live.js`
 # reads them from the page). A test checks that every published name is here.
 EVENT_TYPES: dict[str, str] = {

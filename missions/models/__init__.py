@@ -1,7 +1,7 @@
 """Mission -> Milestone -> Slice -> Feature, contract assertions, tasks, the audit log.
 
-States change only through services (`missions.transitions.loop`, `missions.services.*`); the
-models hold data and the invariants the database can enforce.
+States change only through the machines (`missions.transitions`, called by
+`missions.services.*`); the models hold data and the invariants the database can enforce.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Mission lifecycle (docs/ARCHITECTURE.md, "State machines"): activate, pause, resume
 (all-or-nothing), autopilot. Status moves are the mission machine's
-(`missions.transitions.mission`); switching the autopilot is `mission:autopilot`."""
+(`missions.transitions.MISSION`); switching the autopilot is `mission:autopilot`."""
 
 from __future__ import annotations
 
@@ -12,18 +12,17 @@ from missions.errors import Conflict
 from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
 from missions.models import LoopState, Mission, MissionFeature, MissionStatus, StopReason
-from missions.transitions.loop import feature_transition
-from missions.transitions.mission import mission_transition
+from missions.transitions import MISSION, feature_transition, mission_transition
 
 # A resume cannot clear these: they need a repair (clear / re-run) of the feature itself.
 HARD_BLOCKS = (StopReason.BUDGET_EXHAUSTED, StopReason.VALIDATOR_UNAVAILABLE, StopReason.FINGERPRINT)
 
 
-def _set_status(mission: Mission, new: str, *, allowed_from: tuple[str, ...], user, cause: str, change: str) -> Mission:
+def _set_status(mission: Mission, new: str, *, user, cause: str, change: str) -> Mission:
     with transaction.atomic():
         lock_mission(mission.pk)
         old = Mission.objects.filter(pk=mission.pk).values_list("status", flat=True).get()
-        if old not in allowed_from or not mission_transition(
+        if not MISSION.names(old, new, cause) or not mission_transition(
             mission=mission.pk, old=old, new=new, cause=cause, actor_id=getattr(user, "pk", None)
         ):
             mission.refresh_from_db()
@@ -46,7 +45,6 @@ def mission_activate(*, mission: Mission, user) -> Mission:
     return _set_status(
         mission,
         MissionStatus.ACTIVE,
-        allowed_from=(MissionStatus.PLANNING, MissionStatus.BLOCKED),
         user=user,
         cause="activate",
         change="activated",
@@ -57,7 +55,6 @@ def mission_pause(*, mission: Mission, user) -> Mission:
     return _set_status(
         mission,
         MissionStatus.PAUSED,
-        allowed_from=(MissionStatus.ACTIVE, MissionStatus.BLOCKED),
         user=user,
         cause="pause",
         change="paused",
@@ -80,7 +77,7 @@ def resume_blockers(mission: Mission) -> list[dict]:
 @transaction.atomic
 def mission_resume(*, mission: Mission, user) -> Mission:
     mission = Mission.objects.select_for_update().get(pk=mission.pk)
-    if mission.status not in (MissionStatus.PAUSED, MissionStatus.BLOCKED):
+    if not MISSION.names(mission.status, MissionStatus.ACTIVE, "resume"):
         raise Conflict(f"a {mission.status} mission cannot be resumed", code="illegal_mission_state")
     blockers = resume_blockers(mission)
     if blockers:
@@ -103,7 +100,6 @@ def mission_resume(*, mission: Mission, user) -> Mission:
     return _set_status(
         mission,
         MissionStatus.ACTIVE,
-        allowed_from=(MissionStatus.PAUSED, MissionStatus.BLOCKED),
         user=user,
         cause="resume",
         change="resumed",

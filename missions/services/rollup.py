@@ -3,7 +3,7 @@
 Precedence: not_started (no assertions) > failed > blocked > needs_coverage (a
 feature-scoped assertion linked to no feature) > passed (all passed) > ready. The stored
 `validation_state` changes only here, through its machine
-(`missions.transitions.milestone.milestone_validation_transition`).
+(`missions.transitions.moves.milestone_validation_transition`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from fusion_site.base.prepared import Prepared
 from missions.events import publish_on_commit
 from missions.models import Milestone
 from missions.selectors import milestone_rollup_and_stored
-from missions.transitions.milestone import ROLLUP_EVENT, milestone_validation_transition
+from missions.transitions import milestone_validation_transition
+from missions.transitions.tables import ROLLUP_EVENT
 
 _STATE: Prepared[tuple[int, str]] = Prepared(
     lambda pk: Milestone.objects.filter(pk=pk).values_list("mission_id", "validation_state")

@@ -2,7 +2,7 @@
 
 Creating a task links it to its feature and moves an idle feature to `implementing`.
 Completing it records the revision and, after commit, announces `hooks.task_completed`, which the validation floor judges.
-Status moves are the task machine's (`missions.transitions.task`).
+Status moves are the task machine's (`missions.transitions.moves.task_transition`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
 from missions.models import Executor, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
-from missions.transitions.loop import feature_transition
-from missions.transitions.task import EVENT as TASK_EVENT
-from missions.transitions.task import task_transition
+from missions.transitions import FEATURE, TASK, feature_transition, task_transition
+from missions.transitions.tables import TASK_EVENT
 
 
 def _task_payload(task: Task, *, revision: str | None = None, revision_name: str | None = None, **extra) -> dict:
@@ -86,7 +85,7 @@ def task_create(
     lock_mission(mission.pk)
     if feature is not None:
         feature = MissionFeature.objects.select_for_update().get(pk=feature.pk)
-        if feature.tasks.filter(status__in=[TaskStatus.TODO, TaskStatus.IN_PROGRESS]).exists():
+        if feature.tasks.filter(status__in=TASK.open_states).exists():
             raise Conflict("the feature already has an open task", code="task_open")
     task = Task.objects.create(
         mission=mission,
@@ -97,7 +96,7 @@ def task_create(
     )
     actor_id = getattr(user, "pk", None)
     _task_event(task, actor_id, change="created")
-    if feature is not None and feature.loop_state in (LoopState.IDLE, LoopState.NEEDS_FIX, LoopState.PASSED):
+    if feature is not None and FEATURE.allows(feature.loop_state, LoopState.IMPLEMENTING, "task_linked"):
         fields = {"implementation_attempts": feature.implementation_attempts + 1}
         feature_transition(
             feature=feature.pk,
@@ -119,7 +118,7 @@ def task_start(*, user, task: Task) -> Task:
     task = Task.objects.select_for_update().get(pk=task.pk)
     if task.status == TaskStatus.IN_PROGRESS:
         return task
-    if task.status != TaskStatus.TODO:
+    if not TASK.allows(task.status, TaskStatus.IN_PROGRESS, "start"):
         raise Conflict(f"a {task.status} task cannot be started", code="illegal_task_state")
     if task.mission.status != MissionStatus.ACTIVE:
         raise Conflict("the mission is not active; activate or resume it first", code="mission_not_active")
@@ -185,7 +184,8 @@ def task_complete(
 
 
 def _refuse_ended(task: Task) -> None:
-    if task.status in (TaskStatus.CANCELLED, TaskStatus.FAILED):
+    """A done task is completed again idempotently (same revision) or refused by the caller."""
+    if task.status != TaskStatus.DONE and not TASK.allows(task.status, TaskStatus.DONE, "complete"):
         raise Conflict(f"a {task.status} task cannot be completed", code="illegal_task_state")
 
 
@@ -264,7 +264,7 @@ def _landed_on(task: Task, actor_id: int | None) -> None:
 def task_fail(*, user, task: Task, reason: str = "", log: str | None = None) -> Task:
     lock_mission(task.mission_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
-    if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.FAILED):
+    if not TASK.allows(task.status, TaskStatus.FAILED, "fail"):
         raise Conflict(f"a {task.status} task cannot fail", code="illegal_task_state")
     now = timezone.now()
     fields = {"summary": reason, "finished_at": now, "updated_at": now}

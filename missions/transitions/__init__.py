@@ -1,20 +1,54 @@
-"""The state machines of the plan (docs/ARCHITECTURE.md, "State machines"):
-for each state field, its table as data and the one function that changes it. Services
-call these; nothing else writes a state field (a row is created in its default state).
+"""The state machines (docs/ARCHITECTURE.md, "State machines"): for each state field, its
+table as data and the one function that changes it. Services call these; nothing else
+writes a state field (a row is created in its default state).
 
-- `machine`: the engine — `Machine(name, model, field, table)` and `move` (legal pair,
-  the mission's lock first, compare-and-swap on the old state, audit row, named event).
+- `tables`: every table, the validation floor's (`ValidatorRun.status`, `Review.state`)
+  included, as data; `TRANSITIONS` names them for the docs (`manage.py transition_tables`).
+- `machine`: the engine — `Machine(name, model, field, table)`; `Machine.allows` and
+  `Machine.names` (what a state may become, for the services' guards); `move` (legal
+  pair, the mission's lock first, compare-and-swap on the old state, audit row, named
+  event).
+- `moves`: the plan's machines and their functions (task, mission, milestone and its
+  rollup state, slice, assertion).
 - `loop`: `MissionFeature.loop_state` (`feature_transition`, event `feature:updated`).
-- `task`: `Task.status` (`task_transition`, `task:updated`).
-- `mission`: `Mission.status` and the autopilot's `status_reason` (`mission_transition`,
-  `mission:activated|paused|resumed|completed|reopened|halted|continued`).
-- `milestone`: `Milestone.status` (`milestone_transition`,
-  `milestone:activated|completed|reopened`) and `Milestone.validation_state`
-  (`milestone_validation_transition`, `milestone:validation:updated`).
-- `slice`: `Slice.status` (`slice_transition`, `slice:activated|completed|reopened`).
-- `assertion`: `ContractAssertion.status` (`assertion_transition`, `assertion:judged`).
 - `progress`: completing a milestone and reopening what a change undid, through the
   machines above.
 
-Every event name is in the catalogue, `missions.events.EVENT_TYPES`.
+The validation floor binds its two tables to its models (`validation/services/run_state.py`,
+`validation/review/state.py`) and moves them with the same engine. Every event name is in
+the catalogue, `missions.events.EVENT_TYPES`. The package exposes each machine (`TASK`,
+`FEATURE`, ...) and its `*_transition` function.
 """
+
+from missions.transitions.loop import FEATURE, feature_transition
+from missions.transitions.moves import (
+    ASSERTION,
+    MILESTONE,
+    MILESTONE_VALIDATION,
+    MISSION,
+    SLICE,
+    TASK,
+    assertion_transition,
+    milestone_transition,
+    milestone_validation_transition,
+    mission_transition,
+    slice_transition,
+    task_transition,
+)
+
+__all__ = [
+    "ASSERTION",
+    "FEATURE",
+    "MILESTONE",
+    "MILESTONE_VALIDATION",
+    "MISSION",
+    "SLICE",
+    "TASK",
+    "assertion_transition",
+    "feature_transition",
+    "milestone_transition",
+    "milestone_validation_transition",
+    "mission_transition",
+    "slice_transition",
+    "task_transition",
+]

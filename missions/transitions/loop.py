@@ -1,24 +1,13 @@
-"""The feature loop state machine (docs/TRUTH.md; docs/ARCHITECTURE.md, "State
-machines"): the table, and the one function that changes a feature's `loop_state`.
+"""The feature loop's machine (docs/TRUTH.md; docs/ARCHITECTURE.md, "State machines"):
+`MissionFeature.loop_state` on its table (`missions.transitions.tables.FEATURE`, the
+causes of each move in `LOOP_CAUSES`), and the one function that changes it.
 
-A transition is a move of the engine (`missions.transitions.machine`): a compare-and-swap
-on the old state, an audit row naming the cause (and the user for operator actions) and a
+A move is the engine's (`missions.transitions.machine`): a compare-and-swap on the old
+state, an audit row naming the cause (and the user for operator actions) and a
 `feature:updated` event after commit. Zero rows updated means another worker won the race:
 not an error, the caller just stops. `status` follows the loop (`STATUS_FOR_LOOP`), and a
 feature that leaves a done state reopens its slice, milestone and mission
 (`missions.transitions.progress`).
-
-| from         | to                                                    | causes (see TRANSITIONS)   |
-|--------------|-------------------------------------------------------|----------------------------|
-| idle         | implementing, validating, blocked, passed, superseded | task_linked, validate, ... |
-| implementing | validating, blocked, passed, superseded               | task_done, validate, ...   |
-| validating   | passed, needs_fix, blocked, implementing, superseded  | pass, fail, blocked, ...   |
-| needs_fix    | implementing, validating, blocked, passed, superseded | fix_created, re_run, ...   |
-| passed       | idle, implementing, validating, blocked, needs_fix    | contract_changed, ...      |
-| blocked      | implementing, validating, superseded                  | clear, re_run, resume      |
-| superseded   | (closed)                                              |                            |
-
-Every move publishes `feature:updated`.
 """
 
 from __future__ import annotations
@@ -28,78 +17,11 @@ from typing import Any
 from django.db import transaction
 
 from missions.models import FeatureStatus, LoopState, MissionFeature
+from missions.transitions import tables
 from missions.transitions.machine import Machine, legal_event, move
 from missions.transitions.progress import reopen_for_feature
 
 S = LoopState
-
-# old state -> {new state: the causes that may move it there}
-SUPERSEDE = frozenset({"superseded"})
-
-TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
-    S.IDLE: {
-        S.IMPLEMENTING: frozenset({"task_linked"}),
-        S.VALIDATING: frozenset({"validate", "recovery", "root_revalidation", "contract_changed"}),
-        S.BLOCKED: frozenset({"no_assertions", "workspace_unavailable", "fingerprint_failures"}),
-        S.PASSED: frozenset({"fingerprint_reuse"}),
-        S.SUPERSEDED: SUPERSEDE,
-    },
-    S.IMPLEMENTING: {
-        S.VALIDATING: frozenset({"task_done", "validate", "recovery", "re_run", "root_revalidation"}),
-        S.BLOCKED: frozenset(
-            {"fingerprint_failures", "operator", "budget_exhausted", "no_assertions", "workspace_unavailable"}
-        ),
-        S.PASSED: frozenset({"fingerprint_reuse"}),
-        S.SUPERSEDED: SUPERSEDE,
-    },
-    S.VALIDATING: {
-        S.PASSED: frozenset({"pass", "fingerprint_reuse"}),
-        S.NEEDS_FIX: frozenset({"fail"}),
-        S.BLOCKED: frozenset(
-            {
-                "blocked",
-                "validator_unavailable",
-                # A run that ended `error` for want of a sandbox or an environment
-                # (validation/services/outcomes.py ERROR_STOP_REASONS).
-                "sandbox_unavailable",
-                "environment_failed",
-                "operator",
-                "fingerprint_failures",
-                "workspace_unavailable",
-                "no_assertions",
-            }
-        ),
-        S.IMPLEMENTING: frozenset({"recovery", "clear"}),
-        S.SUPERSEDED: SUPERSEDE,
-    },
-    S.NEEDS_FIX: {
-        S.IMPLEMENTING: frozenset({"fix_created", "task_linked", "clear"}),
-        S.VALIDATING: frozenset({"validate", "re_run", "task_done", "recovery", "root_revalidation"}),
-        S.BLOCKED: frozenset(
-            {"budget_exhausted", "operator", "fingerprint_failures", "no_assertions", "workspace_unavailable"}
-        ),
-        S.PASSED: frozenset({"fingerprint_reuse"}),
-        S.SUPERSEDED: SUPERSEDE,
-    },
-    S.PASSED: {
-        S.IDLE: frozenset({"contract_changed"}),
-        S.IMPLEMENTING: frozenset({"clear", "task_linked"}),
-        S.VALIDATING: frozenset({"re_run", "validate", "root_revalidation", "milestone_regression"}),
-        S.BLOCKED: frozenset({"fingerprint_failures", "no_assertions", "workspace_unavailable"}),
-        S.NEEDS_FIX: frozenset({"milestone_regression"}),
-    },
-    # Only an operator's clear or re-run, or a mission resume, leaves `blocked`; never a
-    # reused pass (docs/TRUTH.md). A blocked fix whose root passed is closed as superseded.
-    # `source_available`: the commit a `workspace_unavailable` block waited for is now at
-    # the source, and the recovery sweep judges it (a new run, never a reuse).
-    S.BLOCKED: {
-        S.IMPLEMENTING: frozenset({"clear", "resume"}),
-        S.VALIDATING: frozenset({"re_run", "resume", "source_available"}),
-        S.SUPERSEDED: SUPERSEDE,
-    },
-    # Closed: a superseded fix is done for rollups and the autopilot and is never judged again.
-    S.SUPERSEDED: {},
-}
 
 # Loop states that count as done for slices, milestones, the mission and the autopilot.
 DONE_STATES = frozenset({S.PASSED, S.SUPERSEDED})
@@ -114,17 +36,7 @@ STATUS_FOR_LOOP: dict[str, str] = {
     S.SUPERSEDED: FeatureStatus.DONE,
 }
 
-
-EVENT = "feature:updated"
-
-FEATURE = Machine(
-    name="feature",
-    model=MissionFeature,
-    field="loop_state",
-    table={
-        old: {new: dict.fromkeys(causes, EVENT) for new, causes in moves.items()} for old, moves in TRANSITIONS.items()
-    },
-)
+FEATURE = Machine(name="feature", model=MissionFeature, field="loop_state", table=tables.FEATURE)
 
 
 def feature_transition(

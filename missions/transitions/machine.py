@@ -1,12 +1,8 @@
-"""The engine under every state machine of the plan (docs/ARCHITECTURE.md, "State
-machines").
+"""The engine under every state machine, the plan's and the validation floor's
+(docs/ARCHITECTURE.md, "State machines").
 
-A `Machine` is one state field of one model and its table as data:
-
-    old state -> {new state: event name}            any cause may make the move
-    old state -> {new state: {cause: event name}}   only these causes, each with its event
-
-`move` is the one way to change such a field. It
+A `Machine` is one state field of one model and its table (`missions.transitions.tables`,
+which says how a table reads). `move` is the one way to change such a field. It
 
 1. refuses a move the table does not hold (`missions.errors.IllegalTransition`);
 2. takes the mission's row lock first (`lock_mission`: one lock order everywhere);
@@ -18,12 +14,14 @@ A `Machine` is one state field of one model and its table as data:
    `{<machine name>: pk, "from": old, <field>: new, "cause": cause, **payload}`.
 
 A pair (old, new) with old == new is a move only where the table says so (the mission's
-autopilot halting or going on keeps its status and changes its reason).
+autopilot halting or going on keeps its status and changes its reason). A row without a
+mission (a review asked for outside one) has no lock and no stream: it moves by the
+compare-and-swap alone. Services ask `Machine.allows` (or `.names`) whether a state may
+move, rather than list the states the table already names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +31,7 @@ from django.utils import timezone
 from fusion_site.base.prepared import compare_and_set
 from missions.errors import IllegalTransition
 from missions.events import lock_mission, publish_on_commit
-
-# An entry of a table: the event of the move (any cause), or {cause: event} (only these).
-Entry = str | Mapping[str, str]
-Table = Mapping[str, Mapping[str, Entry]]
+from missions.transitions.tables import Table
 
 
 @dataclass(frozen=True, eq=False)  # one object per machine: compared and hashed by identity
@@ -47,12 +42,20 @@ class Machine:
     table: Table
     # Where the row names its mission; "pk" for the mission itself.
     mission_field: str = "mission_id"
+    # False: the caller publishes the move's event itself, later in its transaction, with
+    # what the move led to (`machine.event(...)` names it); the engine publishes none.
+    publishes: bool = True
 
     @property
     def states(self) -> list[str]:
         """Every value the field may hold (its choices)."""
         choices = getattr(self.model._meta.get_field(self.field), "choices", None) or ()
         return [value for value, _label in choices]
+
+    @property
+    def open_states(self) -> list[str]:
+        """The states with a move out; the others are final."""
+        return [state for state in self.states if self.table.get(state)]
 
     def event(self, old: str, new: str, cause: str) -> str | None:
         """The event of moving from `old` to `new` by `cause`; None if that move is illegal."""
@@ -68,7 +71,21 @@ class Machine:
             return frozenset()
         return None if isinstance(entry, str) else frozenset(entry)
 
-    def mission_of(self, pk: int) -> int:
+    def allows(self, old: str, new: str, cause: str | None = None) -> bool:
+        """Whether the table moves `old` to `new` (by `cause`; by some cause when None)."""
+        causes = self.causes(old, new)
+        if cause is None or causes is None:
+            return causes is None or bool(causes)
+        return cause in causes
+
+    def names(self, old: str, new: str, cause: str) -> bool:
+        """Whether the table names `cause` for moving `old` to `new`. An entry open to any
+        cause does not count: a reopening is by whatever undid a completion, and a
+        person's action named for other moves (activate, resume) is not one."""
+        causes = self.causes(old, new)
+        return causes is not None and cause in causes
+
+    def mission_of(self, pk: int) -> int | None:
         if self.mission_field == "pk":
             return pk
         return self.model._default_manager.values_list(self.mission_field, flat=True).get(pk=pk)
@@ -106,12 +123,15 @@ def move(
     with transaction.atomic(savepoint=False):
         if mission_id is None:
             mission_id = machine.mission_of(pk)
-        lock_mission(mission_id)
+        if mission_id is not None:
+            lock_mission(mission_id)
         if not compare_and_set(machine.model, pk=pk, field=machine.field, old=old, updates=updates):
             return False
         if instance is not None:
             for name, value in updates.items():
                 setattr(instance, name, value)
+        if mission_id is None or not machine.publishes:
+            return True
         publish_on_commit(
             mission_id,
             event,

@@ -4,8 +4,7 @@ completion reopens the slice, the milestone and the mission, with events
 (docs/TRUTH.md, "A slice, a milestone, a mission is complete when"): a feature leaving
 `passed`, a changed contract, and new or moved work (`work_added`). Judging whether a
 milestone may complete is the validation floor's (`validation/services/milestones.py`).
-The moves themselves are the machines' (`missions.transitions.slice`, `.milestone`,
-`.mission`)."""
+The moves themselves are the machines' (`missions.transitions.moves`)."""
 
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ from missions.models import (
     Slice,
     SliceStatus,
 )
-from missions.transitions.milestone import milestone_transition
-from missions.transitions.mission import mission_transition
-from missions.transitions.slice import slice_transition
+from missions.transitions.moves import milestone_transition, mission_transition, slice_transition
 
 
 def slice_activate(*, slice_: Slice, actor_id: int | None = None) -> bool:

@@ -218,7 +218,7 @@ def test_the_page_follows_the_servers_event_catalogue_and_named_mission_changes(
     a named change of the mission (the autopilot halting, then going on) updates the header
     that follows `mission:updated`."""
     from missions.events import EVENT_TYPES
-    from missions.transitions.mission import mission_transition
+    from missions.transitions import mission_transition
 
     mission = held_demo.mission
     s = session(alice)

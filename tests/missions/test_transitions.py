@@ -16,18 +16,19 @@ from django.template import engines
 from missions.errors import IllegalTransition
 from missions.events import EVENT_TYPES, GLOBAL_TYPES
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
-from missions.transitions.assertion import ASSERTION, assertion_transition
-from missions.transitions.loop import FEATURE, TRANSITIONS, feature_transition
-from missions.transitions.machine import Machine, move
-from missions.transitions.milestone import (
-    MILESTONE,
-    MILESTONE_VALIDATION,
+from missions.transitions import (
+    assertion_transition,
+    feature_transition,
     milestone_transition,
     milestone_validation_transition,
+    mission_transition,
+    slice_transition,
+    task_transition,
 )
-from missions.transitions.mission import MISSION, mission_transition
-from missions.transitions.slice import SLICE, slice_transition
-from missions.transitions.task import TASK, task_transition
+from missions.transitions.loop import FEATURE
+from missions.transitions.machine import Machine, move
+from missions.transitions.moves import ASSERTION, MILESTONE, MILESTONE_VALIDATION, MISSION, SLICE, TASK
+from missions.transitions.tables import LOOP_CAUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 ANY_CAUSE = "test_cause"  # the cause used where a table entry allows any cause
@@ -174,7 +175,7 @@ def test_a_lost_compare_and_swap_returns_false_and_changes_nothing(rows, machine
 def test_the_feature_machine_is_the_loop_table():
     """`feature_transition` keeps its table: the machine is built from it, cause by cause."""
     assert {
-        (old, new, cause) for old, moves in TRANSITIONS.items() for new, causes in moves.items() for cause in causes
+        (old, new, cause) for old, moves in LOOP_CAUSES.items() for new, causes in moves.items() for cause in causes
     } == {(old, new, cause) for old, moves in FEATURE.table.items() for new, entry in moves.items() for cause in entry}
     assert {FEATURE.event(*k) for k in [("idle", "implementing", "task_linked")]} == {"feature:updated"}
 

@@ -21,6 +21,7 @@ from missions.api.tree import mission_tree
 from missions.errors import NotFound
 from missions.models import LoopState, Milestone, MissionFeature, MissionStatus, Task, TaskStatus
 from missions.services import tasks as task_services
+from missions.transitions.loop import DONE_STATES
 from validation.api import serializers as s
 from validation.mcp import schemas
 from validation.mcp.context import Principal, db, load_user, tool_mission
@@ -28,7 +29,6 @@ from validation.mcp.tooling import Call, Tool
 from validation.models import RunStatus, ValidatorRun
 
 OPEN = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
-DONE_STATES = (LoopState.PASSED, LoopState.SUPERSEDED)
 CAUSE = re.compile(r"^## Validation cause$.*", re.M | re.S)
 
 

@@ -1,10 +1,11 @@
-"""The review state machine: one function changes a review's state.
+"""The review's state machine: `Review.state` on its table
+(`missions.transitions.tables.REVIEW`: each stage advances to the next, and any stage may
+fail or be cancelled), moved by the plan's engine (`missions.transitions.machine`).
 
-initializing -> candidates_running -> candidates_complete -> evaluating ->
-evaluation_complete -> rendering -> completed, or failed / cancelled from any
-non-terminal state. A transition is a compare-and-swap on the old state plus a
-`review:progress` event on the mission's stream after commit; zero rows updated means
-another worker (or a cancel) won, and the caller stops.
+A transition is a compare-and-swap on the old state plus a `review:progress` event on
+the mission's stream after commit (its audit row); zero rows updated means another worker
+(or a cancel) won, and the caller stops. A review without a mission has no stream: its
+state is read from the API.
 """
 
 from __future__ import annotations
@@ -16,21 +17,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.events import lock_mission, publish_on_commit
+from missions.events import publish_on_commit
+from missions.transitions import tables
+from missions.transitions.machine import Machine, legal_event, move
 from validation.models import Review, ReviewState
 
 S = ReviewState
-TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
-ACTIVE = tuple(s for s in S.values if s not in TERMINAL)
-NEXT: dict[str, str] = {
-    S.INITIALIZING: S.CANDIDATES_RUNNING,
-    S.CANDIDATES_RUNNING: S.CANDIDATES_COMPLETE,
-    S.CANDIDATES_COMPLETE: S.EVALUATING,
-    S.EVALUATING: S.EVALUATION_COMPLETE,
-    S.EVALUATION_COMPLETE: S.RENDERING,
-    S.RENDERING: S.COMPLETED,
-}
+REVIEW = Machine(name="review", model=Review, field="state", table=tables.REVIEW)
+ACTIVE = tuple(REVIEW.open_states)
+TERMINAL = frozenset(state for state in S.values if state not in ACTIVE)
 TERMINAL_EVENT: dict[str, str] = {S.COMPLETED: "completed", S.FAILED: "failed", S.CANCELLED: "cancelled"}
+# The cause of a move to a state (the table names it): any other state is the next stage.
+CAUSE: dict[str, str] = {S.FAILED: "fail", S.CANCELLED: "cancel"}
 
 
 def progress(review: Review | int, event: str, **data: Any) -> None:
@@ -43,27 +41,35 @@ def progress(review: Review | int, event: str, **data: Any) -> None:
 
 
 def transition(review_id: int, *, old: str | Iterable[str], new: str, **fields: Any) -> bool:
+    """Move the review from its state, if that is one of `old`, to `new`. A pair the
+    table does not hold raises `IllegalTransition` before anything is read."""
     olds = [old] if isinstance(old, str) else list(old)
-    if new not in TERMINAL and any(NEXT.get(o) != new for o in olds):
-        raise ValueError(f"no review transition {olds} -> {new}")
-    now = timezone.now()
+    cause = CAUSE.get(new, "advance")
+    for each in olds:
+        legal_event(REVIEW, each, new, cause)
     if new in TERMINAL:
-        fields.setdefault("completed_at", now)
+        fields.setdefault("completed_at", timezone.now())
     with transaction.atomic():
         review = Review.objects.filter(pk=review_id).only("pk", "mission_id", "state").first()
         if review is None or review.state not in olds:
             return False
-        if review.mission_id is not None:
-            # The mission's lock before the review's row, as every step takes it (its
-            # event's counter is on the mission's row): never the other way round.
-            lock_mission(review.mission_id)
         previous = review.state
         if new == S.CANCELLED:
             fields.setdefault("failure_stage", previous)
-        if not Review.objects.filter(pk=review_id, state=previous).update(state=new, updated_at=now, **fields):
+        # The engine takes the mission's lock before the review's row, as every step takes
+        # it (its event's counter is on the mission's row): never the other way round.
+        if not move(
+            REVIEW,
+            pk=review_id,
+            old=previous,
+            new=new,
+            cause=cause,
+            fields=fields,
+            payload={"event": "state", "previous": previous, **_why(fields)},
+            mission_id=review.mission_id,
+            instance=review,
+        ):
             return False
-        review.state = new
-        progress(review, "state", state=new, previous=previous, **_why(fields))
         if new in TERMINAL:
             progress(review, TERMINAL_EVENT[new], state=new, **_why(fields))
     return True

@@ -19,7 +19,7 @@ from missions.errors import Conflict, Invalid
 from missions.events import lock_mission, publish_on_commit
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
 from missions.services.judging import judges_of, mission_base
-from missions.transitions.loop import feature_transition
+from missions.transitions import feature_transition
 from validation import hooks, profiles
 from validation.journal import canonical, sha256_of
 from validation.models import RunScope, RunStatus, ValidatorRun

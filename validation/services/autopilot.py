@@ -21,11 +21,11 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services.tasks import task_create
-from missions.transitions.mission import mission_transition
+from missions.transitions import mission_transition, slice_transition
+from missions.transitions.loop import DONE_STATES
 from missions.transitions.progress import mission_complete, slice_activate
-from missions.transitions.slice import slice_transition
 from validation.models import ValidatorRun
-from validation.services.milestones import DONE, milestone_ready, open_dependencies
+from validation.services.milestones import milestone_ready, open_dependencies
 from validation.services.queueing import autopilot_notify
 
 
@@ -85,7 +85,7 @@ def _advance_milestone(mission: Mission, milestone: Milestone) -> str:
                 mission,
                 f"feature {blocked.key} is blocked ({blocked.stop_reason or 'validator'}): repair it to continue",
             )
-        if features.exclude(loop_state__in=DONE).exists():
+        if features.exclude(loop_state__in=DONE_STATES).exists():
             _triage(slice_)
             _clear_stop(mission)
             return "waiting"

@@ -24,8 +24,8 @@ from missions.models import (
 )
 from missions.selectors import latest_done_task
 from missions.services.tasks import task_create
-from missions.transitions.loop import feature_transition
-from missions.transitions.slice import slice_transition
+from missions.transitions import FEATURE, feature_transition, slice_transition
+from missions.transitions.loop import DONE_STATES
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
 from validation.services.admission import feature_admit
 from validation.services.queueing import autopilot_notify
@@ -177,7 +177,7 @@ def _exhaust(root: MissionFeature, source: MissionFeature, run: ValidatorRun, ac
     fields = {"stop_reason": StopReason.BUDGET_EXHAUSTED, "stop_detail": detail, "stopped_at": timezone.now()}
     for feature in {root.pk: root, source.pk: source}.values():
         feature.refresh_from_db()
-        if feature.loop_state in (LoopState.NEEDS_FIX, LoopState.IMPLEMENTING):
+        if FEATURE.allows(feature.loop_state, LoopState.BLOCKED, "budget_exhausted"):
             feature_transition(
                 feature=feature.pk,
                 old=feature.loop_state,
@@ -238,11 +238,7 @@ def _cancel_running(feature: MissionFeature, *, reason: str) -> None:
 def close_lineage(*, root: MissionFeature) -> None:
     """The root passed: every fix of its lineage that has not passed is closed as
     superseded, with its cause; a running judgement of it is cancelled (it spends nothing)."""
-    open_fixes = (
-        MissionFeature.objects.filter(lineage_as_fix__root=root)
-        .exclude(loop_state__in=[LoopState.PASSED, LoopState.SUPERSEDED])
-        .distinct()
-    )
+    open_fixes = MissionFeature.objects.filter(lineage_as_fix__root=root).exclude(loop_state__in=DONE_STATES).distinct()
     for fix in open_fixes:
         _cancel_running(fix, reason=f"root {root.key} passed")
         detail = f"closed: its root {root.key} passed"

@@ -16,7 +16,8 @@ from fusion_site.base.snapshots import SnapshotError, is_ancestor
 from fusion_site.base.sources import UnknownRevision
 from missions.errors import Conflict, DomainError, Invalid
 from missions.models import LoopState, Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus
-from missions.transitions.loop import feature_transition
+from missions.transitions import feature_transition
+from missions.transitions.loop import DONE_STATES
 from missions.transitions.progress import milestone_complete, mission_complete
 from validation import profiles
 from validation.models import RunScope, RunStatus, RunTrigger, ValidatorRun
@@ -37,7 +38,6 @@ from validation.services.queueing import autopilot_notify, queue_run
 from validation.services.run_state import run_cancel
 
 ERROR_LIMIT = 3  # consecutive milestone-run errors before the autopilot stops and says so
-DONE = (LoopState.PASSED, LoopState.SUPERSEDED)
 
 
 class NoMilestoneRevision(Conflict):
@@ -128,7 +128,7 @@ def _start_milestone_run(milestone: Milestone, spec: dict, *, trigger: str, acto
 
 def open_features(milestone: Milestone) -> QuerySet[MissionFeature]:
     """The features under the milestone that are not done (passed, or a superseded fix)."""
-    return MissionFeature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE)
+    return MissionFeature.objects.filter(slice__milestone=milestone).exclude(loop_state__in=DONE_STATES)
 
 
 def open_dependencies(milestone: Milestone) -> QuerySet[Milestone]:

@@ -10,9 +10,8 @@ from missions.errors import Conflict, Invalid, NotFound
 from missions.events import lock_mission
 from missions.models import LoopState, Milestone, Mission, MissionFeature, MissionStatus, SliceStatus
 from missions.services.judging import same_base
-from missions.transitions.loop import feature_transition
+from missions.transitions import feature_transition, slice_transition
 from missions.transitions.progress import milestone_activate, mission_complete, slice_activate
-from missions.transitions.slice import slice_transition
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.admission import Admission, feature_admit, feature_assertion_specs, same_contract
 from validation.services.fixes import fix_for_failure

@@ -15,8 +15,7 @@ from missions.events import lock_mission, publish_on_commit, published_together
 from missions.models import AssertionStatus, ContractAssertion, LoopState, Mission, MissionFeature, StopReason
 from missions.services.judging import same_base
 from missions.services.rollup import milestone_rollup_refresh
-from missions.transitions.assertion import assertion_transition
-from missions.transitions.loop import feature_transition
+from missions.transitions import assertion_transition, feature_transition
 from validation import journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
@@ -31,7 +30,7 @@ from validation.services.fixes import close_lineage, fix_create, fix_passed
 from validation.services.follow_up import follow_up
 from validation.services.milestones import milestone_run_completed, milestone_run_errored
 from validation.services.queueing import autopilot_notify, queue_run
-from validation.services.run_state import run_finish
+from validation.services.run_state import run_completed, run_finish
 from validation.subversion import PREFIX as SUSPECTED
 from validation.verdict import Verdict
 
@@ -71,6 +70,7 @@ def run_complete(
     if not run_finish(
         run=run,
         status=status,
+        cause="verdict",
         verdict=verdict.model_dump(),
         summary=bounded(verdict.summary, 4000),
         blocked_reason=bounded(verdict.blocked_reason, 2000),
@@ -79,19 +79,7 @@ def run_complete(
     ):
         return False  # reaped or completed elsewhere: exactly one terminal write
     failures = _record_assertions(run, verdict)
-    publish_on_commit(
-        run.mission_id,
-        "validator-run:completed",
-        {
-            "run": run.pk,
-            "feature": run.feature_id,
-            "milestone": run.milestone_id,
-            "scope": run.scope,
-            "status": status,
-            "counts": _counts(verdict),
-            "tokens": tokens_in + tokens_out,
-        },
-    )
+    run_completed(run, counts=_counts(verdict), tokens=tokens_in + tokens_out)
     if failures:
         publish_on_commit(
             run.mission_id,
@@ -295,20 +283,9 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     blocked as `validator_unavailable`."""
     run = ValidatorRun.objects.select_related("mission").get(pk=run_id)
     text = bounded(message, 4000)
-    if not run_finish(run=run, status=RunStatus.ERROR, error=f"{code}: {text}", summary=text[:500]):
+    if not run_finish(run=run, status=RunStatus.ERROR, cause="error", error=f"{code}: {text}", summary=text[:500]):
         return False
-    publish_on_commit(
-        run.mission_id,
-        "validator-run:completed",
-        {
-            "run": run.pk,
-            "feature": run.feature_id,
-            "milestone": run.milestone_id,
-            "scope": run.scope,
-            "status": RunStatus.ERROR,
-            "error": code,
-        },
-    )
+    run_completed(run, error=code)
     if run.feature_id is None:
         milestone_run_errored(run=run, retry=retry)
         return True

@@ -1,11 +1,12 @@
-"""`ValidatorRun.status` (docs/ARCHITECTURE.md, "State machines"): a run is created
-`running` (or already `passed`, for a reused pass) by `admission.new_run`, and ends once.
-
-    running -> passed | failed | blocked | error   (its verdict or its error: outcomes.py)
-    running -> cancelled                           (newer evidence made it moot: fixes.py)
+"""`ValidatorRun.status` (docs/ARCHITECTURE.md, "State machines"): its table is
+`missions.transitions.tables.RUN`, moved by the plan's engine (`missions.transitions.machine`).
+A run is created `running` (or already `passed`, for a reused pass) by `admission.new_run`,
+and ends once: by its verdict (`outcomes.run_complete`), an error or a reap
+(`outcomes.run_error`), or cancelled when newer evidence made it moot (`run_cancel`).
 
 The end is a compare-and-swap on `running`: a late result after a reap or a cancel
-changes nothing. The callers publish `validator-run:completed` with what they recorded.
+changes nothing. The engine publishes no event for it: the caller publishes
+`validator-run:completed` (`run_completed`) with what the end recorded, after it.
 """
 
 from __future__ import annotations
@@ -14,43 +15,52 @@ from typing import Any
 
 from django.utils import timezone
 
-from missions.errors import IllegalTransition
-from missions.events import lock_mission, publish_on_commit
+from missions.events import publish_on_commit
+from missions.transitions import tables
+from missions.transitions.machine import Machine, move
 from validation.models import RunStatus, ValidatorRun
 
-ENDS = frozenset({RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR, RunStatus.CANCELLED})
+RUN = Machine(name="run", model=ValidatorRun, field="status", table=tables.RUN, publishes=False)
 
 
-def run_finish(*, run: ValidatorRun, status: str, **fields: Any) -> bool:
-    """End a running run with `status`. False when it had ended already (another writer won);
-    True when it ended now, and then `run` holds what was written."""
-    if status not in ENDS:
-        raise IllegalTransition(f"a run cannot go from running to {status}", extra={"from": "running", "to": status})
-    lock_mission(run.mission_id)
-    now = timezone.now()
-    written = {"status": status, "completed_at": now, "updated_at": now, **fields}
-    updated = ValidatorRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(**written)
-    if updated:
-        for name, value in written.items():
-            setattr(run, name, value)
-    return bool(updated)
+def run_finish(*, run: ValidatorRun, status: str, cause: str, **fields: Any) -> bool:
+    """End a running run with `status` by `cause` (`verdict`, `error` or `cancel`). False
+    when it had ended already (another writer won); True when it ended now, and then `run`
+    holds what was written. A status or cause the table does not allow raises
+    `IllegalTransition`."""
+    return move(
+        RUN,
+        pk=run.pk,
+        old=RunStatus.RUNNING,
+        new=status,
+        cause=cause,
+        fields={"completed_at": timezone.now(), **fields},
+        mission_id=run.mission_id,
+        instance=run,
+    )
 
 
-def run_cancel(*, run: ValidatorRun, reason: str) -> bool:
-    """Newer evidence or a newer input makes a running judgement moot: it ends `cancelled`
-    (spending nothing); its late result, if its worker is still on it, changes nothing."""
-    if not run_finish(run=run, status=RunStatus.CANCELLED, summary=reason[:500]):
-        return False
+def run_completed(run: ValidatorRun, **payload: Any) -> None:
+    """The event of a run's end, after commit: which run, its subject, its status, and
+    what the caller adds (`payload`)."""
     publish_on_commit(
         run.mission_id,
-        "validator-run:completed",
+        tables.RUN_EVENT,
         {
             "run": run.pk,
             "feature": run.feature_id,
             "milestone": run.milestone_id,
             "scope": run.scope,
-            "status": RunStatus.CANCELLED,
-            "reason": reason[:300],
+            "status": run.status,
+            **payload,
         },
     )
+
+
+def run_cancel(*, run: ValidatorRun, reason: str) -> bool:
+    """Newer evidence or a newer input makes a running judgement moot: it ends `cancelled`
+    (spending nothing); its late result, if its worker is still on it, changes nothing."""
+    if not run_finish(run=run, status=RunStatus.CANCELLED, cause="cancel", summary=reason[:500]):
+        return False
+    run_completed(run, reason=reason[:300])
     return True

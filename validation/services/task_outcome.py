@@ -7,6 +7,7 @@ from django.db import transaction
 from fusion_site.base.prepared import Prepared
 from missions.events import publish_on_commit, published_together
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
+from missions.transitions import FEATURE
 from validation.models import RunStatus, ValidatorRun
 from validation.selectors import feature_revision
 from validation.services.admission import admit
@@ -54,7 +55,7 @@ def task_outcome_process(*, task_id: int) -> str:
         _warn(task, f"mission is {task.mission.status}; the task outcome was recorded and nothing runs")
         return "mission_inactive"
     # A task that lands while its feature waits for a fix is judged too (its newest code).
-    if feature.loop_state not in (LoopState.IMPLEMENTING, LoopState.NEEDS_FIX):
+    if not FEATURE.allows(feature.loop_state, LoopState.VALIDATING, "task_done"):
         _warn(task, f"feature is {feature.loop_state}, not implementing; no validation started")
         return "not_implementing"
     trigger = "fix" if feature.generated_from_id else "task"
