@@ -36,7 +36,28 @@ LONG_POLL_MS = 60_000
 WAIT_S = 20
 
 
-class _LongPollBroker(WakingRedisBroker):
+class _IdleSignallingBroker(WakingRedisBroker):
+    """Its consumer of QUEUE sets `idle` as it starts a wait: a fetch found nothing (the
+    consumer's wait is observed, not replaced)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle = threading.Event()
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Consumer:
+        consumer = super().consume(queue_name, prefetch, timeout)
+        if queue_name == QUEUE:
+            wait = consumer._wait
+
+            def signalled(seconds: float) -> None:
+                self.idle.set()
+                wait(seconds)
+
+            consumer._wait = signalled
+        return consumer
+
+
+class _LongPollBroker(_IdleSignallingBroker):
     """Its consumer of QUEUE polls every LONG_POLL_MS and starts as one idle for long does: at
     the top of Dramatiq's backoff. (The delay queue's consumer keeps the worker's short poll,
     so that stopping the worker does not wait for it.)"""
@@ -88,7 +109,7 @@ def test_an_idle_worker_runs_a_new_message_at_once_not_at_its_next_poll(namespac
     worker.start()
     try:
         _wait_for_subscribers(broker, 1)
-        time.sleep(0.2)  # idle: the consumer's fetch found nothing, it waits (30 s or more)
+        assert broker.idle.wait(WAIT_S)  # its fetch found nothing: it waits (30 s or more)
         sent = time.monotonic()
         touch.send()
         assert done.wait(WAIT_S), f"not run within {WAIT_S} s: the idle worker was not woken by the send"
@@ -100,7 +121,7 @@ def test_an_idle_worker_runs_a_new_message_at_once_not_at_its_next_poll(namespac
 
 def test_a_message_sent_without_a_wakeup_is_run_by_the_poll(namespace):
     """A sender with Dramatiq's stock broker (an older process, a script) publishes nothing."""
-    broker = WakingRedisBroker(url=settings.REDIS_URL, namespace=namespace, middleware=[])
+    broker = _IdleSignallingBroker(url=settings.REDIS_URL, namespace=namespace, middleware=[])
     stock = RedisBroker(url=settings.REDIS_URL, namespace=namespace, middleware=[])
     done = threading.Event()
     _actor(broker, done)
@@ -108,7 +129,7 @@ def test_a_message_sent_without_a_wakeup_is_run_by_the_poll(namespace):
     worker.start()
     try:
         _wait_for_subscribers(broker, 1)
-        time.sleep(0.3)
+        assert broker.idle.wait(WAIT_S)  # its fetch found nothing: the poll must find the message
         _actor(stock, threading.Event()).send()
         assert done.wait(WAIT_S), f"a message enqueued without a wake-up was not run within {WAIT_S} s"
     finally:

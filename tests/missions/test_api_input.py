@@ -95,7 +95,7 @@ def test_staff_can_set_checks_and_executor_commands(api, staff, member, tree):
 # --------------------------------------------------------------------------- bad input
 
 
-def _post_invalid(client, url, body, counts, expected_code="validation_error", field=None):
+def assert_invalid_and_nothing_written(client, url, body, counts, expected_code="validation_error", field=None):
     rows = counts()
     response = client.post(url, body, format="json")
     assert response.status_code == 400, response.json()
@@ -119,17 +119,17 @@ MISSING_TITLE = [
 
 @pytest.mark.parametrize("url,body", MISSING_TITLE, ids=[u for u, _ in MISSING_TITLE])
 def test_missing_title(api, member, tree, counts, url, body):
-    _post_invalid(api(member), url, body(tree), counts, field="title")
+    assert_invalid_and_nothing_written(api(member), url, body(tree), counts, field="title")
 
 
 @pytest.mark.parametrize("url,body", MISSING_TITLE, ids=[u for u, _ in MISSING_TITLE])
 @pytest.mark.parametrize("key", ["not a slug", "semi;colon", "dots.are.not.slugs", "", "x" * 200])
 def test_bad_slug_key(api, member, tree, counts, url, body, key):
-    _post_invalid(api(member), url, {**body(tree), "key": key, "title": "T"}, counts, field="key")
+    assert_invalid_and_nothing_written(api(member), url, {**body(tree), "key": key, "title": "T"}, counts, field="key")
 
 
 def test_title_too_long(api, member, tree, counts):
-    _post_invalid(
+    assert_invalid_and_nothing_written(
         api(member),
         "/api/features/",
         {"slice": tree.slice.pk, "key": "long", "title": "x" * 201},
@@ -151,7 +151,9 @@ DUPLICATES = [
 
 @pytest.mark.parametrize("url,body", DUPLICATES, ids=[u for u, _ in DUPLICATES])
 def test_duplicate_key_in_the_mission(api, member, tree, counts, url, body):
-    data = _post_invalid(api(member), url, body(tree), counts, expected_code="duplicate_key", field="key")
+    data = assert_invalid_and_nothing_written(
+        api(member), url, body(tree), counts, expected_code="duplicate_key", field="key"
+    )
     assert data["detail"]
 
 
@@ -191,7 +193,9 @@ def test_duplicate_key_on_update(api, member, tree, url, obj, key):
 
 
 def test_duplicate_mission_key(api, member, other_tree, counts):
-    _post_invalid(api(member), "/api/missions/", {"key": "beta", "title": "Taken"}, counts, field="key")
+    assert_invalid_and_nothing_written(
+        api(member), "/api/missions/", {"key": "beta", "title": "Taken"}, counts, field="key"
+    )
 
 
 @pytest.mark.parametrize(
@@ -218,7 +222,7 @@ def test_duplicate_mission_key(api, member, other_tree, counts):
 )
 def test_bad_check_shape(api, staff, tree, counts, check):
     # staff, so that only the shape can be the reason for the refusal
-    _post_invalid(
+    assert_invalid_and_nothing_written(
         api(staff),
         "/api/assertions/",
         {"milestone": tree.milestone.pk, "key": "VAL-C", "title": "c", "statement": "s", "check": check},
@@ -252,7 +256,7 @@ def test_bad_check_shape(api, staff, tree, counts, check):
     ],
 )
 def test_parent_in_a_mission_you_cannot_see(api, member, tree, other_tree, counts, url, body, field):
-    _post_invalid(api(member), url, body(tree, other_tree), counts, field=field)
+    assert_invalid_and_nothing_written(api(member), url, body(tree, other_tree), counts, field=field)
 
 
 @pytest.mark.parametrize(
@@ -326,7 +330,7 @@ def test_milestone_dependency_cycle(api, member, tree, counts):
 
 
 def test_dependency_on_another_visible_mission(api, staff, tree, other_tree, counts):
-    _post_invalid(
+    assert_invalid_and_nothing_written(
         api(staff),
         "/api/milestones/",
         {"mission": tree.mission.pk, "key": "m3", "title": "x", "dependencies": [other_tree.milestone.pk]},
@@ -345,8 +349,8 @@ def test_malformed_json_body(api, member, counts):
 
 def test_task_validation(api, member, tree, counts):
     client = api(member)
-    _post_invalid(client, "/api/tasks/", {"title": "nowhere"}, counts, field="mission")
-    _post_invalid(
+    assert_invalid_and_nothing_written(client, "/api/tasks/", {"title": "nowhere"}, counts, field="mission")
+    assert_invalid_and_nothing_written(
         client,
         "/api/tasks/",
         {

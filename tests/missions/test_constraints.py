@@ -30,7 +30,7 @@ def run_for(feature: MissionFeature, status: str = RunStatus.RUNNING) -> Validat
     )
 
 
-def raises_integrity(fn) -> None:
+def assert_database_refuses(fn) -> None:
     with pytest.raises(IntegrityError):
         with transaction.atomic():
             fn()
@@ -41,15 +41,15 @@ def raises_integrity(fn) -> None:
 
 def test_keys_are_unique_per_mission(tree):
     m = tree.milestone
-    raises_integrity(lambda: Milestone.objects.create(mission=tree.mission, key="m1", title="again"))
-    raises_integrity(lambda: Slice(milestone=tree.milestone2, key="s1", title="again").save())
-    raises_integrity(lambda: MissionFeature(slice=tree.slice, key="f1", title="again").save())
-    raises_integrity(
+    assert_database_refuses(lambda: Milestone.objects.create(mission=tree.mission, key="m1", title="again"))
+    assert_database_refuses(lambda: Slice(milestone=tree.milestone2, key="s1", title="again").save())
+    assert_database_refuses(lambda: MissionFeature(slice=tree.slice, key="f1", title="again").save())
+    assert_database_refuses(
         lambda: ContractAssertion(milestone=tree.milestone2, key="VAL-001", title="again", statement="s").save()
     )
-    raises_integrity(lambda: Mission.objects.create(key="alpha", title="again"))
-    raises_integrity(lambda: FeatureAssertion.objects.create(feature=tree.f1, assertion=tree.a_linked))
-    raises_integrity(lambda: MissionEvent.objects.create(mission=tree.mission, seq=tree.event.seq, type="x"))
+    assert_database_refuses(lambda: Mission.objects.create(key="alpha", title="again"))
+    assert_database_refuses(lambda: FeatureAssertion.objects.create(feature=tree.f1, assertion=tree.a_linked))
+    assert_database_refuses(lambda: MissionEvent.objects.create(mission=tree.mission, seq=tree.event.seq, type="x"))
     assert Milestone.objects.filter(mission=tree.mission).count() == 2 and m.key == "m1"
 
 
@@ -85,7 +85,7 @@ def test_mission_is_derived_from_the_parent_on_save(tree, other_tree):
 
 def test_one_running_run_per_feature(tree):
     run_for(tree.f1)
-    raises_integrity(lambda: run_for(tree.f1))
+    assert_database_refuses(lambda: run_for(tree.f1))
     assert ValidatorRun.objects.filter(feature=tree.f1).count() == 1
     run_for(tree.f2)  # another feature may run at the same time
 
@@ -102,7 +102,7 @@ def test_finished_and_running_runs_coexist(tree):
 def test_one_running_milestone_run(tree):
     make = lambda: ValidatorRun.objects.create(mission=tree.mission, milestone=tree.milestone, scope="milestone")  # noqa: E731
     make()
-    raises_integrity(make)
+    assert_database_refuses(make)
     ValidatorRun.objects.create(mission=tree.mission, milestone=tree.milestone2, scope="milestone")
 
 
@@ -115,7 +115,7 @@ def test_fix_lineage_is_unique_per_source_and_run(tree):
     FixLineage.objects.create(root=tree.f1, source=tree.f1, fix=fix, run=run)
     other_fix = MissionFeature(slice=tree.slice, key="fix-f1-b", title="Fix again")
     other_fix.save()
-    raises_integrity(lambda: FixLineage.objects.create(root=tree.f1, source=tree.f1, fix=other_fix, run=run))
+    assert_database_refuses(lambda: FixLineage.objects.create(root=tree.f1, source=tree.f1, fix=other_fix, run=run))
     second_run = run_for(tree.f1, RunStatus.FAILED)
     FixLineage.objects.create(root=tree.f1, source=tree.f1, fix=other_fix, run=second_run)  # a new run: fine
     assert FixLineage.objects.count() == 2
@@ -124,7 +124,9 @@ def test_fix_lineage_is_unique_per_source_and_run(tree):
 def test_journal_positions_are_unique_per_run(tree):
     run = run_for(tree.f1)
     JournalEntry.objects.create(run=run, seq=1, kind="note", payload={}, sha256="a" * 64)
-    raises_integrity(lambda: JournalEntry.objects.create(run=run, seq=1, kind="note", payload={}, sha256="b" * 64))
+    assert_database_refuses(
+        lambda: JournalEntry.objects.create(run=run, seq=1, kind="note", payload={}, sha256="b" * 64)
+    )
     other = run_for(tree.f2)
     JournalEntry.objects.create(run=other, seq=1, kind="note", payload={}, sha256="c" * 64)
     assert JournalEntry.objects.count() == 2

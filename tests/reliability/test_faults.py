@@ -248,7 +248,7 @@ def worktrees(repo) -> list[str]:
     return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
 
 
-def check_invariants(mission: Mission, expected: dict[int, str], git_repo) -> dict:
+def assert_invariants(mission: Mission, expected: dict[int, str], git_repo) -> dict:
     # the clean-run end state
     states = dict(roots(mission).values_list("pk", "loop_state"))
     assert states == expected
@@ -362,7 +362,7 @@ def test_clean_run_and_worker_kills(workers, git_repo, alice, capsys):
     sweeps = drive(mission, expected, workers, during=during)
     elapsed = time.monotonic() - started
     assert kills["count"] >= KILLS and stable.poll() is None
-    figures = check_invariants(mission, expected, git_repo)
+    figures = assert_invariants(mission, expected, git_repo)
     report(
         capsys,
         f"worker kills: {FEATURES} features, {kills['count']} SIGKILLs, settled in {elapsed:.1f}s; "
@@ -387,7 +387,7 @@ def test_lost_redis_messages_are_recovered_by_the_sweep(workers, git_repo, alice
     started = time.monotonic()
     start_all(mission, alice, revision)
     sweeps = drive(mission, expected, workers, during=during)
-    figures = check_invariants(mission, expected, git_repo)
+    figures = assert_invariants(mission, expected, git_repo)
     report(
         capsys,
         f"lost messages: {n} features, namespace flushed {flushed['times']}x ({flushed['keys']} keys), "
@@ -431,5 +431,5 @@ def test_database_connections_killed_repeatedly(workers, git_repo, alice, capsys
         f"database outages: {n} features, {outage['times']} rounds of pg_terminate_backend "
         f"({outage['sessions']} sessions), settled in {time.monotonic() - started:.1f}s; sweeps {sweeps}",
     )
-    figures = check_invariants(mission, expected, git_repo)
+    figures = assert_invariants(mission, expected, git_repo)
     report(capsys, f"database outages: invariants hold; {figures}")

@@ -4,7 +4,7 @@ a data folder, a mirror cache and a snapshot folder of its own. The repository e
 only as a bare repository under the daemon's base path, which no worker is told about:
 they know the mission's `git://` URL, nothing else. The agent's clone pushes to it.
 
-Afterwards every invariant of the fault scenarios holds (`check_invariants` of
+Afterwards every invariant of the fault scenarios holds (`assert_invariants` of
 test_faults.py), both caches hold the mirror, no snapshot is left on either host, and
 each host fetched the commit's files once for all the runs it judged.
 
@@ -31,8 +31,8 @@ from tests.reliability.test_faults import (
     LEASE_SECONDS,
     ROOT,
     Workers,
+    assert_invariants,
     build,
-    check_invariants,
     child_database_url,
     clear_namespace,
     drive,
@@ -155,7 +155,7 @@ def test_two_hosts_with_their_own_caches_judge_a_mission_served_by_git_daemon(ho
     sweeps = drive(mission, expected, hosts)
     elapsed = time.monotonic() - started
 
-    figures = check_invariants(mission, expected, clone)
+    figures = assert_invariants(mission, expected, clone)
     assert not ValidatorRun.objects.filter(mission=mission, status=RunStatus.ERROR).exists()
     fetched = {}
     for name, root in hosts.roots.items():

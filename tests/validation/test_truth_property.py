@@ -851,7 +851,7 @@ class TruthMachine(RuleBasedStateMachine):
             raise AssertionError(f"[{name}] {message}")
 
     @invariant()
-    def truth(self):
+    def assert_truth(self):
         """Every invariant, after every step, from what the database holds (and the test's
         own model of what each commit contains)."""
         if self.mission is None:
@@ -1190,7 +1190,7 @@ class ByHand:
 
     def __call__(self, step, *args):
         step(*args)
-        self.m.truth()
+        self.m.assert_truth()
 
     def land(self, key: str, kind: str, *wrong: str, form: str = "") -> None:
         """`complete` for feature `key` (its open task, or a new one) at a new commit; `form`:
@@ -1239,7 +1239,7 @@ def _set_up(m: TruthMachine, **shape) -> None:
             **shape,
         },
     )
-    m.truth()
+    m.assert_truth()
 
 
 def test_found_a_task_landing_while_its_feature_is_validating_is_judged(by_hand):
@@ -1254,6 +1254,7 @@ def test_found_a_task_landing_while_its_feature_is_validating_is_judged(by_hand)
     do.deliver("process_task_outcome")  # task 2's outcome
     do.deliver("run_validator")  # the run of R1
     do(m.deliver_all, 20)
+    m.assert_truth()  # as after every step above
 
 
 def test_found_a_late_outcome_of_an_older_task_is_not_judged_at_its_old_revision(by_hand):
@@ -1268,6 +1269,7 @@ def test_found_a_late_outcome_of_an_older_task_is_not_judged_at_its_old_revision
     do.land("f1", "wrong", "a1")  # task 2 at R2: a1 wrong
     do(m._late_delivery, Scripted("process_task_outcome", 0))  # task 1's outcome, again
     do(m.deliver_all, 20)
+    m.assert_truth()  # as after every step above
 
 
 def test_found_a_run_admitted_before_a_contract_edit_does_not_pass_the_old_contract(by_hand):
@@ -1285,6 +1287,7 @@ def test_found_a_run_admitted_before_a_contract_edit_does_not_pass_the_old_contr
     do(m.deliver_all, 40)  # f1's run; the autopilot
     do.land("f2", "correct")  # f2 at R2: done a1 v2, done a2
     do(m.deliver_all, 40)  # f2's run, the milestone run
+    m.assert_truth()  # as after every step above
 
 
 # ---------------------------------------------------------------- the implementation as an adversary, new and moved work
@@ -1318,7 +1321,7 @@ def test_found_a_base_named_main_that_moved_on_does_not_fail_an_honest_commit(by
     assert _state(m, "f1") == LoopState.PASSED
 
 
-def _adversary(do: ByHand, kind: str, form: str) -> None:
+def assert_adversary_does_not_pass(do: ByHand, kind: str, form: str) -> None:
     """a1 is checked by a protected pytest test that imports f1's module `a1_impl.py`; f1
     lands a commit that leaves a1 wrong and subverts the test run by `form`."""
     _set_up(do.m, pytest_at=0)
@@ -1333,7 +1336,7 @@ def test_found_an_implementation_that_subverts_the_test_process_does_not_pass(by
     ran, exit status 0), rewrites every report of pytest to `passed` at import
     (`report`: the test failed and was reported passed), or makes `pathlib` answer what
     the test reads (`stdlib`: the test ran and passed): f1 passed."""
-    _adversary(by_hand, "subvert", form)
+    assert_adversary_does_not_pass(by_hand, "subvert", form)
 
 
 @pytest.mark.parametrize("form", ["conftest", "ini"])
@@ -1341,7 +1344,7 @@ def test_found_runner_configuration_that_passes_every_test_does_not_pass(by_hand
     """f1 adds a root `conftest.py` (outside the protected `tests/**`) whose hook marks
     every report passed (`conftest`), or edits the base's `pytest.ini` to only collect
     (`ini`: nothing ran, exit status 0): f1 passed."""
-    _adversary(by_hand, "runner_config", form)
+    assert_adversary_does_not_pass(by_hand, "runner_config", form)
 
 
 def test_found_a_feature_created_in_a_complete_slice_reopens_it(by_hand):

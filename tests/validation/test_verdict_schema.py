@@ -247,7 +247,7 @@ def schema_answers(draw, strings: str = "lenient"):
     return keys, answer
 
 
-def _admitted_answers_pass_the_host(checkout, dialect: str, case) -> None:
+def assert_admitted_answer_passes_the_host(checkout, dialect: str, case) -> None:
     keys, answer = case
     schema = build_verdict_schema(keys=keys, files=checkout_files(checkout), dialect=dialect)
     jsonschema.validate(answer, schema)  # the strategy draws only what the schema admits
@@ -267,7 +267,7 @@ def _admitted_answers_pass_the_host(checkout, dialect: str, case) -> None:
 @given(data=st.data())
 def test_anything_the_schema_admits_passes_the_host_shape_validators(checkout, monkeypatch, dialect, strings, data):
     monkeypatch.setattr(verdict_schema, "LLAMA_STRINGS", strings)
-    _admitted_answers_pass_the_host(checkout, dialect, data.draw(schema_answers(strings)))
+    assert_admitted_answer_passes_the_host(checkout, dialect, data.draw(schema_answers(strings)))
 
 
 @settings(max_examples=200, deadline=None)
