@@ -283,39 +283,8 @@ def mismatch(expected: Expected, watch: Watch) -> tuple[str, str] | None:
     """(expected, actual) when the reports do not show every required test passed and the
     session ended with exit status 0; None when they do."""
     records = watch.records()
-    root = os.path.realpath(watch.root)
-    outcomes: dict[str, dict[str, str]] = {}  # file -> test -> status
-    collected: set[str] = set()
-    module_skips: set[str] = set()
     finished = [r["finished"] for r in records if isinstance(r.get("finished"), int)]
-    for record in records:
-        nodeid = record.get("nodeid")
-        if not isinstance(nodeid, str):
-            continue
-        rel = _relative(root, str(record.get("root", "")), nodeid.split("::", 1)[0])
-        if rel not in expected.files:
-            continue
-        collected.add(rel)
-        legit_skip = _protected(root, str(record.get("skipped_at") or ""), expected.patterns)
-        if record.get("when") == "collect":
-            if record.get("outcome") == "skipped" and legit_skip:
-                module_skips.add(rel)
-            continue
-        test = re.sub(r"\[.*\]$", "", nodeid.split("::", 1)[1] if "::" in nodeid else "")
-        statuses = outcomes.setdefault(rel, {})
-        statuses[test] = _combine(statuses.get(test), record, legit_skip)
-    missing: list[str] = []
-    total = 0
-    for rel in sorted(expected.files):
-        if rel in module_skips:
-            continue
-        reported = outcomes.get(rel, {})
-        required = expected.required_in(rel, set(reported), rel in collected)
-        total += len(required)
-        for test in sorted(required):
-            status = reported.get(test, "did not run")
-            if status not in ("passed", "skipped here"):
-                missing.append(f"{rel}::{test} ({status})")
+    missing, total = _missing(expected, _reports(expected, records, os.path.realpath(watch.root)))
     problems = []
     if not finished:
         problems.append("the pytest session never reached its end (the process ended first)")
@@ -329,6 +298,53 @@ def mismatch(expected: Expected, watch: Watch) -> tuple[str, str] | None:
     files = ", ".join(sorted(expected.files)[:10]) + (" …" if len(expected.files) > 10 else "")
     how = "" if expected.selection.mode == "all" else " (those pytest selected)"
     return f"the protected tests from {files}{how} run and pass", "; ".join(problems)
+
+
+@dataclass
+class _Reports:
+    """What the reports say of the expected files."""
+
+    outcomes: dict[str, dict[str, str]] = field(default_factory=dict)  # file -> test -> status
+    collected: set[str] = field(default_factory=set)
+    module_skips: set[str] = field(default_factory=set)
+
+
+def _reports(expected: Expected, records: list[dict[str, Any]], root: str) -> _Reports:
+    reports = _Reports()
+    for record in records:
+        nodeid = record.get("nodeid")
+        if not isinstance(nodeid, str):
+            continue
+        rel = _relative(root, str(record.get("root", "")), nodeid.split("::", 1)[0])
+        if rel not in expected.files:
+            continue
+        reports.collected.add(rel)
+        legit_skip = _protected(root, str(record.get("skipped_at") or ""), expected.patterns)
+        if record.get("when") == "collect":
+            if record.get("outcome") == "skipped" and legit_skip:
+                reports.module_skips.add(rel)
+            continue
+        test = re.sub(r"\[.*\]$", "", nodeid.split("::", 1)[1] if "::" in nodeid else "")
+        statuses = reports.outcomes.setdefault(rel, {})
+        statuses[test] = _combine(statuses.get(test), record, legit_skip)
+    return reports
+
+
+def _missing(expected: Expected, reports: _Reports) -> tuple[list[str], int]:
+    """The required tests that did not pass, each with its status, and how many were required."""
+    missing: list[str] = []
+    total = 0
+    for rel in sorted(expected.files):
+        if rel in reports.module_skips:
+            continue
+        reported = reports.outcomes.get(rel, {})
+        required = expected.required_in(rel, set(reported), rel in reports.collected)
+        total += len(required)
+        for test in sorted(required):
+            status = reported.get(test, "did not run")
+            if status not in ("passed", "skipped here"):
+                missing.append(f"{rel}::{test} ({status})")
+    return missing, total
 
 
 def _combine(before: str | None, record: dict[str, Any], legit_skip: bool) -> str:

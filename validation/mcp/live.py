@@ -154,14 +154,7 @@ class Live:
             await layer.group_add(group_name(mission_id), channel)
             joined.set_result(None)
             while True:
-                message = await layer.receive(channel)
-                if message.get("type") == "mission.events":
-                    for event in message["events"]:
-                        await self.dispatch(mission_id, event["event"], event["data"])
-                elif message.get("type") == "mission.event":
-                    await self.dispatch(mission_id, message["event"], message["data"])
-                elif message.get("type") == "mission.access":
-                    self.revoke(mission_id, set(message["revoked"]))
+                await self._deliver(mission_id, await layer.receive(channel))
         except asyncio.CancelledError:
             if not joined.done():
                 joined.cancel()
@@ -176,6 +169,16 @@ class Live:
             if channel is not None:
                 with contextlib.suppress(Exception):
                     await layer.group_discard(group_name(mission_id), channel)
+
+    async def _deliver(self, mission_id: int, message: dict[str, Any]) -> None:
+        """One message of the mission's group: its events, or the users it no longer admits."""
+        if message.get("type") == "mission.events":
+            for event in message["events"]:
+                await self.dispatch(mission_id, event["event"], event["data"])
+        elif message.get("type") == "mission.event":
+            await self.dispatch(mission_id, message["event"], message["data"])
+        elif message.get("type") == "mission.access":
+            self.revoke(mission_id, set(message["revoked"]))
 
     def revoke(self, mission_id: int, user_ids: set[int]) -> None:
         for audience in list(self._audiences):

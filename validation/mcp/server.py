@@ -48,42 +48,52 @@ def tool_listing() -> list[types.Tool]:
     ]
 
 
+async def _list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=tool_listing())
+
+
+async def _call_tool(ctx, params: types.CallToolRequestParams, *, live: Live) -> types.CallToolResult:
+    tool = TOOLS.get(params.name)
+    if tool is None:
+        return error_result({"code": "unknown_tool", "detail": f"no tool {params.name!r}", "fields": {}})
+    try:
+        principal = principal_of(ctx)
+        arguments = tool.checked(dict(params.arguments or {}))
+        body = await tool.handler(Call(arguments=arguments, principal=principal, ctx=ctx, live=live))
+    except Exception as exc:  # noqa: BLE001 — every refusal the API would answer becomes a tool error
+        refusal = error_body(exc)
+        if refusal is None:
+            logger.exception("MCP tool %s failed", params.name)
+            refusal = {"code": "error", "detail": "internal error", "fields": {}}
+        return error_result(refusal)
+    return ok_result(body)
+
+
+async def _list_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    return types.ListResourceTemplatesResult(resource_templates=resources.TEMPLATES)
+
+
+async def _list_resources(ctx, params) -> types.ListResourcesResult:
+    principal = principal_of(ctx)
+    return types.ListResourcesResult(resources=await db(_mission_resources)(principal))
+
+
+async def _read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    principal, uri = principal_of(ctx), str(params.uri)
+    try:
+        body = await db(_read)(principal, uri)
+    except Exception as exc:  # noqa: BLE001
+        if error_body(exc) is None:
+            raise
+        raise resource_not_found(uri) from exc
+    return resources.contents(uri, body)
+
+
 def build_server(*, live: Live) -> Server[Any]:
-    async def list_tools(ctx, params) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tool_listing())
+    """The server; the handlers that subscribe, listen or call a tool share `live`."""
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        tool = TOOLS.get(params.name)
-        if tool is None:
-            return error_result({"code": "unknown_tool", "detail": f"no tool {params.name!r}", "fields": {}})
-        try:
-            principal = principal_of(ctx)
-            arguments = tool.checked(dict(params.arguments or {}))
-            body = await tool.handler(Call(arguments=arguments, principal=principal, ctx=ctx, live=live))
-        except Exception as exc:  # noqa: BLE001 — every refusal the API would answer becomes a tool error
-            refusal = error_body(exc)
-            if refusal is None:
-                logger.exception("MCP tool %s failed", params.name)
-                refusal = {"code": "error", "detail": "internal error", "fields": {}}
-            return error_result(refusal)
-        return ok_result(body)
-
-    async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=resources.TEMPLATES)
-
-    async def list_resources(ctx, params) -> types.ListResourcesResult:
-        principal = principal_of(ctx)
-        return types.ListResourcesResult(resources=await db(_mission_resources)(principal))
-
-    async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        principal, uri = principal_of(ctx), str(params.uri)
-        try:
-            body = await db(_read)(principal, uri)
-        except Exception as exc:  # noqa: BLE001
-            if error_body(exc) is None:
-                raise
-            raise resource_not_found(uri) from exc
-        return resources.contents(uri, body)
+        return await _call_tool(ctx, params, live=live)
 
     async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         principal, uris = principal_of(ctx), [str(params.uri)]
@@ -111,11 +121,11 @@ def build_server(*, live: Live) -> Server[Any]:
         version="0.1.0",
         title="Fusion Missions",
         instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
+        on_list_tools=_list_tools,
         on_call_tool=call_tool,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read_resource,
+        on_list_resources=_list_resources,
+        on_list_resource_templates=_list_templates,
+        on_read_resource=_read_resource,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,
         on_subscriptions_listen=listen,

@@ -91,33 +91,41 @@ def candidate_problems(doc: Any) -> tuple[dict[str, Any], list[str]]:
     for key in ("findings", "verified", "limitations"):
         if key not in doc:
             problems.append(f"{key} is required")
-    findings = []
-    raw = doc.get("findings", [])
-    if not isinstance(raw, list):
-        problems.append("findings must be an array")
-        raw = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            problems.append(f"findings[{i}] must be an object")
-            continue
-        for key in sorted(set(item) - set(FINDING_KEYS)):
-            problems.append(f"findings[{i}] has unknown key {key!r}")
-        finding = {}
-        for key in FINDING_KEYS:
-            value = item.get(key)
-            if not isinstance(value, str) or not value.strip():
-                problems.append(f"findings[{i}].{key} must be a non-blank string")
-            else:
-                finding[key] = value.strip()
-        if finding.get("severity") is not None and finding["severity"] not in SEVERITIES:
-            problems.append(f"findings[{i}].severity must be one of {', '.join(SEVERITIES)}")
-        findings.append(finding)
+    findings = _findings(doc.get("findings", []), problems)
     report = {
         "findings": findings,
         "verified": _strings(doc.get("verified", []), "verified", problems),
         "limitations": _strings(doc.get("limitations", []), "limitations", problems),
     }
     return report, problems
+
+
+def _findings(raw: Any, problems: list[str]) -> list[dict[str, str]]:
+    if not isinstance(raw, list):
+        problems.append("findings must be an array")
+        return []
+    findings = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            problems.append(f"findings[{i}] must be an object")
+            continue
+        findings.append(_finding(item, f"findings[{i}]", problems))
+    return findings
+
+
+def _finding(item: dict[str, Any], where: str, problems: list[str]) -> dict[str, str]:
+    for key in sorted(set(item) - set(FINDING_KEYS)):
+        problems.append(f"{where} has unknown key {key!r}")
+    finding = {}
+    for key in FINDING_KEYS:
+        value = item.get(key)
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"{where}.{key} must be a non-blank string")
+        else:
+            finding[key] = value.strip()
+    if finding.get("severity") is not None and finding["severity"] not in SEVERITIES:
+        problems.append(f"{where}.severity must be one of {', '.join(SEVERITIES)}")
+    return finding
 
 
 def parse_candidate(text: str | None, *, max_bytes: int) -> ParsedCandidate:
@@ -269,51 +277,69 @@ def _check_groups(
     if not isinstance(groups, list):
         errors.add("validation_accounting.groups must be an array")
         return
+    members = _group_members(decided)
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        where = f"validation_accounting.groups[{i}]"
+        gid = _group_id(group, where, seen, errors)
+        if gid is None:
+            continue
+        seen.add(gid)
+        _check_group_fields(group, where, errors)
+        _check_group_sources(group, where, gid, known, sorted(members.get(gid, [])), host, errors)
+    for gid in sorted(set(members) - seen):
+        errors.add(f"included findings {sorted(members[gid])} name group {gid!r}, which is not in groups")
+
+
+def _group_members(decided: dict[str, dict]) -> dict[str, list[str]]:
+    """The included findings of each group the decisions name."""
     members: dict[str, list[str]] = {}
     for sid, item in decided.items():
         if item.get("decision") == "include" and _nonblank(item.get("group_id")):
             members.setdefault(item["group_id"], []).append(sid)
-    seen: set[str] = set()
-    for i, group in enumerate(groups):
-        where = f"validation_accounting.groups[{i}]"
-        if not isinstance(group, dict):
-            errors.add(f"{where} must be an object")
-            continue
-        for key in sorted(
-            set(group)
-            - {"group_id", "source_ids", "severity", "summary", "location", "evidence", "impact", "rationale"}
-        ):
-            errors.add(f"{where} has unknown key {key!r}")
-        gid = group.get("group_id")
-        if not _nonblank(gid):
-            errors.add(f"{where} needs a non-blank group_id")
-            continue
-        if gid in seen:
-            errors.add(f"{where}: group_id {gid!r} is used twice")
-            continue
-        seen.add(gid)
-        _check_group_fields(group, where, errors)
-        ids = group.get("source_ids")
-        if not isinstance(ids, list) or not ids:
-            errors.add(f"{where} ({gid}): source_ids must be a non-empty array")
-            continue
-        unknown = [s for s in ids if not isinstance(s, str) or s not in known]
-        if unknown:
-            errors.add(f"{where} ({gid}): unknown source ids {unknown}")
-        if len(set(map(str, ids))) != len(ids):
-            errors.add(f"{where} ({gid}): source_ids repeat an id")
-        expected = sorted(members.get(gid, []))
-        if sorted(map(str, ids)) != expected:
-            errors.add(
-                f"{where} ({gid}): source_ids {sorted(map(str, ids))} must be exactly the included findings "
-                f"that name this group, {expected}"
-            )
-        elif expected and group.get("severity") in SEVERITIES:
-            worst = min((host[s]["severity"] for s in expected), key=SEVERITY_RANK.__getitem__)
-            if group["severity"] != worst:
-                errors.add(f"{where} ({gid}): severity must be {worst!r}, the highest severity of its findings")
-    for gid in sorted(set(members) - seen):
-        errors.add(f"included findings {sorted(members[gid])} name group {gid!r}, which is not in groups")
+    return members
+
+
+def _group_id(group: Any, where: str, seen: set[str], errors: _Collector) -> str | None:
+    """The group's id, or None for a group that is not an object, has no id or repeats one."""
+    if not isinstance(group, dict):
+        errors.add(f"{where} must be an object")
+        return None
+    for key in sorted(
+        set(group) - {"group_id", "source_ids", "severity", "summary", "location", "evidence", "impact", "rationale"}
+    ):
+        errors.add(f"{where} has unknown key {key!r}")
+    gid = group.get("group_id")
+    if not _nonblank(gid):
+        errors.add(f"{where} needs a non-blank group_id")
+        return None
+    if gid in seen:
+        errors.add(f"{where}: group_id {gid!r} is used twice")
+        return None
+    return gid
+
+
+def _check_group_sources(
+    group: dict, where: str, gid: str, known: set[str], expected: list[str], host: dict[str, dict], errors: _Collector
+) -> None:
+    ids = group.get("source_ids")
+    if not isinstance(ids, list) or not ids:
+        errors.add(f"{where} ({gid}): source_ids must be a non-empty array")
+        return
+    unknown = [s for s in ids if not isinstance(s, str) or s not in known]
+    if unknown:
+        errors.add(f"{where} ({gid}): unknown source ids {unknown}")
+    if len(set(map(str, ids))) != len(ids):
+        errors.add(f"{where} ({gid}): source_ids repeat an id")
+    if sorted(map(str, ids)) != expected:
+        errors.add(
+            f"{where} ({gid}): source_ids {sorted(map(str, ids))} must be exactly the included findings "
+            f"that name this group, {expected}"
+        )
+    elif expected and group.get("severity") in SEVERITIES:
+        worst = min((host[s]["severity"] for s in expected), key=SEVERITY_RANK.__getitem__)
+        if group["severity"] != worst:
+            errors.add(f"{where} ({gid}): severity must be {worst!r}, the highest severity of its findings")
 
 
 def _check_group_fields(group: dict, where: str, errors: _Collector) -> None:

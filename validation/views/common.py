@@ -4,6 +4,7 @@ follows, and the short texts that describe checks, events and durations."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -127,55 +128,84 @@ def label(state: str | None) -> str:
 def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int, str] | None = None) -> str:
     """One line of the activity feed, built from the event's structure (never free text
     beyond the short reasons the loop records)."""
-    p: dict[str, Any] = event.payload or {}
+    e = _Event(event.payload or {}, feature_keys, milestone_keys or {})
+    kind = event.type
+    text = TEXTS.get(kind)
+    if text is not None:
+        return text(e)
+    if kind.startswith("assertion:"):
+        tail = f" ↔ {e.feature()}" if e.p.get("feature") else ""
+        return f"{e.p.get('key')} {kind.split(':', 1)[1]}{tail}"
+    if kind.split(":", 1)[0] in NAMED_CHANGES:
+        return _named_change(kind, e)
+    return kind
 
-    def feature(key: str = "feature") -> str:
-        fid = p.get(key)
-        return feature_keys.get(fid, f"#{fid}") if fid is not None else "?"
 
-    def milestone() -> str:
-        mid = p.get("milestone")
+@dataclass(frozen=True)
+class _Event:
+    """An event's payload, with the keys that name its features and milestones."""
+
+    p: dict[str, Any]
+    feature_keys: dict[int, str]
+    milestone_keys: dict[int, str]
+
+    def feature(self, key: str = "feature") -> str:
+        fid = self.p.get(key)
+        return self.feature_keys.get(fid, f"#{fid}") if fid is not None else "?"
+
+    def milestone(self) -> str:
+        mid = self.p.get("milestone")
         # Milestone ids are ints: any other value (or none) names no milestone.
-        name = (milestone_keys or {}).get(mid, f"#{mid}") if isinstance(mid, int) else f"#{mid}"
+        name = self.milestone_keys.get(mid, f"#{mid}") if isinstance(mid, int) else f"#{mid}"
         return f"milestone {name}"
 
-    kind = event.type
-    if kind == "feature:updated":
-        if p.get("change") in ("created", "edited", "deleted"):
-            return f"{feature()} {p['change']}"
-        text = f"{feature()}: {label(p.get('from'))} → {label(p.get('loop_state'))}"
-        return text + (f" ({p['cause'].replace('_', ' ')})" if p.get("cause") else "")
-    if kind == "validator-run:started":
-        target = feature() if p.get("feature") else milestone()
-        return f"run #{p.get('run')} started for {target} ({p.get('trigger', '')})"
-    if kind == "validator-run:completed":
-        target = feature() if p.get("feature") else milestone()
-        counts = p.get("counts") or {}
-        tail = (
-            f" — {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('blocked', 0)} blocked"
-            if counts
-            else ""
-        )
-        return f"run #{p.get('run')} {p.get('status')} for {target}{tail}"
-    if kind == "validator-run:failures-recorded":
-        return f"run #{p.get('run')}: {p.get('count')} failure(s) {', '.join(p.get('assertions', []))}"
-    if kind == "fix-feature:created":
-        return f"fix {feature()} created for {feature('source')} (round {p.get('round')}, {p.get('budget_left')} left)"
-    if kind == "task:updated":
-        text = f"task #{p.get('task')} of {feature()} {p.get('change') or p.get('status')}"
-        return text + (f": {p['warning']}" if p.get("warning") else "")
-    if kind == "milestone:validation:updated":
-        return f"{milestone()} rollup {label(p.get('state'))} ({p.get('passed')}/{p.get('total')} passed)"
-    if kind == "slice:activated":
-        return f"slice {p.get('key')} activated"
-    if kind.startswith("assertion:"):
-        tail = f" ↔ {feature()}" if p.get("feature") else ""
-        return f"{p.get('key')} {kind.split(':', 1)[1]}{tail}"
-    if kind.split(":", 1)[0] in NAMED_CHANGES:
-        return _named_change(kind, p, milestone, feature)
-    if kind == "review:progress":
-        return f"review #{p.get('review')} {p.get('state') or p.get('progress') or ''}".strip()
-    return kind
+    def target(self) -> str:
+        """What a run judges: its feature, or else its milestone."""
+        return self.feature() if self.p.get("feature") else self.milestone()
+
+
+def _feature_updated(e: _Event) -> str:
+    p = e.p
+    if p.get("change") in ("created", "edited", "deleted"):
+        return f"{e.feature()} {p['change']}"
+    text = f"{e.feature()}: {label(p.get('from'))} → {label(p.get('loop_state'))}"
+    return text + (f" ({p['cause'].replace('_', ' ')})" if p.get("cause") else "")
+
+
+def _run_completed(e: _Event) -> str:
+    counts = e.p.get("counts") or {}
+    tail = (
+        f" — {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('blocked', 0)} blocked"
+        if counts
+        else ""
+    )
+    return f"run #{e.p.get('run')} {e.p.get('status')} for {e.target()}{tail}"
+
+
+def _task_updated(e: _Event) -> str:
+    p = e.p
+    text = f"task #{p.get('task')} of {e.feature()} {p.get('change') or p.get('status')}"
+    return text + (f": {p['warning']}" if p.get("warning") else "")
+
+
+# The events whose line is their own; "assertion:…" and the named changes below share one form.
+TEXTS: dict[str, Callable[[_Event], str]] = {
+    "feature:updated": _feature_updated,
+    "validator-run:started": lambda e: f"run #{e.p.get('run')} started for {e.target()} ({e.p.get('trigger', '')})",
+    "validator-run:completed": _run_completed,
+    "validator-run:failures-recorded": lambda e: (
+        f"run #{e.p.get('run')}: {e.p.get('count')} failure(s) {', '.join(e.p.get('assertions', []))}"
+    ),
+    "fix-feature:created": lambda e: (
+        f"fix {e.feature()} created for {e.feature('source')} (round {e.p.get('round')}, {e.p.get('budget_left')} left)"
+    ),
+    "task:updated": _task_updated,
+    "milestone:validation:updated": lambda e: (
+        f"{e.milestone()} rollup {label(e.p.get('state'))} ({e.p.get('passed')}/{e.p.get('total')} passed)"
+    ),
+    "slice:activated": lambda e: f"slice {e.p.get('key')} activated",
+    "review:progress": lambda e: f"review #{e.p.get('review')} {e.p.get('state') or e.p.get('progress') or ''}".strip(),
+}
 
 
 # The named changes of the plan and of the loop's follow-ups: "<subject> <what happened>",
@@ -183,13 +213,14 @@ def describe_event(event, feature_keys: dict[int, str], milestone_keys: dict[int
 NAMED_CHANGES = frozenset({"mission", "milestone", "slice", "fix-feature", "follow-up"})
 
 
-def _named_change(kind: str, p: dict[str, Any], milestone: Callable[[], str], feature: Callable[..., str]) -> str:
+def _named_change(kind: str, e: _Event) -> str:
+    p = e.p
     noun, _, verb = kind.partition(":")
     subject = {
         "mission": "mission",
-        "milestone": milestone(),
+        "milestone": e.milestone(),
         "slice": f"slice {p.get('key') or '#' + str(p.get('slice'))}",
-        "fix-feature": f"fix for {feature('feature')}",
+        "fix-feature": f"fix for {e.feature('feature')}",
         "follow-up": f"follow-up {label(p.get('step'))}",
     }[noun]
     if noun == "mission" and verb == "autopilot":

@@ -56,6 +56,39 @@ def _error(exc: DomainError) -> CommandError:
     return CommandError("\n".join(lines))
 
 
+def _file_body(name: str) -> Any:
+    raw = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    try:
+        return yaml.safe_load(raw)  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        raise CommandError(f"{name} is neither JSON nor YAML: {exc}") from exc
+
+
+def _apply_fields(body: dict[str, Any], o: dict[str, Any]) -> None:
+    """The single-valued flags over the file's fields; ids given as digits become numbers."""
+    for flag, key in (
+        ("objective", "objective"),
+        ("change_summary", "changeSummary"),
+        ("mission", "mission"),
+        ("revision", "revision"),
+    ):
+        if o[flag] is not None:
+            body[key] = o[flag]
+    if o["feature"] is not None:
+        body["feature"] = int(o["feature"]) if o["feature"].isdigit() else o["feature"]
+    if isinstance(body.get("mission"), str) and body["mission"].isdigit():
+        body["mission"] = int(body["mission"])
+
+
+def _verification(o: dict[str, Any]) -> dict[str, Any] | None:
+    if o["evidence"]:
+        pairs = [item.partition("=") for item in o["evidence"]]
+        return {"status": "provided", "evidence": [{"check": c, "outcome": v} for c, _, v in pairs]}
+    if o["not_run"] is not None:
+        return {"status": "not_run", "reason": o["not_run"]}
+    return None
+
+
 class Command(BaseCommand):
     help = "Request an advisory review (or read / cancel one) and print its verified report."
 
@@ -133,37 +166,18 @@ class Command(BaseCommand):
         return review_create(body=self._body(o), unrestricted=user is None or user.is_staff, **kwargs)
 
     def _body(self, o: dict[str, Any]) -> Any:
-        body: Any = {}
-        if o["file"]:
-            raw = sys.stdin.read() if o["file"] == "-" else Path(o["file"]).read_text(encoding="utf-8")
-            try:
-                body = yaml.safe_load(raw)  # YAML is a superset of JSON
-            except yaml.YAMLError as exc:
-                raise CommandError(f"{o['file']} is neither JSON nor YAML: {exc}") from exc
-            if not isinstance(body, dict):
-                return body  # the request rules report it
-        for flag, key in (
-            ("objective", "objective"),
-            ("change_summary", "changeSummary"),
-            ("mission", "mission"),
-            ("revision", "revision"),
-        ):
-            if o[flag] is not None:
-                body[key] = o[flag]
-        if o["feature"] is not None:
-            body["feature"] = int(o["feature"]) if o["feature"].isdigit() else o["feature"]
-        if isinstance(body.get("mission"), str) and body["mission"].isdigit():
-            body["mission"] = int(body["mission"])
+        body: Any = _file_body(o["file"]) if o["file"] else {}
+        if not isinstance(body, dict):
+            return body  # the request rules report it
+        _apply_fields(body, o)
         for flag, key in LISTS.items():
             if o[flag]:
                 body[key] = list(body.get(key) or []) + o[flag]
         if not o["file"]:
             body.setdefault("background", [])  # may be empty; a file must say so itself
-        if o["evidence"]:
-            pairs = [item.partition("=") for item in o["evidence"]]
-            body["verification"] = {"status": "provided", "evidence": [{"check": c, "outcome": v} for c, _, v in pairs]}
-        elif o["not_run"] is not None:
-            body["verification"] = {"status": "not_run", "reason": o["not_run"]}
+        verification = _verification(o)
+        if verification is not None:
+            body["verification"] = verification
         return body
 
     def _user(self, name: str | None):
