@@ -30,12 +30,11 @@ def streamed(mission: Mission) -> list[dict]:
 def test_a_block_s_events_are_written_in_one_statement_numbered_in_order_and_sent_with_their_seq(small_mission):
     m = small_mission.mission
     before = Mission.objects.get(pk=m.pk).event_seq
-    with CaptureQueriesContext(connection) as queries:
-        with transaction.atomic(), published_together():
-            lock_mission(m.pk)
-            for change in ("a", "b", "c"):
-                publish_on_commit(m, "feature:updated", {"change": change})
-            assert not MissionEvent.objects.filter(mission=m, seq__gt=before).exists()  # not yet: at the end
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), published_together():
+        lock_mission(m.pk)
+        for change in ("a", "b", "c"):
+            publish_on_commit(m, "feature:updated", {"change": change})
+        assert not MissionEvent.objects.filter(mission=m, seq__gt=before).exists()  # not yet: at the end
     assert len(audit_writes(queries)) == 1
     rows = list(MissionEvent.objects.filter(mission=m, seq__gt=before).order_by("seq").values_list("seq", "payload"))
     assert rows == [(before + 1, {"change": "a"}), (before + 2, {"change": "b"}), (before + 3, {"change": "c"})]
@@ -76,12 +75,11 @@ def test_outside_a_transaction_and_nested_it_changes_nothing(small_mission):
     before = Mission.objects.get(pk=m.pk).event_seq
     with published_together():
         assert publish_on_commit(m, "mission:updated", {"change": "now"}).seq == before + 1
-    with CaptureQueriesContext(connection) as queries:
-        with transaction.atomic(), published_together():
-            publish_on_commit(m, "mission:updated", {"change": "outer"})
-            with published_together():
-                publish_on_commit(m, "mission:updated", {"change": "inner"})
-            assert not MissionEvent.objects.filter(mission=m, seq__gt=before + 1).exists()
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), published_together():
+        publish_on_commit(m, "mission:updated", {"change": "outer"})
+        with published_together():
+            publish_on_commit(m, "mission:updated", {"change": "inner"})
+        assert not MissionEvent.objects.filter(mission=m, seq__gt=before + 1).exists()
     assert len(audit_writes(queries)) == 1
     rows = MissionEvent.objects.filter(mission=m, seq__gt=before).order_by("seq").values_list("payload", flat=True)
     assert [p["change"] for p in rows] == ["now", "outer", "inner"]

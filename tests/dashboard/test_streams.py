@@ -219,10 +219,9 @@ def test_a_transaction_s_events_are_stored_in_one_write(small_mission):
     from django.test.utils import CaptureQueriesContext
 
     m = small_mission.mission
-    with CaptureQueriesContext(connection) as queries:
-        with transaction.atomic():
-            for change in ("a", "b", "c"):
-                publish_on_commit(m, "feature:updated", {"change": change})
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        for change in ("a", "b", "c"):
+            publish_on_commit(m, "feature:updated", {"change": change})
     streamed = stream_writes(queries)
     if connection.vendor == "postgresql":
         assert len(streamed) == 2 and all(sql.startswith("WITH bumped AS (UPDATE") for sql in streamed)
@@ -246,12 +245,11 @@ def test_events_published_inside_a_block_without_savepoint_are_stored_with_the_r
     from django.test.utils import CaptureQueriesContext
 
     m = small_mission.mission
-    with CaptureQueriesContext(connection) as queries:
-        with transaction.atomic():
-            publish_on_commit(m, "task:updated", {"change": "a"})
-            with transaction.atomic(savepoint=False):
-                publish_on_commit(m, "task:updated", {"change": "b"})
-            publish_on_commit(m, "task:updated", {"change": "c"})
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        publish_on_commit(m, "task:updated", {"change": "a"})
+        with transaction.atomic(savepoint=False):
+            publish_on_commit(m, "task:updated", {"change": "b"})
+        publish_on_commit(m, "task:updated", {"change": "c"})
     assert len([sql for sql in stream_writes(queries) if "INSERT INTO" in sql]) == 1
     stored = StoredEvent.objects.filter(channel=f"mission-{m.pk}").exclude(type="").order_by("-eid")[:3]
     assert [json.loads(json.loads(e.data))["change"] for e in reversed(stored)] == ["a", "b", "c"]

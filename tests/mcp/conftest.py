@@ -139,9 +139,11 @@ async def http_client(url: str, *, token: str | None, scheme: str = "Bearer", mo
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"{scheme} {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client:
-            yield client
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client,
+    ):
+        yield client
 
 
 @asynccontextmanager

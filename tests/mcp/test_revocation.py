@@ -34,20 +34,22 @@ def test_a_removed_member_hears_nothing_more_of_the_mission(serve, alice, bob, s
         assert status == 200, answer
 
     async def listener(name: str, token: str) -> None:
-        async with http_client(server.mcp("shop"), token=token) as client:
-            async with client.listen(resource_subscriptions=[uri]) as subscription:
-                ready[name].set()
-                async with anyio.create_task_group() as group:
+        async with (
+            http_client(server.mcp("shop"), token=token) as client,
+            client.listen(resource_subscriptions=[uri]) as subscription,
+        ):
+            ready[name].set()
+            async with anyio.create_task_group() as group:
 
-                    async def consume() -> None:
-                        async for event in subscription:
-                            heard[name].append(str(event.uri))
-                        if name == "bob":
-                            bob_stream_ended.set()  # the server ended it: nothing left to hear
+                async def consume() -> None:
+                    async for event in subscription:
+                        heard[name].append(str(event.uri))
+                    if name == "bob":
+                        bob_stream_ended.set()  # the server ended it: nothing left to hear
 
-                    group.start_soon(consume)
-                    await done.wait()
-                    group.cancel_scope.cancel()
+                group.start_soon(consume)
+                await done.wait()
+                group.cancel_scope.cancel()
 
     async def subscriber(name: str, token: str) -> None:
         async def on_message(message) -> None:

@@ -51,9 +51,11 @@ async def mcp(path: str, headers: dict[str, str]):
     from validation.mcp.http import McpApp
 
     transport = httpx2.ASGITransport(app=McpApp())
-    async with httpx2.AsyncClient(transport=transport, base_url=BASE, headers=headers, timeout=30) as http:
-        async with Client(streamable_http_client(f"{BASE}{path}", http_client=http)) as client:
-            yield client, http
+    async with (
+        httpx2.AsyncClient(transport=transport, base_url=BASE, headers=headers, timeout=30) as http,
+        Client(streamable_http_client(f"{BASE}{path}", http_client=http)) as client,
+    ):
+        yield client, http
 
 
 async def orm(fn):

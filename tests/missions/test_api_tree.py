@@ -101,9 +101,8 @@ def test_tree_query_count_does_not_grow_with_the_mission(
     client = api(request.getfixturevalue(role))
     used = {}
     for mission, n in ((small, 3), (large, 300)):
-        with django_assert_max_num_queries(12):
-            with CaptureQueriesContext(connection) as queries:
-                response = client.get(f"/api/missions/{mission.pk}/tree/")
+        with django_assert_max_num_queries(12), CaptureQueriesContext(connection) as queries:
+            response = client.get(f"/api/missions/{mission.pk}/tree/")
         assert response.status_code == 200
         features = [f for m in response.json()["milestones"] for s in m["slices"] for f in s["features"]]
         assert len(features) == n and all(len(f["assertions"]) == 1 for f in features)

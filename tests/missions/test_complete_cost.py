@@ -21,9 +21,8 @@ def test_a_completion_reads_the_task_twice_and_no_more(request, tree, idle_broke
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=request.getfixturevalue(role)).key}")
     # 8 on SQLite and on PostgreSQL, measured (9 while the service read the task again).
-    with django_assert_max_num_queries(8):
-        with CaptureQueriesContext(connection) as queries:
-            response = client.post(f"/api/tasks/{tree.task.pk}/complete/", {"revision": "c" * 40}, format="json")
+    with django_assert_max_num_queries(8), CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/api/tasks/{tree.task.pk}/complete/", {"revision": "c" * 40}, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "done" and response.json()["revision"] == "c" * 40
     task_reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "missions_task"')]

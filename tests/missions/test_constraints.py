@@ -31,9 +31,8 @@ def run_for(feature: MissionFeature, status: str = RunStatus.RUNNING) -> Validat
 
 
 def assert_database_refuses(fn) -> None:
-    with pytest.raises(IntegrityError):
-        with transaction.atomic():
-            fn()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        fn()
 
 
 # --------------------------------------------------------------------------- keys

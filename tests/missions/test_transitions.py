@@ -233,7 +233,7 @@ def test_the_catalogue_names_every_published_event():
         for event in ([entry] if isinstance(entry, str) else entry.values())
     }
     assert machine_events <= EVENT_TYPES.keys()
-    assert GLOBAL_TYPES <= EVENT_TYPES.keys()
+    assert EVENT_TYPES.keys() >= GLOBAL_TYPES
 
 
 def test_mission_updated_is_only_an_edit_of_the_missions_fields():

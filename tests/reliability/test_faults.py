@@ -28,6 +28,7 @@ Skipped unless DATABASE_URL is PostgreSQL and REDIS_URL is set (CI's second pass
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -128,19 +129,15 @@ class Workers:
 
     @staticmethod
     def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=20)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # forked workers that outlived their master
-        except ProcessLookupError:
-            pass
 
     def logs(self) -> str:
         return "\n".join(
@@ -232,9 +229,8 @@ def drive(mission, expected, workers: Workers, *, timeout: float = SETTLE_TIMEOU
             last_sweep = time.monotonic()
             for name, value in report.items():
                 totals[name] += len(value) if isinstance(value, (list, dict)) else int(bool(value))
-        if during is None or getattr(during, "done", True):
-            if settled(mission, expected):
-                return dict(totals)
+        if (during is None or getattr(during, "done", True)) and settled(mission, expected):
+            return dict(totals)
         time.sleep(0.5)
     states = Counter(roots(mission).values_list("loop_state", flat=True))
     pytest.fail(f"the mission did not settle in {timeout:g}s: {dict(states)}\n{workers.logs()}")

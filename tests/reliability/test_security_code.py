@@ -114,7 +114,8 @@ def test_a_mission_file_import_sets_checks_and_executor_commands_only_for_staff(
 def test_the_cli_import_is_trusted_like_staff(world, tmp_path):
     path = tmp_path / "alpha.yaml"
     path.write_text(_file_with(world, executor="command", executor_command="id"))
-    call_command("import_mission", str(path), stdout=open(tmp_path / "out", "w"))
+    with open(tmp_path / "out", "w") as out:
+        call_command("import_mission", str(path), stdout=out)
     assert ContractAssertion.objects.get(pk=world.a1.pk).check_spec == {"run": "sh -c 'echo pwned'"}
 
 

@@ -6,6 +6,7 @@ the SSE streams and the WebSocket, for an anonymous user, a member, a stranger a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from django.contrib import admin
@@ -167,10 +168,8 @@ def _asgi_get(path: str, token: str | None, *, wait: float = 15.0) -> tuple[int,
                     done.set()
 
         task = asyncio.ensure_future(application(scope, receive, send))
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout=wait)
-        except TimeoutError:
-            pass
         done.set()
         try:
             await asyncio.wait_for(task, timeout=5)

@@ -103,9 +103,8 @@ def test_the_token_opens_the_repository_and_a_wrong_one_is_refused_unseen(http_g
     wrong = "fmtok-" + secrets.token_hex(16)
     monkeypatch.setenv(VAR, wrong)
     later = push(git_repo, {"f2.txt": "done f2\n"})
-    with pytest.raises(SourceUnavailable) as refused:
-        with snapshot(source, later):
-            pass
+    with pytest.raises(SourceUnavailable) as refused, snapshot(source, later):
+        pass
     message = str(refused.value)
     assert "remote error: refused" in message and later in message and source.display in message
     assert leaks(message, token, wrong) == []

@@ -115,9 +115,8 @@ def test_a_hostile_repository_stored_before_the_checks_existed_reaches_no_git(id
             mission.source()
         with pytest.raises(SourceRefused):
             pin_revision(url, commit)
-        with pytest.raises(SourceRefused):
-            with snapshot(url, commit):
-                pass
+        with pytest.raises(SourceRefused), snapshot(url, commit):
+            pass
     assert gits == [] and not marker.exists()
 
 
@@ -171,8 +170,7 @@ def test_the_low_level_functions_refuse_hostile_revisions_too(served, tmp_path, 
             refs.resolve(source, revision)
         with pytest.raises(SourceRefused):
             mirrors.ensure_commit(source, revision)
-        with pytest.raises(SourceRefused):
-            with snapshot(source, revision):
-                pass
+        with pytest.raises(SourceRefused), snapshot(source, revision):
+            pass
     assert gits == [] and not marker.exists()
     assert (mirror / "HEAD").is_file()

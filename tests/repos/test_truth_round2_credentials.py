@@ -142,9 +142,8 @@ def test_git_never_receives_a_stored_variable_the_deployment_does_not_allow(tmp_
         revision = git_repo.git("rev-parse", "HEAD").strip()
         source = OverPlainHttp(url=server.url("shop.git"), local=False, credentials_env="FUSION_TEST_SECRET_KEY")
         settings.FUSION_GIT_CREDENTIALS = {"GITHUB_TOKEN": [server.url("")]}  # another variable only
-        with pytest.raises(SourceUnavailable):
-            with snapshot(source, revision):
-                pass
+        with pytest.raises(SourceUnavailable), snapshot(source, revision):
+            pass
         assert server.authorized == 0
         assert all(secret not in value for value in sources.git_env(source).values())
         # Listed for another host, it still does not go here.

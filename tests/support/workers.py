@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,10 +70,8 @@ class WorkerProcesses:
 
     def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         for _ in range(2):  # the master, then forked workers that outlived it
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig if proc.poll() is None else signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:

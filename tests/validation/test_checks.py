@@ -252,14 +252,13 @@ def test_paths_cannot_leave_the_checkout(git_repo, rev, tmp_path):
 
 def test_snapshot_is_the_revision_read_only_and_removed_even_when_the_body_raises(git_repo, rev):
     later = git_repo.commit({"app.py": "print('changed')\n"}, "later")
-    with pytest.raises(RuntimeError, match="boom"):
-        with snapshot(str(git_repo.path), rev) as root:
-            kept = root
-            assert "greet" in (root / "app.py").read_text()  # the old revision, not HEAD
-            mode = (root / "app.py").stat().st_mode
-            assert not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
-            assert not (root / "docs/notes.txt").stat().st_mode & stat.S_IWUSR
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), snapshot(str(git_repo.path), rev) as root:
+        kept = root
+        assert "greet" in (root / "app.py").read_text()  # the old revision, not HEAD
+        mode = (root / "app.py").stat().st_mode
+        assert not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+        assert not (root / "docs/notes.txt").stat().st_mode & stat.S_IWUSR
+        raise RuntimeError("boom")
     assert not kept.exists()
     assert str(kept) not in git_repo.git("worktree", "list")
     with snapshot(str(git_repo.path), later) as root:
@@ -271,15 +270,15 @@ def test_snapshot_is_the_revision_read_only_and_removed_even_when_the_body_raise
 def test_non_git_folder_and_bad_revision_raise_snapshot_error(git_repo, tmp_path):
     plain = tmp_path / "plain"
     plain.mkdir()
-    with pytest.raises(SnapshotError, match="is not a git repository"):
-        with snapshot(str(plain), "HEAD"):
-            pass
-    with pytest.raises(SnapshotError, match=f"commit {'0' * 40} is not in repository {git_repo.path}"):
-        with snapshot(str(git_repo.path), "0" * 40):
-            pass
-    with pytest.raises(SnapshotError, match="is not a revision name"):
-        with snapshot(str(git_repo.path), "--output=/tmp/x"):
-            pass
+    with pytest.raises(SnapshotError, match="is not a git repository"), snapshot(str(plain), "HEAD"):
+        pass
+    with (
+        pytest.raises(SnapshotError, match=f"commit {'0' * 40} is not in repository {git_repo.path}"),
+        snapshot(str(git_repo.path), "0" * 40),
+    ):
+        pass
+    with pytest.raises(SnapshotError, match="is not a revision name"), snapshot(str(git_repo.path), "--output=/tmp/x"):
+        pass
     assert not Path("/tmp/x").exists()
 
 

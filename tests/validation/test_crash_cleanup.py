@@ -134,11 +134,10 @@ def test_an_unexpected_crash_on_a_real_worker_ends_promptly_and_blocks_after_thr
 
 def test_the_snapshot_context_removes_the_snapshot_when_the_body_raises(git_repo):
     rev = git_repo.git("rev-parse", "HEAD").strip()
-    with pytest.raises(Boom):
-        with snapshot(str(git_repo.path), rev, label="run-1") as checkout:
-            assert (checkout / "README.md").is_file() and not (checkout / ".git").exists()
-            assert len(worktrees(git_repo)) == 1
-            raise Boom()
+    with pytest.raises(Boom), snapshot(str(git_repo.path), rev, label="run-1") as checkout:
+        assert (checkout / "README.md").is_file() and not (checkout / ".git").exists()
+        assert len(worktrees(git_repo)) == 1
+        raise Boom()
     assert not checkout.exists()
     assert_no_snapshot_left(git_repo)
 

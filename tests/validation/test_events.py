@@ -206,10 +206,9 @@ class TestLoopEvents:
         build_mission({"hello": [("VAL-1", GREETING)]})
         feature = MissionFeature.objects.get(key="hello")
         before = last_seq()
-        with pytest.raises(RuntimeError):
-            with transaction.atomic():
-                task_create(user=alice, feature=feature)
-                raise RuntimeError("changed my mind")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            task_create(user=alice, feature=feature)
+            raise RuntimeError("changed my mind")
         assert sent.sent == [] and types_after(before) == []
         assert Mission.objects.get().event_seq == before
         feature.refresh_from_db()

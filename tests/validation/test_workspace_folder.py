@@ -36,9 +36,8 @@ def test_checks_run_in_the_workspace_folder_of_the_snapshot(build_mission, git_r
 def test_a_revision_without_the_workspace_folder_is_a_clear_snapshot_error(git_repo):
     before = git_repo.git("rev-parse", "HEAD").strip()
     git_repo.commit({"app/x.txt": "x\n"})
-    with pytest.raises(SnapshotError, match="has no folder app/"):
-        with snapshot(str(git_repo.path / "app"), before):
-            pass
+    with pytest.raises(SnapshotError, match="has no folder app/"), snapshot(str(git_repo.path / "app"), before):
+        pass
 
 
 def test_a_lone_run_check_in_a_workspace_folder_sees_nothing_above_it(build_mission, git_repo):
