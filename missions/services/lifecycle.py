@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from missions import hooks
 from missions.errors import Conflict
-from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
+from missions.locks import lock_mission
 from missions.models import LoopState, Mission, MissionFeature, MissionStatus, StopReason
+from missions.outbox import publish_on_commit
 from missions.transitions.loop import feature_transition
 from missions.transitions.mission import mission_transition
 

@@ -15,9 +15,10 @@ from fusion_site.base.queue import send_on_commit
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions import hooks
 from missions.errors import Conflict, Invalid
-from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
+from missions.locks import lock_mission
 from missions.models import Executor, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.outbox import publish_on_commit
 from missions.transitions.loop import feature_transition
 from missions.transitions.task import EVENT as TASK_EVENT
 from missions.transitions.task import task_transition

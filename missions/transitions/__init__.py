@@ -16,5 +16,5 @@ call these; nothing else writes a state field (a row is created in its default s
 - `progress`: completing a milestone and reopening what a change undid, through the
   machines above.
 
-Every event name is in the catalogue, `missions.events.EVENT_TYPES`.
+Every event name is in the catalogue, `missions.event_catalogue.EVENT_TYPES`.
 """

@@ -742,7 +742,7 @@ def test_websocket_matrix(role, users, git_repo):
     from channels.testing import WebsocketCommunicator
 
     from fusion_site.asgi import application
-    from missions.events import publish_on_commit
+    from missions.outbox import publish_on_commit
     from tests.reliability.conftest import build_world
 
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"}, "hello")

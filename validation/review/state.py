@@ -16,7 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import lock_mission
+from missions.outbox import publish_on_commit
 from validation.models import Review, ReviewState
 
 S = ReviewState

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fusion_site.base.redact import bounded
 from missions.errors import Conflict
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import lock_mission
 from missions.models import (
     AssertionScope,
     FeatureAssertion,
@@ -22,6 +22,7 @@ from missions.models import (
     SliceStatus,
     StopReason,
 )
+from missions.outbox import publish_on_commit
 from missions.selectors import latest_done_task
 from missions.services.tasks import task_create
 from missions.transitions.loop import feature_transition

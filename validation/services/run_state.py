@@ -15,7 +15,8 @@ from typing import Any
 from django.utils import timezone
 
 from missions.errors import IllegalTransition
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import lock_mission
+from missions.outbox import publish_on_commit
 from validation.models import RunStatus, ValidatorRun
 
 ENDS = frozenset({RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR, RunStatus.CANCELLED})

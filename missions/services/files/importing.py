@@ -10,8 +10,8 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from fusion_site.base.sources import SourceRefused, check_repository
+from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
-from missions.events import audience, publish_on_commit, revoke_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -21,6 +21,7 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
+from missions.outbox import publish_on_commit
 from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
 from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
