@@ -1,5 +1,5 @@
 """The mission's row lock: taken first in every step that writes a mission's rows, once
-per transaction (docs/ARCHITECTURE.md, "Lock order"; docs/TRUTH.md).
+per transaction (docs/RELIABILITY.md, "Lock order"; docs/TRUTH.md, rule 35).
 
 Every event bumps the mission's `seq` counter, which locks the mission's row: a step that
 also locks features, tasks or runs takes the mission's lock before them, so there is one
@@ -78,9 +78,22 @@ def lock_mission(mission_id: int) -> None:
         if row is None:
             return  # no such mission: nothing is locked
         running = _runs(*row)
-    held = _Held(running, records)
-    records[mission_id] = weakref.ref(held)
-    transaction.on_commit(held, using=connection.alias)
+    _record(connection, records, mission_id, running)
+
+
+def locked_mission(**lookup: Any) -> Mission | None:
+    """The mission found by `lookup` (`pk=…`, or `key=…` for an import), read with its row
+    lock in one statement and recorded as `lock_mission` records it: for a step that needs
+    the whole row anyway. None when there is no such mission."""
+    connection = connections[Mission.objects.db]
+    queryset = Mission.objects.select_for_update() if connection.features.has_select_for_update else Mission.objects
+    mission = queryset.filter(**lookup).first()
+    if mission is not None and connection.in_atomic_block:
+        records = _records(connection)
+        if _held(records, mission.pk) is None:
+            running = _runs(mission.autopilot, mission.status) if connection.features.has_select_for_update else None
+            _record(connection, records, mission.pk, running)
+    return mission
 
 
 def mission_locked(mission_id: int) -> bool:
@@ -122,6 +135,12 @@ def _records(connection: Any) -> dict[int, weakref.ref[_Held]]:
         records = {}
         setattr(connection, _RECORDS, records)
     return records
+
+
+def _record(connection: Any, records: dict[int, weakref.ref[_Held]], mission_id: int, running: bool | None) -> None:
+    held = _Held(running, records)
+    records[mission_id] = weakref.ref(held)
+    transaction.on_commit(held, using=connection.alias)
 
 
 def _held(records: dict[int, weakref.ref[_Held]], mission_id: int) -> _Held | None:

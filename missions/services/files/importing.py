@@ -12,6 +12,7 @@ from django.utils import timezone
 from fusion_site.base.sources import SourceRefused, check_repository
 from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
+from missions.locks import locked_mission
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -242,7 +243,7 @@ def _orders(nodes: list[Node], current: dict[str, Any], parent_attr: str, parent
 def _locked_mission(key: str) -> Mission | None:
     # The row lock serializes concurrent imports of an existing mission (PostgreSQL;
     # SQLite's IMMEDIATE transactions already serialize writers).
-    return Mission.objects.select_for_update().filter(key=key).first()
+    return locked_mission(key=key)
 
 
 def _guard_visible(mission: Mission | None, user) -> None:
