@@ -99,17 +99,17 @@ GLOBAL_TYPES = frozenset(
 # its caller adds.
 
 
-class _MissionRow(TypedDict):
+class MissionRow(TypedDict):
     mission: int
     status: str
 
 
-class MissionImported(_MissionRow):
+class MissionImported(MissionRow):
     created: bool
     owner: int | None
 
 
-class MissionUpdated(_MissionRow):
+class MissionUpdated(MissionRow):
     changed: list[str]
 
 
@@ -119,7 +119,7 @@ MissionBaseChanged = TypedDict(
 )
 
 
-class MissionAutopilot(_MissionRow):
+class MissionAutopilot(MissionRow):
     enabled: bool
 
 
@@ -189,6 +189,8 @@ class SliceMoved(_Move, _Reopened):
     status: str
     milestone: NotRequired[int]  # an activation names its milestone and key
     key: NotRequired[str]
+    feature: NotRequired[int]  # a fix reopened it: the fix and its source
+    source: NotRequired[int]
 
 
 class FeatureUpdated(_MovedFrom):
@@ -209,6 +211,7 @@ class FeatureUpdated(_MovedFrom):
     reason: NotRequired[str]
     errors: NotRequired[int]
     assertions: NotRequired[list[str]]
+    revision: NotRequired[str]  # new code landed on it
 
 
 class TaskUpdated(_MovedFrom):
@@ -329,7 +332,7 @@ class ReviewProgress(TypedDict):
 
 
 PAYLOADS: dict[str, type] = {
-    "mission:created": _MissionRow,
+    "mission:created": MissionRow,
     "mission:imported": MissionImported,
     "mission:updated": MissionUpdated,
     "mission:base-changed": MissionBaseChanged,

@@ -737,7 +737,7 @@ def test_sse_matrix(role, users, git_repo):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("role", ROLES)
-@pytest.mark.usefixtures("own_channel_layer")
+@pytest.mark.usefixtures("own_channel_layer", "synthetic_events")  # an event of its own making
 def test_websocket_matrix(role, users, git_repo):
     from channels.testing import WebsocketCommunicator
 
