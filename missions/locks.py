@@ -6,7 +6,7 @@ also locks features, tasks or runs takes the mission's lock before them, so ther
 lock order everywhere and no deadlock between the autopilot and the loop.
 
 Who takes it: the services the API, the admin and the actors call (`lock_mission`, first
-in their transaction). What they call below states "called while holding the mission
+in their transaction; `locked_mission` where the step reads the whole row). What they call below states "called while holding the mission
 lock" and checks it with `assert_mission_locked`. A second `lock_mission` of the same
 mission in the same transaction costs nothing: the transaction records the lock it holds.
 
@@ -52,8 +52,11 @@ class _Held:
         self.records = records
 
     def __call__(self) -> None:
-        # The transaction committed: every lock it held is released with it. Clearing all
-        # of them here closes the window in which the commit's earlier callbacks run.
+        # The transaction committed: every lock it held went with it. Django still holds
+        # the records of the callbacks after this one (it drops each once it has run), so
+        # they are cleared here: a later callback that opens a transaction of its own finds
+        # none. Only a callback registered before the transaction's first lock runs
+        # earlier, one more reason to take the lock first.
         self.records.clear()
 
 
@@ -145,4 +148,7 @@ def _record(connection: Any, records: dict[int, weakref.ref[_Held]], mission_id:
 
 def _held(records: dict[int, weakref.ref[_Held]], mission_id: int) -> _Held | None:
     ref = records.get(mission_id)
-    return None if ref is None else ref()
+    held = None if ref is None else ref()
+    if ref is not None and held is None:
+        del records[mission_id]  # its transaction or savepoint rolled back
+    return held
