@@ -325,6 +325,9 @@ FUSION_MCP_ADMISSION_WAIT = env_float("FUSION_MCP_ADMISSION_WAIT", 10.0)
 FUSION_MCP_SESSION_IDLE_SECONDS = env_float("FUSION_MCP_SESSION_IDLE_SECONDS", 1800.0)
 FUSION_RETRY_BACKOFF_MS = env_int("FUSION_RETRY_BACKOFF_MS", 2000)
 FUSION_REDRIVE_GRACE = env_int("FUSION_REDRIVE_GRACE", 30)
+# A broken invariant (an event off the catalogue, a step without the mission lock) raises
+# where this is on, and is logged where it is off (missions/event_catalogue.py, missions/locks.py).
+FUSION_STRICT = env_bool("FUSION_STRICT", DEBUG)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
 # The longest a Dramatiq worker waits between two looks at an empty queue (its worker
 # timeout; Dramatiq's default is 1 s). On Redis an enqueue wakes the idle consumers of its

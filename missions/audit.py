@@ -1,6 +1,6 @@
 """The mission audit log's rows (`MissionEvent`), each with the mission's next `seq`.
 
-`missions.events.publish_on_commit` is the only caller: it writes a row here and sends
+`missions.outbox.publish_on_commit` is the only caller: it writes a row here and sends
 the live event after commit. The `seq` is counted on the mission's row, under its lock,
 so a mission's events are numbered without gaps in the order their transactions commit.
 """
@@ -33,7 +33,7 @@ def append(mission_id: int, type: str, payload: dict[str, Any], actor_id: int | 
 def append_many(mission_id: int, events: list[MissionEvent]) -> list[MissionEvent]:
     """The unsaved audit rows of one mission, given its next `seq`s in their order, written
     now: one statement on PostgreSQL however many there are (a loop step publishes up to
-    five events; `missions.events.published_together`)."""
+    five events; `missions.outbox.published_together`)."""
     if not events:
         return events
     connection = connections[MissionEvent.objects.db]

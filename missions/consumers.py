@@ -22,7 +22,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
-from missions.events import group_name
+from missions.delivery import group_name
 from missions.selectors import can_see_mission
 from missions.streams.auth import authorization_token, token_user
 
@@ -141,7 +141,7 @@ class MissionConsumer(AsyncWebsocketConsumer):
         await super().dispatch(message)
 
     async def mission_events(self, message: dict) -> None:
-        """The events of one committed transaction (`missions.events`), one frame each."""
+        """The events of one committed transaction (`missions.delivery`), one frame each."""
         for frame in _frames(message):
             await self.send(text_data=frame)
 

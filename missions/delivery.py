@@ -1,7 +1,8 @@
-"""The two live transports of `missions.events`, given channel and group names: the
-event stream (django-eventstream: stored, then published) and the Channels groups.
+"""The live transports of committed events (`send_all`), and their channel and group
+names: the event stream (django-eventstream: stored, then published) and the Channels
+groups.
 
-Both take every event of one committed transaction at once (`missions.events._Outbox`):
+Both take every event of one committed transaction at once (`missions.outbox`):
 the stream stores them in one write transaction (`EventLogStorage.append_events`), the
 groups get them in one hop to the sender loop. A group no WebSocket client is in gets no
 send at all: the stream's publishing round trip also asks Redis which of the groups have
@@ -20,13 +21,68 @@ from collections.abc import Sequence
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.core.serializers.json import DjangoJSONEncoder
 from django_eventstream import eventstream as eventstream_module
 from django_eventstream.event import Event as StreamEvent
 from django_eventstream.utils import get_channelmanager, get_storage, publish_event
 from django_grip import get_pubcontrol
 from redis.connection import parse_url
 
+from missions.event_catalogue import GLOBAL_TYPES
+
 logger = logging.getLogger(__name__)
+
+GLOBAL_CHANNEL = "missions"
+
+
+def mission_channel(mission_id: int) -> str:
+    return f"mission-{mission_id}"
+
+
+def group_name(mission_id: int) -> str:
+    return f"mission-{mission_id}"
+
+
+def send_all(events: list[tuple[int, str, dict[str, Any]]]) -> None:
+    """Send committed events `(mission id, type, data)` now: stored for the event streams,
+    then to the missions' Channels groups (the outbox at commit, `missions.relay` later)."""
+    # A failing transport must never undo or break the committed business change:
+    # the database is the source of truth and clients reload their state on reset.
+    groups = list(dict.fromkeys(group_name(mission_id) for mission_id, _t, _d in events))
+    listened = None  # not known: every group gets its send
+    try:
+        listened = _stream_events(events, groups)
+    except Exception:  # noqa: BLE001
+        logger.exception("eventstream delivery failed for %s", ", ".join(type for _m, type, _d in events))
+    _send_groups(events, listened)
+
+
+def _stream_events(events: list[tuple[int, str, dict[str, Any]]], groups: list[str]) -> set[str] | None:
+    """Store and publish; which of `groups` have members, when the stream's Redis tells."""
+    items = []
+    for mission_id, type, data in events:
+        encoded = json.dumps(data, cls=DjangoJSONEncoder)  # as django-eventstream's send_event encodes it
+        items.append((mission_channel(mission_id), type, encoded))
+        if type in GLOBAL_TYPES:
+            items.append((GLOBAL_CHANNEL, type, encoded))
+    return stream(items, groups=groups)
+
+
+def _send_groups(events: list[tuple[int, str, dict[str, Any]]], listened: set[str] | None = None) -> None:
+    """One `mission.events` message per mission group with that mission's events in order
+    (`{"event", "data", "id"}` each): a group send costs Redis round trips and a hop to
+    the sender loop whatever it carries. Listeners also take a single `mission.event`.
+    `listened`: the groups known to have members (None: not known); no other gets a send."""
+    batches: dict[int, list[dict[str, Any]]] = {}
+    for mission_id, type, data in events:
+        batches.setdefault(mission_id, []).append({"event": type, "data": data, "id": data["seq"]})
+    group_send(
+        [
+            (group_name(mission_id), {"type": "mission.events", "events": items})
+            for mission_id, items in batches.items()
+            if listened is None or group_name(mission_id) in listened
+        ]
+    )
 
 
 def stream(items: list[tuple[str, str, str]], *, groups: Sequence[str] = ()) -> set[str] | None:

@@ -1,4 +1,4 @@
-"""The relay behind `missions.events`' on-commit fast path: the audit log (`MissionEvent`)
+"""The relay behind `missions.outbox`' on-commit fast path: the audit log (`MissionEvent`)
 is the outbox, and a committed event that the event stream's storage does not hold (its
 process died before the on-commit send, or the transport failed) is sent again by the
 recovery sweep (docs/RELIABILITY.md)."""
@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.utils import timezone
 from django_eventstream.models import Event
 
-from missions.events import mission_channel, send_all
+from missions.delivery import mission_channel, send_all
 from missions.models import MissionEvent
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from django.contrib import admin
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
-from missions.events import publish_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -25,6 +24,7 @@ from missions.models import (
     Task,
     TaskStatus,
 )
+from missions.outbox import publish_on_commit
 from validation.models import (
     FixLineage,
     JournalEntry,
@@ -98,7 +98,7 @@ def world(admin_user) -> dict[str, Any]:
     milestone_assertion = make_assertion(milestone, "VAL-M", AssertionScope.MILESTONE)
     link = FeatureAssertion.objects.create(feature=feature, assertion=assertion)
     task = Task.objects.create(mission=mission, feature=feature, title="T", status=TaskStatus.DONE)
-    event = publish_on_commit(mission, "mission:created", {"key": "m"})
+    event = publish_on_commit(mission, "mission:created", {"mission": mission.pk, "status": mission.status})
     run = ValidatorRun.objects.create(
         mission=mission,
         feature=feature,

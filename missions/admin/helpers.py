@@ -14,7 +14,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 
 from missions.errors import DomainError
-from missions.events import lock_mission
+from missions.locks import lock_mission
 from missions.models import FeatureAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed

@@ -13,6 +13,7 @@ from django.contrib import admin
 from django.db import transaction
 from django.utils.html import format_html, format_html_join
 
+from missions.access import audience, revoke_on_commit
 from missions.admin.actions import MISSION_ACTIONS
 from missions.admin.forms import MilestoneForm, MissionForm, SliceForm
 from missions.admin.helpers import (
@@ -26,7 +27,6 @@ from missions.admin.helpers import (
     linked_milestone_ids,
 )
 from missions.admin.inlines import ContractAssertionInline, FeatureInline, MilestoneInline, SliceInline
-from missions.events import audience, revoke_on_commit
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, MissionStatus, Slice
 from missions.services import lifecycle
 from missions.services.judging import base_changed

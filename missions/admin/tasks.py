@@ -76,7 +76,7 @@ class TaskAdmin(SaveChangedFieldsMixin, LinkDisplays, admin.ModelAdmin):
 
 @admin.register(MissionEvent)
 class MissionEventAdmin(LinkDisplays, admin.ModelAdmin):
-    """The audit log: append-only, written by missions.events only."""
+    """The audit log: append-only, written by missions.outbox only."""
 
     list_display = ("id", "mission", "seq", "type", "actor", "created_at")
     list_filter = ("type", "mission")

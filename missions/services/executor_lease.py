@@ -27,7 +27,7 @@ from fusion_site.base.lease import renewing
 from fusion_site.base.queue import send_on_commit
 from fusion_site.base.snapshots import remove_tree
 from missions.errors import Conflict
-from missions.events import lock_mission
+from missions.locks import lock_mission
 from missions.models import Executor, Task, TaskStatus
 from missions.services.tasks import task_fail
 

@@ -3,7 +3,7 @@
 Every function runs in one transaction, refuses what a user may not do, recomputes the
 rollups its change affects and publishes the matching event after commit. Each takes the
 mission's row lock before it reads or writes any row of the mission (`writing.in_mission`): the
-lock order of every step of the loop (`missions.events.lock_mission`), so an edit racing
+lock order of every step of the loop (`missions.locks.lock_mission`), so an edit racing
 a verdict waits for it instead of deadlocking with it. New or moved work reopens every
 complete node above it (`missions.transitions.progress`: `*_placed`).
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from missions.access import audience, revoke_on_commit
 from missions.checks_spec import check_spec_problems
 from missions.errors import Conflict, Invalid
-from missions.events import audience, publish_on_commit, revoke_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -28,6 +28,7 @@ from missions.models import (
     Slice,
     TaskStatus,
 )
+from missions.outbox import publish_on_commit
 from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.writing import apply_fields, in_mission, require_staff_for_code, unique_key_guard

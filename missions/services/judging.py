@@ -40,8 +40,9 @@ from fusion_site.base.sources import SourceRefused, credentials_allowed, normali
 from missions import hooks
 from missions.environment_spec import environment_problems
 from missions.errors import Forbidden, Invalid, StaffOnly
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import lock_mission
 from missions.models import ContractAssertion, Milestone, Mission
+from missions.outbox import publish_on_commit
 from missions.transitions.progress import milestone_inputs_changed
 
 MAX_ALLOWED_VALIDATORS = 20

@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from missions import hooks
 from missions.errors import Conflict
-from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
+from missions.locks import lock_mission, locked_mission
 from missions.models import LoopState, Mission, MissionFeature, MissionStatus, StopReason
+from missions.outbox import publish_on_commit
 from missions.transitions import MISSION, feature_transition, mission_transition
 
 # A resume cannot clear these: they need a repair (clear / re-run) of the feature itself.
@@ -76,7 +77,10 @@ def resume_blockers(mission: Mission) -> list[dict]:
 
 @transaction.atomic
 def mission_resume(*, mission: Mission, user) -> Mission:
-    mission = Mission.objects.select_for_update().get(pk=mission.pk)
+    found = locked_mission(pk=mission.pk)
+    if found is None:
+        raise Mission.DoesNotExist(f"mission {mission.pk} does not exist")
+    mission = found
     if not MISSION.names(mission.status, MissionStatus.ACTIVE, "resume"):
         raise Conflict(f"a {mission.status} mission cannot be resumed", code="illegal_mission_state")
     blockers = resume_blockers(mission)

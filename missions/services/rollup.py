@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fusion_site.base.prepared import Prepared
-from missions.events import publish_on_commit
 from missions.models import Milestone
+from missions.outbox import publish_on_commit
 from missions.selectors import milestone_rollup_and_stored
 from missions.transitions import milestone_validation_transition
 from missions.transitions.tables import ROLLUP_EVENT

@@ -15,9 +15,10 @@ from fusion_site.base.queue import send_on_commit
 from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
 from missions import hooks
 from missions.errors import Conflict, Invalid
-from missions.events import lock_mission, publish_on_commit
 from missions.hooks import announce_on_commit
+from missions.locks import assert_mission_locked, lock_mission
 from missions.models import Executor, LoopState, Mission, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.outbox import publish_on_commit
 from missions.transitions import FEATURE, TASK, feature_transition, task_transition
 from missions.transitions.tables import TASK_EVENT
 
@@ -45,9 +46,10 @@ def _task_event(task: Task, actor_id: int | None, **extra) -> None:
 
 
 def _move(task: Task, *, new: str, cause: str, user, verb: str, fields: dict, **payload) -> None:
-    """Move a task that is locked (under its mission's lock) and known to be in a state
-    that may move: a lost compare-and-swap cannot happen, and would be refused as the
-    state it found."""
+    """Move a task that is locked (called while holding the mission lock) and known to be
+    in a state that may move: a lost compare-and-swap cannot happen, and would be refused
+    as the state it found."""
+    assert_mission_locked(task.mission_id)
     if not task_transition(
         task=task,
         old=task.status,
@@ -246,7 +248,9 @@ _LOCKED_TASK: Prepared[Task] = Prepared(_locked_with_feature)
 def _landed_on(task: Task, actor_id: int | None) -> None:
     """New code landed on a feature that is `passed` (or idle): it is not passed any more
     — its pass was at older code — and waits for the judgement of this revision. The
-    feature is the one read with the locked task (under the mission's lock: current)."""
+    feature is the one read with the locked task (called while holding the mission lock:
+    it is current)."""
+    assert_mission_locked(task.mission_id)
     feature = task.feature if task.feature_id else None
     if feature is not None and feature.loop_state in (LoopState.PASSED, LoopState.IDLE):
         feature_transition(

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from django.db import IntegrityError, transaction
 
 from missions.errors import Invalid, StaffOnly
-from missions.events import lock_mission
+from missions.locks import lock_mission
 from missions.models import Mission
 
 _F = TypeVar("_F", bound=Callable[..., Any])

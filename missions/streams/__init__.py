@@ -7,7 +7,7 @@
 - `views`: the SSE view and the bookkeeping of its open streams (ending them when access
   is revoked, re-checking access while they are open).
 
-`missions.events` publishes and announces revocations; it does not import this package
+`missions.outbox` publishes, `missions.access` announces revocations; neither imports this package
 (the SSE streams subscribe to its `access_revoked` signal). The names below are the ones
 settings, URLs and other modules use by their old paths (`missions.streams.X`). Patch
 tunables such as `KEEP_ALIVE_SECONDS` on `missions.streams.views`, where they are read.

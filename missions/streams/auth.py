@@ -20,7 +20,7 @@ from django.utils.functional import SimpleLazyObject
 from django_eventstream.channelmanager import DefaultChannelManager
 from rest_framework.authtoken.models import Token
 
-from missions.events import GLOBAL_CHANNEL, mission_channel
+from missions.delivery import GLOBAL_CHANNEL, mission_channel
 from missions.selectors import can_see_mission, visible_missions
 
 # django-eventstream refuses a request for more than 10 channels.

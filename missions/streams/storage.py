@@ -32,7 +32,7 @@ from django_eventstream.models import Event as StoredEvent
 from django_eventstream.models import EventCounter
 from django_eventstream.storage import DjangoModelStorage
 
-from missions.events import GLOBAL_CHANNEL
+from missions.delivery import GLOBAL_CHANNEL
 
 TRIM_EVERY_SECONDS = 60.0
 _trimmed = {"at": float("-inf")}
@@ -49,7 +49,7 @@ class _CounterMissing(Exception):
 class EventLogStorage(DjangoModelStorage):
     def append_events(self, items: list[tuple[str, str, Any]]) -> list[Event]:
         """Several events `(channel, type, data)` at once, in their order (the live events
-        of one committed transaction, `missions.events`): one statement per channel on
+        of one committed transaction, `missions.delivery`): one statement per channel on
         PostgreSQL (`_append_by_channel`), elsewhere one transaction, one counter bump per
         channel and one insert. Ids within a channel follow the order of `items`."""
         connection = connections[router.db_for_write(StoredEvent)]

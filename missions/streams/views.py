@@ -34,7 +34,7 @@ from django_eventstream.utils import (
 )
 from django_eventstream.views import Listener, get_listener_manager
 
-from missions.events import access_revoked
+from missions.access import access_revoked
 from missions.streams.auth import still_allowed
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The event catalogue in the page: the dashboard's script (`static/dashboard/live.js`)
-subscribes to exactly the types of `missions.events.EVENT_TYPES` (an EventSource needs
+subscribes to exactly the types of `missions.event_catalogue.EVENT_TYPES` (an EventSource needs
 one listener per type), read from the JSON element this tag renders."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from django import template
 from django.utils.html import json_script
 from django.utils.safestring import SafeString
 
-from missions.events import EVENT_TYPES
+from missions.event_catalogue import EVENT_TYPES
 
 register = template.Library()
 

@@ -16,7 +16,7 @@ writes a state field (a row is created in its default state).
 
 The validation floor binds its two tables to its models (`validation/services/run_state.py`,
 `validation/review/state.py`) and moves them with the same engine. Every event name is in
-the catalogue, `missions.events.EVENT_TYPES`. The package exposes each machine (`TASK`,
+the catalogue, `missions.event_catalogue.EVENT_TYPES`. The package exposes each machine (`TASK`,
 `FEATURE`, ...) and its `*_transition` function.
 """
 

@@ -10,7 +10,7 @@ which says how a table reads). `move` is the one way to change such a field. It
    updated_at=now, **fields)`: zero rows means another writer won, and `move` returns
    False (not an error: the caller just stops);
 4. appends the audit row and publishes the pair's named event after commit
-   (`missions.events.publish_on_commit`) with the payload
+   (`missions.outbox.publish_on_commit`) with the payload
    `{<machine name>: pk, "from": old, <field>: new, "cause": cause, **payload}`.
 
 A pair (old, new) with old == new is a move only where the table says so (the mission's
@@ -30,7 +30,8 @@ from django.utils import timezone
 
 from fusion_site.base.prepared import compare_and_set
 from missions.errors import IllegalTransition
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import lock_mission
+from missions.outbox import publish_on_commit
 from missions.transitions.tables import Table
 
 

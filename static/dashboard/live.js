@@ -5,7 +5,7 @@
  *   event id it was rendered at (data-live-last-id), so nothing between render and
  *   connect is lost; a reconnect resumes from the last id received (replay), and a
  *   `stream-reset` (id too old) re-fetches every region;
- * - it listens to every type of the server's event catalogue (missions.events.EVENT_TYPES,
+ * - it listens to every type of the server's event catalogue (missions.event_catalogue.EVENT_TYPES,
  *   rendered into the page as the JSON element #live-event-types): an EventSource needs one
  *   listener per type;
  * - each region (data-live-region) names a fragment URL (data-live-url), the event types

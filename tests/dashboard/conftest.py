@@ -176,7 +176,7 @@ def publish_in_a_rolled_back_savepoint(mission) -> None:
     """A `mission:updated` event ("rolled back") published in a savepoint that then rolls back."""
     from django.db import transaction
 
-    from missions.events import publish_on_commit
+    from missions.outbox import publish_on_commit
 
     try:
         with transaction.atomic():  # a savepoint

@@ -214,10 +214,10 @@ def test_a_reconnected_page_replays_the_events_it_missed(held_demo, alice, sessi
 
 
 def test_the_page_follows_the_servers_event_catalogue_and_named_mission_changes(held_demo, alice, session):
-    """live.js listens to exactly `missions.events.EVENT_TYPES`, rendered into the page;
+    """live.js listens to exactly `missions.event_catalogue.EVENT_TYPES`, rendered into the page;
     a named change of the mission (the autopilot halting, then going on) updates the header
     that follows `mission:updated`."""
-    from missions.events import EVENT_TYPES
+    from missions.event_catalogue import EVENT_TYPES
     from missions.transitions import mission_transition
 
     mission = held_demo.mission

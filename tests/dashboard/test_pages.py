@@ -11,8 +11,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from missions.events import publish_on_commit
 from missions.models import MissionFeature
+from missions.outbox import publish_on_commit
 from validation.views.common import FRAGMENT_HEADER
 
 pytestmark = pytest.mark.django_db
@@ -86,9 +86,8 @@ def test_members_and_staff_see_every_page_and_fragment(small_mission, bob, staff
 
 def test_the_missions_list_shows_status_progress_blocked_and_last_activity(small_mission, alice):
     MissionFeature.objects.filter(pk=small_mission.idle.pk).update(loop_state="blocked")
-    publish_on_commit(
-        small_mission.mission, "mission:updated", {"mission": small_mission.mission.pk, "change": "poked"}
-    )
+    mission = small_mission.mission
+    publish_on_commit(mission, "mission:updated", {"mission": mission.pk, "status": mission.status, "changed": []})
     html = client_for(alice).get("/").content.decode()
     row = re.search(rf'<tr data-mission="{small_mission.mission.pk}">(.*?)</tr>', html, re.S).group(1)
     assert "Shop" in row and 'data-state="active"' in row

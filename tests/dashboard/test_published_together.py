@@ -1,4 +1,4 @@
-"""`missions.events.published_together`: the audit rows of a block's events written in one
+"""`missions.outbox.published_together`: the audit rows of a block's events written in one
 statement at its end, numbered as if each had been written when published, and sent live
 with those numbers; what a savepoint or an exception undoes is neither written nor sent."""
 
@@ -11,11 +11,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django_eventstream.models import Event as StoredEvent
 
-from missions.events import lock_mission, publish_on_commit, published_together
+from missions.locks import lock_mission
 from missions.models import Mission, MissionEvent
+from missions.outbox import publish_on_commit, published_together
 from tests.dashboard.conftest import publish_in_a_rolled_back_savepoint
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Their events carry payloads of their own making: the transport is under test.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synthetic_events")]
 
 
 def audit_writes(queries) -> list[str]:

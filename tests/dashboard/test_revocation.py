@@ -16,7 +16,8 @@ from missions.streams import views as stream_views
 from tests.dashboard.conftest import session_cookie
 from tests.dashboard.test_websocket import communicator, publish
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Their events carry payloads of their own making (`test_websocket.publish`).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synthetic_events")]
 
 
 def opened(stream) -> None:

@@ -18,7 +18,8 @@ from django_eventstream.models import EventCounter
 from missions.streams import storage as storage_module
 from missions.streams.storage import EventLogStorage
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Their events carry payloads of their own making: the transport is under test.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synthetic_events")]
 
 
 def stored(channel: str) -> list[tuple[int, str, str]]:
@@ -90,7 +91,7 @@ def test_a_batch_that_fails_part_way_is_re_sent_by_the_sweep(small_mission, monk
     is one statement, the global one first: the global channel has the event, the
     mission's lacks it. Elsewhere the batch is one transaction: neither has it. Either
     way the sweep, which reads the mission's channel, re-sends it."""
-    from missions.events import publish_on_commit
+    from missions.outbox import publish_on_commit
     from missions.relay import redeliver_missing
 
     m = small_mission.mission

@@ -9,11 +9,12 @@ import pytest
 from django.db import transaction
 from django_eventstream.models import Event as StoredEvent
 
-from missions.events import publish_on_commit
 from missions.models import Mission
+from missions.outbox import publish_on_commit
 from tests.dashboard.conftest import publish_in_a_rolled_back_savepoint, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Their events carry payloads of their own making: the transport is under test.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synthetic_events")]
 
 
 def publish(mission, change: str, type: str = "mission:updated") -> int:
@@ -185,7 +186,7 @@ def test_a_live_event_that_was_also_read_from_the_store_is_sent_once():
 def test_the_events_of_one_transaction_arrive_in_order_and_a_rolled_back_savepoint_sends_none(
     sse, small_mission, alice, client
 ):
-    """One commit's events are stored together (`missions.events._Outbox`): consecutive
+    """One commit's events are stored together (`missions.outbox`): consecutive
     ids, `seq` order, both channels; the events of a savepoint rolled back go nowhere."""
     m = small_mission.mission
     stream = sse(f"/events/missions/{m.pk}/", headers={"Cookie": session_cookie(client, alice)})
@@ -289,7 +290,7 @@ def test_a_group_nobody_is_in_gets_no_send_and_one_with_a_member_gets_it(small_m
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from missions.events import group_name
+    from missions.delivery import group_name
 
     m = small_mission.mission
     layer = get_channel_layer()

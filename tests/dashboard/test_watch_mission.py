@@ -12,10 +12,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from missions.events import publish_on_commit
 from missions.management.commands.watch_mission import WebSocketClient, WebSocketClosed
+from missions.outbox import publish_on_commit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Their events carry payloads of their own making: the transport is under test.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synthetic_events")]
 
 
 def publish(mission, change: str) -> int:

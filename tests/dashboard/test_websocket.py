@@ -14,10 +14,11 @@ from django.db import close_old_connections, transaction
 from django_eventstream.models import Event as StoredEvent
 
 from fusion_site.asgi import application
-from missions.events import publish_on_commit
+from missions.outbox import publish_on_commit
 from tests.dashboard.conftest import session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Their events carry payloads of their own making: the transport is under test.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synthetic_events")]
 
 
 def publish(mission_id: int, change: str) -> int:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from missions.events import group_name
+from missions.delivery import group_name
 from missions.streams import InMemoryChannelLayer
 from validation.mcp import live as live_module
 from validation.mcp.live import Live
@@ -53,7 +53,7 @@ async def settle() -> None:
 
 
 async def event(layer, type_: str, **data) -> None:
-    """As `missions.events` sends a committed step's events: one `mission.events` message."""
+    """As `missions.delivery` sends a committed step's events: one `mission.events` message."""
     item = {"event": type_, "data": {"mission": MISSION, "seq": 1, **data}, "id": 1}
     await layer.group_send(group_name(MISSION), {"type": "mission.events", "events": [item]})
 

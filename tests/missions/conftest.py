@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 from rest_framework.test import APIClient
 
-from missions.events import publish_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -20,6 +19,7 @@ from missions.models import (
     Slice,
     Task,
 )
+from missions.outbox import publish_on_commit
 from missions.services.rollup import milestone_rollup_refresh
 from validation.models import FixLineage, JournalEntry, ValidatorFailure, ValidatorRun
 

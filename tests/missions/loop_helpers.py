@@ -127,3 +127,16 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.05, message: st
 
 def python_command(script: Path, *args: str) -> str:
     return " ".join([sys.executable, str(script), *args])
+
+
+def milestone_ready(*, milestone: Milestone) -> str:
+    """`validation.services.milestones.milestone_ready` as the autopilot calls it: in a
+    transaction that holds the mission's lock."""
+    from django.db import transaction
+
+    from missions.locks import lock_mission
+    from validation.services import milestones
+
+    with transaction.atomic():
+        lock_mission(milestone.mission_id)
+        return milestones.milestone_ready(milestone=milestone)

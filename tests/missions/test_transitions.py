@@ -2,7 +2,7 @@
 machine, every (old, new) pair of its field's choices. A legal pair moves with exactly one
 audit row, of the pair's named event; an illegal pair raises `IllegalTransition` and
 changes nothing; a lost compare-and-swap returns False and changes nothing. And the event
-catalogue (`missions.events.EVENT_TYPES`) names every event the code publishes."""
+catalogue (`missions.event_catalogue.EVENT_TYPES`) names every event the code publishes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from django.template import engines
 
 from missions.errors import IllegalTransition
-from missions.events import EVENT_TYPES, GLOBAL_TYPES
+from missions.event_catalogue import EVENT_TYPES, GLOBAL_TYPES
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
 from missions.transitions import (
     assertion_transition,
@@ -61,7 +61,14 @@ PUBLIC = {
     MISSION: lambda pk, old, new, cause: mission_transition(mission=pk, old=old, new=new, cause=cause),
     MILESTONE: lambda pk, old, new, cause: milestone_transition(milestone=pk, old=old, new=new, cause=cause),
     MILESTONE_VALIDATION: lambda pk, old, new, cause: milestone_validation_transition(
-        milestone=pk, old=old, new=new, rollup={"milestone": pk, "state": new}
+        milestone=pk,
+        old=old,
+        new=new,
+        rollup={
+            "milestone": pk,
+            "state": new,
+            **dict.fromkeys(("total", "passed", "failed", "blocked", "pending", "unlinked"), 0),
+        },
     ),
     SLICE: lambda pk, old, new, cause: slice_transition(slice_=pk, old=old, new=new, cause=cause),
     FEATURE: lambda pk, old, new, cause: feature_transition(feature=pk, old=old, new=new, cause=cause),

@@ -13,7 +13,6 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from missions.events import publish_on_commit
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -27,6 +26,7 @@ from missions.models import (
     Task,
     TaskStatus,
 )
+from missions.outbox import publish_on_commit
 from missions.services.rollup import milestone_rollup_refresh
 from validation import journal
 from validation.models import FixLineage, JournalEntry, Review, ReviewArtifact, ValidatorFailure, ValidatorRun

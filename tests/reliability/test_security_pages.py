@@ -218,12 +218,12 @@ def test_sse_matrix(role, users, git_repo):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("role", ROLES)
-@pytest.mark.usefixtures("own_channel_layer")
+@pytest.mark.usefixtures("own_channel_layer", "synthetic_events")  # an event of its own making
 def test_websocket_matrix(role, users, git_repo):
     from channels.testing import WebsocketCommunicator
 
     from fusion_site.asgi import application
-    from missions.events import publish_on_commit
+    from missions.outbox import publish_on_commit
     from tests.reliability.conftest import build_world
 
     git_repo.commit({"hello.py": "def hello():\n    return 'hi'\n"}, "hello")

@@ -405,7 +405,7 @@ def test_a_verdict_that_skips_the_autopilot_never_loses_a_switch_made_meanwhile(
     says the autopilot is off (`queueing.autopilot_notify`). Switching the autopilot on
     meanwhile writes that row: it waits for the step's commit and notifies after its own,
     so the autopilot then sees what the step changed."""
-    from missions.events import lock_mission
+    from missions.locks import lock_mission
     from missions.services.lifecycle import mission_set_autopilot
     from validation.services.queueing import autopilot_notify
 

@@ -9,7 +9,7 @@ import dramatiq
 import pytest
 from django.db import transaction
 
-from missions import events
+from missions import delivery
 from missions.models import Mission, MissionEvent, MissionFeature
 from missions.services.tasks import task_complete, task_create
 
@@ -19,7 +19,7 @@ BAD = {"hello.py": "def goodbye():\n    pass\n"}
 
 
 class Recorder:
-    """Stands in for the transport (`missions.events.send_all`: the events of one commit)."""
+    """Stands in for the transport (`missions.delivery.send_all`: the events of one commit)."""
 
     def __init__(self):
         self.sent: list[tuple[int, str, dict]] = []
@@ -36,7 +36,7 @@ class Recorder:
 @pytest.fixture
 def sent(monkeypatch) -> Recorder:
     recorder = Recorder()
-    monkeypatch.setattr(events, "send_all", recorder)
+    monkeypatch.setattr(delivery, "send_all", recorder)
     return recorder
 
 

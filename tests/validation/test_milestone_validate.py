@@ -16,10 +16,9 @@ from django.urls import reverse
 
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.tasks import task_complete, task_create
-from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission
+from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, milestone_ready
 from tests.reliability.conftest import mission_rows
 from validation.models import RunScope, RunStatus, ValidatorRun
-from validation.services.milestones import milestone_ready
 from validation.services.operator import milestone_validate
 from validation.services.runner import execute_run
 from validation.services.task_outcome import task_outcome_process

@@ -10,10 +10,9 @@ import pytest
 from django.db import transaction
 
 from missions.models import Milestone, MissionEvent, MissionFeature
-from tests.missions.loop_helpers import add_slice, make_mission
+from tests.missions.loop_helpers import add_slice, make_mission, milestone_ready
 from tests.validation.test_truth_milestones import milestone_assertion
 from validation.models import RunStatus, ValidatorRun
-from validation.services.milestones import milestone_ready
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from missions.errors import IllegalTransition
-from missions.events import EVENT_TYPES
+from missions.event_catalogue import EVENT_TYPES
 from missions.management.transition_docs import DOCS, render, stale_docs
 from missions.models import Milestone, Mission, MissionEvent, MissionFeature, Slice
 from missions.transitions import ASSERTION, FEATURE, MILESTONE, MILESTONE_VALIDATION, MISSION, SLICE, TASK

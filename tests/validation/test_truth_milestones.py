@@ -16,10 +16,9 @@ from django.db import transaction
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice, Task
 from missions.services.lifecycle import mission_activate
 from missions.services.tasks import task_complete, task_create
-from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, open_task
+from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, milestone_ready, open_task
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
 from validation.services.admission import feature_admit
-from validation.services.milestones import milestone_ready
 from validation.services.operator import feature_repair
 from validation.services.runner import execute_run
 from validation.services.task_outcome import task_outcome_process

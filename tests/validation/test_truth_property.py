@@ -59,7 +59,7 @@ from hypothesis.stateful import (
 )
 
 import validation.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
-from missions import events
+from missions import delivery
 from missions.errors import DomainError, IllegalTransition
 from missions.models import (
     AssertionScope,
@@ -1134,7 +1134,7 @@ def _no_worker(monkeypatch, tmp_path) -> None:
     # The audit log (MissionEvent) is written as always; only its live fan-out after commit
     # (event-stream storage and the Channels group: ~6 ms an event, a fifth of the time)
     # is left out. Nothing the invariants read depends on it.
-    monkeypatch.setattr(events, "send_all", lambda events: None)
+    monkeypatch.setattr(delivery, "send_all", lambda events: None)
     monkeypatch.setenv(TOKEN_ENV, "truth-token")
     # The deployment allows the variable for the examples' repositories (local paths).
     monkeypatch.setattr(django_settings, "FUSION_GIT_CREDENTIALS", {TOKEN_ENV: [f"file://{tempfile.gettempdir()}/"]})

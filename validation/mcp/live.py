@@ -1,7 +1,7 @@
 """Live resources: the mission's event stream turned into `resources/updated`.
 
 One follower per mission per process joins the mission's Channels group — the stream the
-dashboard's WebSocket clients follow (`missions/events.py` sends every event there) — and
+dashboard's WebSocket clients follow (`missions/delivery.py` sends every event there) — and
 maps each event to the resources it touches: the mission's tree always, the run a
 `validator-run:*` event names, the review of a `review:progress`. Two kinds of client
 hear about it, each an `Audience` (a user, and the resources it hears about with their
@@ -16,7 +16,7 @@ mission):
 Who may hear is checked as a read would be, and again after the registration (with the
 mission's follower already joined), so that a revocation is either seen by that check or
 reaches the follower after it. The group also carries the mission's access revocations
-(`missions.events.revoke_on_commit`, the message that closes WebSockets with 4403): a
+(`missions.access.revoke_on_commit`, the message that closes WebSockets with 4403): a
 user removed from a mission loses every registration for its resources at once, and a
 listen stream left with nothing to hear ends. A follower that stops (a broken layer) may
 have missed one: its mission's registrations go with it, and a client listens again.
@@ -38,7 +38,7 @@ from channels.layers import get_channel_layer
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from missions.events import group_name
+from missions.delivery import group_name
 from validation.mcp.errors import resource_not_found
 
 logger = logging.getLogger(__name__)

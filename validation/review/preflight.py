@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from fusion_site.base import snapshots
 from missions import selectors
 from missions.errors import Conflict, Invalid
-from missions.events import lock_mission
+from missions.locks import lock_mission
 from missions.models import Mission, MissionFeature
 from validation.models import Review
 from validation.review import artifacts

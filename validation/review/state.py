@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from missions.errors import Conflict
-from missions.events import publish_on_commit
+from missions.outbox import publish_on_commit
 from missions.transitions import tables
 from missions.transitions.machine import Machine, legal_event, move
 from validation.models import Review, ReviewState

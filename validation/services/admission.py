@@ -16,8 +16,9 @@ from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_branch, p
 from fusion_site.base.sources import UnknownRevision
 from missions.environment_spec import declared_for, effective
 from missions.errors import Conflict, Invalid
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import lock_mission
 from missions.models import AssertionScope, LoopState, MissionFeature, StopReason
+from missions.outbox import publish_on_commit
 from missions.services.judging import judges_of, mission_base
 from missions.transitions import feature_transition
 from validation import hooks, profiles

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from missions.locks import locked_mission
 from missions.models import (
     LoopState,
     Milestone,
@@ -105,7 +106,7 @@ def autopilot_advance(*, mission_id: int) -> str:
 
 @transaction.atomic
 def _advance(*, mission_id: int) -> str:
-    mission = Mission.objects.select_for_update().filter(pk=mission_id).first()
+    mission = locked_mission(pk=mission_id)
     if mission is None or not mission.autopilot or mission.status != MissionStatus.ACTIVE:
         return "idle"
     while True:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fusion_site.base.redact import bounded
 from missions.errors import Conflict
-from missions.events import lock_mission, publish_on_commit
+from missions.locks import assert_mission_locked, lock_mission
 from missions.models import (
     AssertionScope,
     FeatureAssertion,
@@ -22,6 +22,7 @@ from missions.models import (
     SliceStatus,
     StopReason,
 )
+from missions.outbox import publish_on_commit
 from missions.selectors import latest_done_task
 from missions.services.tasks import task_create
 from missions.transitions import FEATURE, feature_transition, slice_transition
@@ -138,6 +139,8 @@ def fix_for_failure(*, source_id: int, run_id: int, actor_id: int | None = None)
 def _create_fix_feature(
     source: MissionFeature, root: MissionFeature, run: ValidatorRun, failures: list[ValidatorFailure]
 ) -> MissionFeature:
+    """Called while holding the mission lock (`fix_create`)."""
+    assert_mission_locked(source.mission_id)
     description = f"{source.description.strip()}\n\n{validation_cause(run, failures)}".strip()
     fix = MissionFeature(
         slice=source.slice,
@@ -173,6 +176,8 @@ def _create_fix_feature(
 
 
 def _exhaust(root: MissionFeature, source: MissionFeature, run: ValidatorRun, actor_id: int | None) -> None:
+    """Called while holding the mission lock (`fix_create`)."""
+    assert_mission_locked(root.mission_id)
     detail = f"retry budget of {source.mission.retry_budget} fix rounds is used up (last failing run {run.pk})"
     fields = {"stop_reason": StopReason.BUDGET_EXHAUSTED, "stop_detail": detail, "stopped_at": timezone.now()}
     for feature in {root.pk: root, source.pk: source}.values():
@@ -204,7 +209,8 @@ def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
     again after the root passed): judged again at the fix's; validating: that run is
     cancelled and a new one starts at the fix's revision; blocked: it stays blocked (only
     clear, re-run or resume leave it) and a re-run will judge the fix's revision;
-    anything else: a new run at the fix's revision."""
+    anything else: a new run at the fix's revision. Called while holding the mission lock."""
+    assert_mission_locked(fix.mission_id)
     root = lineage_root(fix)
     if root.pk == fix.pk or root.loop_state == LoopState.SUPERSEDED:
         return "nothing"
@@ -237,7 +243,9 @@ def _cancel_running(feature: MissionFeature, *, reason: str) -> None:
 
 def close_lineage(*, root: MissionFeature) -> None:
     """The root passed: every fix of its lineage that has not passed is closed as
-    superseded, with its cause; a running judgement of it is cancelled (it spends nothing)."""
+    superseded, with its cause; a running judgement of it is cancelled (it spends nothing).
+    Called while holding the mission lock."""
+    assert_mission_locked(root.mission_id)
     open_fixes = MissionFeature.objects.filter(lineage_as_fix__root=root).exclude(loop_state__in=DONE_STATES).distinct()
     for fix in open_fixes:
         _cancel_running(fix, reason=f"root {root.key} passed")

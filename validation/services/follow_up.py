@@ -7,7 +7,7 @@ from collections.abc import Callable
 from django.db import transaction
 
 from missions.errors import DomainError
-from missions.events import publish_on_commit
+from missions.outbox import publish_on_commit
 
 
 def follow_up(mission_id: int, step: str, action: Callable[[], object]) -> None:

@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from fusion_site.base.snapshots import SnapshotError, is_ancestor
 from fusion_site.base.sources import UnknownRevision
 from missions.errors import Conflict, DomainError, Invalid
+from missions.locks import assert_mission_locked
 from missions.models import LoopState, Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus
 from missions.transitions import feature_transition
 from missions.transitions.loop import DONE_STATES
@@ -146,7 +147,8 @@ def milestone_judge(*, milestone: Milestone, asked: bool = False, actor_id: int 
     errored is retried up to `ERROR_LIMIT` times in a row. `asked`: a person asked for
     this validation, so any such run is followed by a new one. Refusals (the revisions
     not on one line of history, the repository or the profile unavailable) are
-    `DomainError`s and change nothing."""
+    `DomainError`s and change nothing. Called while holding the mission lock."""
+    assert_mission_locked(milestone.mission_id)
     if open_features(milestone).exists():
         return Admission("waiting")
     if not milestone.assertions.exists():
@@ -171,7 +173,8 @@ _AUTOPILOT_STATES = {"started": "validating_milestone", "already_running": "wait
 
 
 def milestone_ready(*, milestone: Milestone) -> str:
-    """Called by the autopilot (under its mission lock) once every slice is complete."""
+    """Called by the autopilot, while holding the mission lock, once every slice is complete."""
+    assert_mission_locked(milestone.mission_id)
     try:
         step = milestone_judge(milestone=milestone)
     except DomainError as exc:
@@ -197,7 +200,9 @@ def milestone_run_completed(*, run: ValidatorRun, verdict) -> None:
 
     A pass completes the milestone (and the mission with its last milestone) here when the
     mission's autopilot is off: a person asked for the run, and nobody else would. With the
-    autopilot on, the autopilot completes it, as it completes everything it drives."""
+    autopilot on, the autopilot completes it, as it completes everything it drives. Called
+    while holding the mission lock."""
+    assert_mission_locked(run.mission_id)
     if verdict.status == "fail":
         for source, keys in regression_sources(run).items():
             follow_up(run.mission_id, "milestone_regression", partial(_send_back, run, source, keys))

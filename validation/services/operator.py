@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from missions.errors import Conflict, Invalid, NotFound
-from missions.events import lock_mission
+from missions.locks import lock_mission
 from missions.models import LoopState, Milestone, Mission, MissionFeature, MissionStatus, SliceStatus
 from missions.services.judging import same_base
 from missions.transitions import feature_transition, slice_transition

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.redact import bounded
-from missions.events import lock_mission, publish_on_commit, published_together
+from missions.locks import lock_mission
 from missions.models import AssertionStatus, ContractAssertion, LoopState, Mission, MissionFeature, StopReason
+from missions.outbox import publish_on_commit, published_together
 from missions.services.judging import same_base
 from missions.services.rollup import milestone_rollup_refresh
 from missions.transitions import assertion_transition, feature_transition

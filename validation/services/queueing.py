@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from fusion_site.base.queue import send_on_commit
-from missions.events import autopilot_running_under_lock
+from missions.locks import autopilot_running_under_lock
 from validation.models import ValidatorRun
 
 

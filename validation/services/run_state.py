@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from missions.events import publish_on_commit
+from missions.outbox import publish_on_commit
 from missions.transitions import tables
 from missions.transitions.machine import Machine, move
 from validation.models import RunStatus, ValidatorRun

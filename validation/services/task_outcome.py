@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from fusion_site.base.prepared import Prepared
-from missions.events import publish_on_commit, published_together
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
+from missions.outbox import publish_on_commit, published_together
 from missions.transitions import FEATURE
 from validation.models import RunStatus, ValidatorRun
 from validation.selectors import feature_revision

@@ -16,7 +16,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 from django_eventstream import get_current_event_id
 
-from missions.events import mission_channel
+from missions.delivery import mission_channel
 
 FRAGMENT_HEADER = "X-Fusion-Fragment"
 

@@ -17,7 +17,7 @@ from django.utils.timesince import timesince
 from django.views.decorators.http import require_safe
 
 from missions import selectors as plan
-from missions.events import GLOBAL_CHANNEL
+from missions.delivery import GLOBAL_CHANNEL
 from missions.models import LoopState, Milestone, Mission, MissionFeature
 from missions.streams import user_channels
 from validation import selectors

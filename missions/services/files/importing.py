@@ -10,8 +10,9 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from fusion_site.base.sources import SourceRefused, check_repository
+from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
-from missions.events import audience, publish_on_commit, revoke_on_commit
+from missions.locks import locked_mission
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -21,6 +22,7 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
+from missions.outbox import publish_on_commit
 from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
 from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
@@ -241,7 +243,7 @@ def _orders(nodes: list[Node], current: dict[str, Any], parent_attr: str, parent
 def _locked_mission(key: str) -> Mission | None:
     # The row lock serializes concurrent imports of an existing mission (PostgreSQL;
     # SQLite's IMMEDIATE transactions already serialize writers).
-    return Mission.objects.select_for_update().filter(key=key).first()
+    return locked_mission(key=key)
 
 
 def _guard_visible(mission: Mission | None, user) -> None:
