@@ -1,6 +1,6 @@
 """The contract assertion state machine (docs/ARCHITECTURE.md, "State machines"):
 `ContractAssertion.status`, set by the verdicts of validator runs
-(`validation/services/outcomes.py`).
+(`validation/services/verdicts/complete.py`).
 
 | from                             | to                               | cause   | event            |
 |----------------------------------|----------------------------------|---------|------------------|

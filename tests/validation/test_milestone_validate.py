@@ -22,7 +22,7 @@ from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.services.milestones import milestone_ready
 from validation.services.operator import milestone_validate
 from validation.services.runner import execute_run
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.task import task_outcome_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

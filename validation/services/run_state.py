@@ -1,7 +1,7 @@
 """`ValidatorRun.status` (docs/ARCHITECTURE.md, "State machines"): a run is created
-`running` (or already `passed`, for a reused pass) by `admission.new_run`, and ends once.
+`running` (or already `passed`, for a reused pass) by `runs.new_run`, and ends once.
 
-    running -> passed | failed | blocked | error   (its verdict or its error: outcomes.py)
+    running -> passed | failed | blocked | error   (its verdict or its error: verdicts/complete.py)
     running -> cancelled                           (newer evidence made it moot: fixes.py)
 
 The end is a compare-and-swap on `running`: a late result after a reap or a cancel
@@ -17,6 +17,7 @@ from django.utils import timezone
 from missions.errors import IllegalTransition
 from missions.events import lock_mission, publish_on_commit
 from validation.models import RunStatus, ValidatorRun
+from validation.services.runs import run_completed_payload
 
 ENDS = frozenset({RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED, RunStatus.ERROR, RunStatus.CANCELLED})
 
@@ -41,16 +42,5 @@ def run_cancel(*, run: ValidatorRun, reason: str) -> bool:
     (spending nothing); its late result, if its worker is still on it, changes nothing."""
     if not run_finish(run=run, status=RunStatus.CANCELLED, summary=reason[:500]):
         return False
-    publish_on_commit(
-        run.mission_id,
-        "validator-run:completed",
-        {
-            "run": run.pk,
-            "feature": run.feature_id,
-            "milestone": run.milestone_id,
-            "scope": run.scope,
-            "status": RunStatus.CANCELLED,
-            "reason": reason[:300],
-        },
-    )
+    publish_on_commit(run.mission_id, "validator-run:completed", run_completed_payload(run, reason=reason[:300]))
     return True

@@ -1,5 +1,11 @@
-"""Completing a run (docs/TRUTH.md): compare-and-swap on `running`, then the feature moves
-only if its `last_run` names this run. A late result after a reap changes nothing."""
+"""Step 4, complete, and step 5, follow up (the order: `verdicts/__init__.py`; docs/TRUTH.md).
+
+The runner (`validation/services/runner.py`, step 3) hands over a verdict (`run_complete`)
+or an error (`run_error`). The run ends by a compare-and-swap on `running`
+(`run_state.run_finish`), then the feature moves only if its `last_run` names this run: a
+late result after a reap changes nothing. What follows a verdict runs in a savepoint of
+its own (`follow_up`): a fix, a newer revision judged, a root judged again, a milestone's
+consequences, the autopilot."""
 
 from __future__ import annotations
 
@@ -20,18 +26,14 @@ from missions.transitions.loop import feature_transition
 from validation import journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
-from validation.services.admission import (
-    feature_admit,
-    feature_assertion_specs,
-    new_run,
-    run_started_event,
-    same_contract,
-)
-from validation.services.fixes import close_lineage, fix_create, fix_passed
+from validation.services.fixes import fix_create
 from validation.services.follow_up import follow_up
 from validation.services.milestones import milestone_run_completed, milestone_run_errored
-from validation.services.queueing import autopilot_notify, queue_run
+from validation.services.queueing import autopilot_notify
+from validation.services.run_input import feature_assertion_specs, same_contract
 from validation.services.run_state import run_finish
+from validation.services.runs import clone_run, launch, run_completed_payload
+from validation.services.verdicts.admit import apply_pass, feature_admit
 from validation.subversion import PREFIX as SUSPECTED
 from validation.verdict import Verdict
 
@@ -79,19 +81,8 @@ def run_complete(
     ):
         return False  # reaped or completed elsewhere: exactly one terminal write
     failures = _record_assertions(run, verdict)
-    publish_on_commit(
-        run.mission_id,
-        "validator-run:completed",
-        {
-            "run": run.pk,
-            "feature": run.feature_id,
-            "milestone": run.milestone_id,
-            "scope": run.scope,
-            "status": status,
-            "counts": _counts(verdict),
-            "tokens": tokens_in + tokens_out,
-        },
-    )
+    counted = run_completed_payload(run, counts=_counts(verdict), tokens=tokens_in + tokens_out)
+    publish_on_commit(run.mission_id, "validator-run:completed", counted)
     if failures:
         publish_on_commit(
             run.mission_id,
@@ -257,27 +248,6 @@ def _same_base(run: ValidatorRun) -> bool:
     return same_base(run.protection, current)
 
 
-def apply_pass(
-    *, feature: MissionFeature, run: ValidatorRun, cause: str, old_state: str, fixes: list[int] | None = None
-) -> None:
-    """`fixes`: the fixes of the feature's lineage (`lineage_fix_ids`) when the caller read
-    them in this transaction: with none, there is no lineage to close."""
-    feature_transition(
-        feature=feature.pk,
-        old=old_state,
-        new=LoopState.PASSED,
-        cause=cause,
-        payload={"run": run.pk},
-        fields={"stop_reason": "", "stop_detail": "", "stopped_at": None},
-        mission_id=feature.mission_id,
-    )
-    if feature.generated_from_id:
-        follow_up(feature.mission_id, "fix_passed", lambda: fix_passed(fix=feature, run=run))
-    elif fixes is None or fixes:
-        follow_up(feature.mission_id, "close_lineage", lambda: close_lineage(root=feature))
-    autopilot_notify(feature.mission_id)
-
-
 # The stop reason of a feature whose runs keep ending `error` with this code (else
 # `validator_unavailable`).
 ERROR_STOP_REASONS = {
@@ -297,18 +267,7 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     text = bounded(message, 4000)
     if not run_finish(run=run, status=RunStatus.ERROR, error=f"{code}: {text}", summary=text[:500]):
         return False
-    publish_on_commit(
-        run.mission_id,
-        "validator-run:completed",
-        {
-            "run": run.pk,
-            "feature": run.feature_id,
-            "milestone": run.milestone_id,
-            "scope": run.scope,
-            "status": RunStatus.ERROR,
-            "error": code,
-        },
-    )
+    publish_on_commit(run.mission_id, "validator-run:completed", run_completed_payload(run, error=code))
     if run.feature_id is None:
         milestone_run_errored(run=run, retry=retry)
         return True
@@ -334,20 +293,9 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
 
 
 def _retry(feature: MissionFeature, failed: ValidatorRun, errors: int) -> None:
-    run = new_run(
-        feature=feature,
-        milestone_id=failed.milestone_id,
-        trigger=failed.trigger,
-        validator=failed.validator,
-        validator_config=failed.validator_config,
-        revision=failed.revision,
-        assertions=failed.assertions,
-        protection=failed.protection,
-        fingerprint=failed.input_fingerprint,
-        validator_attempt=feature.validator_attempts + 1,
-    )
+    attempts = feature.validator_attempts + 1
+    run = clone_run(failed, feature=feature, validator_attempt=attempts)
     MissionFeature.objects.filter(pk=feature.pk).update(
-        last_run=run, validator_attempts=feature.validator_attempts + 1, updated_at=timezone.now()
+        last_run=run, validator_attempts=attempts, updated_at=timezone.now()
     )
-    run_started_event(run, retry_of=failed.pk)
-    queue_run(run, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))
+    launch(run, retry_of=failed.pk, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))
