@@ -35,8 +35,9 @@ from validation.services import runner
 from validation.services.fixes import fix_create
 from validation.services.recovery import reap_runs
 from validation.services.verdicts import complete as outcomes
-from validation.services.verdicts.admit import feature_admit, start_run
+from validation.services.verdicts.admit import feature_admit
 from validation.services.verdicts.complete import run_complete
+from validation.services.verdicts.start import start_run
 from validation.services.verdicts.task import task_outcome_process
 from validation.verdict import AssertionVerdict, Evidence, Verdict
 

@@ -13,7 +13,6 @@ from functools import partial
 from django.db.models import QuerySet
 
 from fusion_site.base.snapshots import SnapshotError, is_ancestor
-from fusion_site.base.sources import UnknownRevision
 from missions.errors import Conflict, DomainError, Invalid
 from missions.models import LoopState, Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus
 from missions.transitions.loop import feature_transition
@@ -24,7 +23,7 @@ from validation.selectors import consecutive_errors
 from validation.services.fixes import fix_create, regression_sources
 from validation.services.follow_up import follow_up
 from validation.services.queueing import autopilot_notify
-from validation.services.run_input import RunInput, branch_revision, frozen_assertion, run_input
+from validation.services.run_input import RunInput, branch_revision, frozen_assertion, run_input, unpinned
 from validation.services.run_state import run_cancel
 from validation.services.runs import Admission, launch, new_run
 
@@ -83,8 +82,7 @@ def _milestone_input(milestone: Milestone) -> RunInput:
             revision_name=revision_name,
         )
     except SnapshotError as exc:
-        code = "unknown_revision" if isinstance(exc, UnknownRevision) else "workspace_unavailable"
-        raise Invalid(str(exc), code=code) from exc
+        raise unpinned(exc) from exc
 
 
 def _start_milestone_run(milestone: Milestone, judged: RunInput, *, trigger: str, actor_id: int | None) -> ValidatorRun:

@@ -10,8 +10,10 @@ from typing import Any
 
 from fusion_site.base import sandbox
 from fusion_site.base.prepared import Prepared
-from fusion_site.base.snapshots import FULL_COMMIT, pin_branch, pin_revision
+from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_branch, pin_revision
+from fusion_site.base.sources import UnknownRevision
 from missions.environment_spec import declared_for, effective
+from missions.errors import Invalid
 from missions.models import AssertionScope, MissionFeature
 from missions.services.judging import mission_base
 from validation import profiles
@@ -51,6 +53,12 @@ def run_input(
             environment=run_environment(mission, milestone),
         ),
     )
+
+
+def unpinned(exc: SnapshotError) -> Invalid:
+    """What a person's request is told when the revision or the base cannot be pinned."""
+    code = "unknown_revision" if isinstance(exc, UnknownRevision) else "workspace_unavailable"
+    return Invalid(str(exc), code=code)
 
 
 # A frozen assertion's fields, by the model field each comes from: one list for both forms.

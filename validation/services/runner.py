@@ -1,6 +1,6 @@
-"""Step 3, execute (the order: `verdicts/__init__.py`): one validator run judged by the
+"""Step 4, execute (the order: `verdicts/__init__.py`): one validator run judged by the
 `run_validator` actor: context, snapshot, judge, host validation, then its completion
-(`verdicts/complete.py`, step 4)."""
+(`verdicts/complete.py`, step 5)."""
 
 from __future__ import annotations
 

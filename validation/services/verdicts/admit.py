@@ -1,7 +1,7 @@
-"""Step 2, admit and start (the order: `verdicts/__init__.py`; docs/TRUTH.md).
+"""Step 2, admit (the order: `verdicts/__init__.py`; docs/TRUTH.md).
 
 Under the mission's lock and the feature's row lock, one request to judge a feature is
-answered: a new run starts (`start_run`), an identical earlier pass is reused, or the
+answered: a new run starts (`start.start_run`), an identical earlier pass is reused, or the
 feature is blocked. Who asks decides what a refusal is:
 
 - `admit` (`feature_admit` in a transaction of its own): the loop (a task's outcome,
@@ -12,21 +12,20 @@ feature is blocked. Who asks decides what a refusal is:
 - `rerun`: an operator's re-run; `admit_or_raise`, judged again even where an identical
   pass would be reused or identical failures block.
 
-A pass, reused here or judged (`verdicts/complete.py`), is applied by `apply_pass` at the
-end of this module: a fix's pass judges its root again, which admits a run, so admission
-and a pass's consequences live in one module.
+The run starts in `start.py` (step 3). A pass, reused here or judged (`complete.py`), is
+applied by `apply_pass` at the end of this module: a fix's pass judges its root again,
+which admits a run, so admission and a pass's consequences live in one module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from fusion_site.base.prepared import Prepared
 from fusion_site.base.snapshots import SnapshotError
-from fusion_site.base.sources import UnknownRevision
 from missions.errors import Conflict, DomainError, Invalid
 from missions.events import lock_mission, publish_on_commit
 from missions.models import LoopState, MissionFeature, StopReason
@@ -38,8 +37,9 @@ from validation.selectors import JUDGED
 from validation.services.fixes import cancel_running, close_lineage, lineage_root
 from validation.services.follow_up import follow_up
 from validation.services.queueing import autopilot_notify
-from validation.services.run_input import RunInput, feature_assertion_specs, judged_revision, run_input
-from validation.services.runs import Admission, clone_run, launch, new_run, run_completed_payload
+from validation.services.run_input import RunInput, feature_assertion_specs, judged_revision, run_input, unpinned
+from validation.services.runs import Admission, clone_run, run_completed_payload
+from validation.services.verdicts.start import start_run
 
 IDENTICAL_FAILURE_LIMIT = 3
 # Only these leave `blocked` (docs/TRUTH.md): never a reuse, a task outcome or a fix.
@@ -184,9 +184,8 @@ def _prepare(request: _Request) -> tuple[MissionFeature, RunInput]:
             revision_name=name,
         )
     except SnapshotError as exc:
-        code = "unknown_revision" if isinstance(exc, UnknownRevision) else "workspace_unavailable"
         unavailable = _Block("workspace_unavailable", StopReason.WORKSPACE_UNAVAILABLE, str(exc)[:2000])
-        raise _NotStarted(Invalid(str(exc), code=code), feature, unavailable) from exc
+        raise _NotStarted(unpinned(exc), feature, unavailable) from exc
     if not revision:
         raise Invalid(
             "nothing to validate: the feature has no landed task revision and the mission no repository",
@@ -293,57 +292,6 @@ def _start(feature: MissionFeature, judged: RunInput, request: _Request) -> Vali
         actor_id=request.actor_id,
         reason=request.reason,
     )
-
-
-def start_run(
-    *,
-    feature: MissionFeature,
-    judged: RunInput,
-    trigger: str,
-    cause: str,
-    actor_id: int | None,
-    reason: str = "",
-) -> ValidatorRun:
-    """Create the run, point the feature at it, move it to `validating`, and hand the run
-    to the runner (`runs.launch`: step 3, after commit)."""
-    # No savepoint of its own: a refused insert refuses the whole admission, whose own
-    # block (`feature_admit` is atomic: a savepoint when nested) rolls it back.
-    try:
-        run = new_run(
-            feature=feature,
-            milestone_id=feature.slice.milestone_id,
-            trigger=trigger,
-            judged=judged,
-            actor_id=actor_id,
-            validator_attempt=feature.validator_attempts + 1,
-        )
-    except IntegrityError as exc:  # the database's own "one running run per feature"
-        raise Conflict("a validation of this feature is already running", code="validation_already_running") from exc
-    attempts = feature.validator_attempts + 1
-    if feature.loop_state == LoopState.VALIDATING:
-        MissionFeature.objects.filter(pk=feature.pk).update(
-            updated_at=timezone.now(), last_run=run, validator_attempts=attempts
-        )
-    elif not feature_transition(
-        feature=feature.pk,
-        old=feature.loop_state,
-        new=LoopState.VALIDATING,
-        cause=cause,
-        actor_id=actor_id,
-        reason=reason,
-        fields={
-            "last_run_id": run.pk,
-            "validator_attempts": attempts,
-            "stop_reason": "",
-            "stop_detail": "",
-            "stopped_at": None,
-        },
-        payload={"run": run.pk},
-        mission_id=feature.mission_id,
-    ):
-        raise Conflict("the feature changed state meanwhile; try again", code="state_changed")
-    launch(run, actor_id=actor_id)
-    return run
 
 
 def _reuse(feature: MissionFeature, reused: ValidatorRun, *, judged: RunInput, request: _Request) -> Admission:

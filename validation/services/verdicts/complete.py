@@ -1,11 +1,11 @@
-"""Step 4, complete, and step 5, follow up (the order: `verdicts/__init__.py`; docs/TRUTH.md).
+"""Step 5, complete, and step 6, follow up (the order: `verdicts/__init__.py`; docs/TRUTH.md).
 
-The runner (`validation/services/runner.py`, step 3) hands over a verdict (`run_complete`)
+The runner (`validation/services/runner.py`, step 4) hands over a verdict (`run_complete`)
 or an error (`run_error`). The run ends by a compare-and-swap on `running`
 (`run_state.run_finish`), then the feature moves only if its `last_run` names this run: a
 late result after a reap changes nothing. What follows a verdict runs in a savepoint of
-its own (`follow_up`): a fix, a newer revision judged, a root judged again, a milestone's
-consequences, the autopilot."""
+its own (`follow_up`): a fix, a newer revision judged, a milestone's consequences, the
+autopilot; what follows a pass is `admit.apply_pass`'s."""
 
 from __future__ import annotations
 
