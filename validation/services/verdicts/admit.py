@@ -128,6 +128,8 @@ def rerun(
 
 @dataclass
 class _Block:
+    """The loop's answer to a request that cannot be judged: the feature is blocked."""
+
     cause: str
     stop_reason: str
     detail: str

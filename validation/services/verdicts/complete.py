@@ -101,6 +101,112 @@ def run_complete(
     return True
 
 
+_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
+    lambda pk: MissionFeature.objects.select_for_update().filter(pk=pk)
+)
+
+
+def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
+    if run.feature_id is None:
+        return None  # a milestone run moves no feature
+    feature = _LOCKED_FEATURE.get(pk=run.feature_id)
+    return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
+
+
+def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
+    feature = _owns_feature(run)
+    if feature is None:
+        return
+    fixes = lineage_fix_ids(feature)  # read once, under the mission's lock: no fix is made meanwhile
+    if _judge_newer_revision(feature, run, fixes):
+        return
+    if verdict.status == "pass":
+        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING, fixes=fixes)
+    elif verdict.status == "fail":
+        _needs_fix(feature, run)
+    else:
+        _stopped(feature, run, verdict)
+
+
+def _needs_fix(feature: MissionFeature, run: ValidatorRun) -> None:
+    """A fail: the feature waits for its fix, made now when the mission has `auto_fix`."""
+    feature_transition(
+        feature=feature.pk,
+        old=LoopState.VALIDATING,
+        new=LoopState.NEEDS_FIX,
+        cause="fail",
+        payload={"run": run.pk},
+        mission_id=feature.mission_id,
+    )
+    if run.mission.auto_fix:
+        follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
+    else:
+        publish_on_commit(
+            run.mission_id,
+            "fix-feature:report-only",
+            {"mission": run.mission_id, "feature": feature.pk, "run": run.pk},
+        )
+
+
+def _stopped(feature: MissionFeature, run: ValidatorRun, verdict: Verdict) -> None:
+    """A blocked verdict: the feature is blocked until a person looks."""
+    feature_transition(
+        feature=feature.pk,
+        old=LoopState.VALIDATING,
+        new=LoopState.BLOCKED,
+        cause="blocked",
+        reason=verdict.blocked_reason[:500],
+        payload={"run": run.pk},
+        fields={
+            "stop_reason": blocked_stop_reason(run, verdict),
+            "stop_detail": bounded(verdict.blocked_reason, 2000),
+            "stopped_at": timezone.now(),
+        },
+    )
+    autopilot_notify(run.mission_id)
+
+
+def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
+    """The run judged older code or an older contract than the feature now has (a task
+    landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
+    recorded on the run, but it decides nothing; the feature's current revision and set
+    are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
+
+    landed = feature_revision(feature, fixes=fixes)
+    # Nothing landed: the run's own revision again, with the branch it was the head of.
+    standing, name = (landed, "") if landed else (run.revision, run.revision_name)
+    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
+        return False
+    follow_up(
+        run.mission_id,
+        "newer_revision",
+        lambda: feature_admit(
+            feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing, revision_name=name
+        ),
+    )
+    return True
+
+
+def _same_base(run: ValidatorRun) -> bool:
+    """Whether the run was judged against the mission's base as it stands: a person who
+    moved the base while the run judged makes its verdict one over an old input."""
+    if not (run.protection or {}).get("base"):
+        return True
+    current = Mission.objects.filter(pk=run.mission_id).values_list("base_commit", flat=True).first() or ""
+    return same_base(run.protection, current)
+
+
+def blocked_stop_reason(run: ValidatorRun, verdict: Verdict) -> str:
+    """Why a blocked run stops its feature: `suspected_tampering` when a scan of the changed
+    files blocked an assertion (validation/subversion.py: a person looks first); missing
+    content a check needed (a submodule, an LFS object: what to enable,
+    docs/REPOSITORIES.md); or the validator's block."""
+    if any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions):
+        return StopReason.SUSPECTED_TAMPERING
+    checked = [a["key"] for a in run.assertions if a.get("check")]
+    return unfetched.stop_code(verdict, checked) or StopReason.VALIDATOR_BLOCKED
+
+
 def _counts(verdict: Verdict) -> dict[str, int]:
     counts = {"pass": 0, "fail": 0, "blocked": 0}
     for a in verdict.assertions:
@@ -150,102 +256,6 @@ def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None
             payload={"key": assertion.key, "milestone": assertion.milestone_id, "run": run.pk},
         ):
             assertion.refresh_from_db(fields=["status"])  # another writer won: judge from its state
-
-
-_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
-    lambda pk: MissionFeature.objects.select_for_update().filter(pk=pk)
-)
-
-
-def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
-    if run.feature_id is None:
-        return None  # a milestone run moves no feature
-    feature = _LOCKED_FEATURE.get(pk=run.feature_id)
-    return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
-
-
-def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
-    feature = _owns_feature(run)
-    if feature is None:
-        return
-    fixes = lineage_fix_ids(feature)  # read once, under the mission's lock: no fix is made meanwhile
-    if _judge_newer_revision(feature, run, fixes):
-        return
-    if verdict.status == "pass":
-        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING, fixes=fixes)
-    elif verdict.status == "fail":
-        feature_transition(
-            feature=feature.pk,
-            old=LoopState.VALIDATING,
-            new=LoopState.NEEDS_FIX,
-            cause="fail",
-            payload={"run": run.pk},
-            mission_id=feature.mission_id,
-        )
-        if run.mission.auto_fix:
-            follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
-        else:
-            publish_on_commit(
-                run.mission_id,
-                "fix-feature:report-only",
-                {"mission": run.mission_id, "feature": feature.pk, "run": run.pk},
-            )
-    else:
-        feature_transition(
-            feature=feature.pk,
-            old=LoopState.VALIDATING,
-            new=LoopState.BLOCKED,
-            cause="blocked",
-            reason=verdict.blocked_reason[:500],
-            payload={"run": run.pk},
-            fields={
-                "stop_reason": blocked_stop_reason(run, verdict),
-                "stop_detail": bounded(verdict.blocked_reason, 2000),
-                "stopped_at": timezone.now(),
-            },
-        )
-        autopilot_notify(run.mission_id)
-
-
-def blocked_stop_reason(run: ValidatorRun, verdict: Verdict) -> str:
-    """Why a blocked run stops its feature: `suspected_tampering` when a scan of the changed
-    files blocked an assertion (validation/subversion.py: a person looks first); missing
-    content a check needed (a submodule, an LFS object: what to enable,
-    docs/REPOSITORIES.md); or the validator's block."""
-    if any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions):
-        return StopReason.SUSPECTED_TAMPERING
-    checked = [a["key"] for a in run.assertions if a.get("check")]
-    return unfetched.stop_code(verdict, checked) or StopReason.VALIDATOR_BLOCKED
-
-
-def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
-    """The run judged older code or an older contract than the feature now has (a task
-    landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
-    recorded on the run, but it decides nothing; the feature's current revision and set
-    are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
-
-    landed = feature_revision(feature, fixes=fixes)
-    # Nothing landed: the run's own revision again, with the branch it was the head of.
-    standing, name = (landed, "") if landed else (run.revision, run.revision_name)
-    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
-        return False
-    follow_up(
-        run.mission_id,
-        "newer_revision",
-        lambda: feature_admit(
-            feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing, revision_name=name
-        ),
-    )
-    return True
-
-
-def _same_base(run: ValidatorRun) -> bool:
-    """Whether the run was judged against the mission's base as it stands: a person who
-    moved the base while the run judged makes its verdict one over an old input."""
-    if not (run.protection or {}).get("base"):
-        return True
-    current = Mission.objects.filter(pk=run.mission_id).values_list("base_commit", flat=True).first() or ""
-    return same_base(run.protection, current)
 
 
 # The stop reason of a feature whose runs keep ending `error` with this code (else
