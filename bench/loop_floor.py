@@ -10,7 +10,7 @@ process) and of its reaped children (git, the checks):
 
   complete  `missions.services.tasks.task_complete` (what `POST /api/tasks/{id}/complete/`
             calls: the revision pinned, the task `done`, `process_task_outcome` queued);
-  admit     `validation.services.task_outcome.task_outcome_process` (that message's work:
+  admit     `validation.services.verdicts.task.task_outcome_process` (that message's work:
             the guards, the run created, `run_validator` queued);
   run       `validation.services.runner.execute_run` (that message's work: the claim, the
             snapshot, the checks, the journal, the outcome, the events).
@@ -116,7 +116,7 @@ def run_steps(meter: Meter, source: str, rev: str) -> None:
     from missions.services.tasks import task_complete
     from validation.models import ValidatorRun
     from validation.services.runner import execute_run
-    from validation.services.task_outcome import task_outcome_process
+    from validation.services.verdicts.task import task_outcome_process
 
     mission, tasks, _token = build_mission(source, ARGS.warm_up + ARGS.features, "floor")
     if connection.vendor == "postgresql":

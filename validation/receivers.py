@@ -8,10 +8,8 @@ from typing import Any
 from django.dispatch import receiver
 
 from missions import hooks
-from validation import hooks as validation_hooks
 from validation import protect
 from validation.services.operator import revalidate_changed_contracts
-from validation.services.outcomes import apply_pass
 from validation.services.queueing import autopilot_notify, judge_task_outcome
 
 
@@ -28,11 +26,6 @@ def advance_mission(sender: Any, *, mission_id: int, **_: Any) -> None:
 @receiver(hooks.contract_changed, dispatch_uid="validation.contract_changed")
 def revalidate_contracts(sender: Any, *, milestone_ids: list[int], cause: str, **_: Any) -> None:
     revalidate_changed_contracts(milestone_ids=milestone_ids, cause=cause)
-
-
-@receiver(validation_hooks.pass_reused, dispatch_uid="validation.pass_reused")
-def apply_reused_pass(sender: Any, *, feature: Any, run: Any, old_state: str, **_: Any) -> None:
-    apply_pass(feature=feature, run=run, cause="fingerprint_reuse", old_state=old_state)
 
 
 @receiver(hooks.protected_paths_unmatched, dispatch_uid="validation.protected_paths_unmatched")

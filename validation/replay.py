@@ -21,7 +21,7 @@ from validation import journal, protect
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.journal import JournalIntegrityError, JournalMiss
 from validation.models import JournalEntry, RunStatus, ValidatorRun
-from validation.services.admission import feature_assertion_specs, input_fingerprint, run_environment
+from validation.services.run_input import feature_assertion_specs, input_fingerprint, run_environment
 from validation.services.runner import run_assertions
 from validation.validators import judge
 from validation.validators.repair import ReplayDivergence

@@ -13,7 +13,7 @@ from django.conf import settings
 from validation.services.autopilot import autopilot_advance as advance
 from validation.services.recovery import recover
 from validation.services.runner import execute_run
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.task import task_outcome_process
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ what a feature leaving `passed` undoes).
 | `milestone_transition`            | `Milestone.status`           | `missions.transitions.progress`        |
 | `milestone_validation_transition` | `Milestone.validation_state` | `missions/services/rollup.py` only     |
 | `slice_transition`                | `Slice.status`               | progress, the autopilot, operator, fix |
-| `assertion_transition`            | `ContractAssertion.status`   | verdicts (`validation/services/outcomes.py`) |
+| `assertion_transition`            | `ContractAssertion.status`   | verdicts (`validation/services/verdicts/complete.py`) |
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ LOOP_CAUSES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
             "blocked",
             "validator_unavailable",
             # A run that ended `error` for want of a sandbox or an environment
-            # (validation/services/outcomes.py ERROR_STOP_REASONS).
+            # (validation/services/verdicts/complete.py ERROR_STOP_REASONS).
             "sandbox_unavailable",
             "environment_failed",
             "operator",

@@ -27,8 +27,8 @@ from validation import verdict_schema
 from validation.journal import sha256_of, verify_chain
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
-from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
+from validation.services.verdicts.admit import feature_admit
 from validation.verdict import FrozenContext, Verdict, run_host_validators
 
 pytestmark = [pytest.mark.llm, pytest.mark.django_db(transaction=True)]

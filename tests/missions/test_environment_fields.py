@@ -12,7 +12,7 @@ import yaml
 from missions.errors import Invalid
 from missions.models import Milestone, Mission
 from missions.services.files import mission_export, mission_import
-from validation.services.admission import input_fingerprint
+from validation.services.run_input import input_fingerprint
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ from missions.selectors import milestone_rollup
 from missions.services import hierarchy
 from missions.services.files import mission_import
 from validation.models import RunScope, ValidatorRun
-from validation.services.outcomes import run_complete, run_error
+from validation.services.verdicts.complete import run_complete, run_error
 from validation.verdict import AssertionVerdict, Verdict
 
 pytestmark = pytest.mark.django_db
@@ -156,7 +156,7 @@ def test_link_and_unlink(owner, plan):
 
 
 def _run(feature: MissionFeature) -> ValidatorRun:
-    from validation.services.admission import feature_assertion_specs
+    from validation.services.run_input import feature_assertion_specs
 
     run = ValidatorRun.objects.create(
         mission=feature.mission,

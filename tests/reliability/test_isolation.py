@@ -37,7 +37,7 @@ from missions.models import (
 )
 from validation.models import JournalEntry, ValidatorFailure, ValidatorRun
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django.db import OperationalError
 from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus, ValidatorRun
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -30,7 +30,7 @@ from missions.errors import Invalid
 from missions.models import Mission
 from missions.services.tasks import task_complete
 from validation.models import RunStatus, ValidatorRun
-from validation.services.outcomes import ERROR_LIMIT
+from validation.services.verdicts.complete import ERROR_LIMIT
 
 from .conftest import complete, feature, loop_state, stored_text, url_mission
 from .httpgit import HttpGit

@@ -11,9 +11,9 @@ from fusion_site.base import mirrors
 from missions.models import MissionEvent
 from validation.models import RunStatus, ValidatorRun
 from validation.services import runner
-from validation.services.outcomes import ERROR_LIMIT
 from validation.services.recovery import recover
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.complete import ERROR_LIMIT
+from validation.services.verdicts.task import task_outcome_process
 
 from .conftest import complete, feature, fetch_lines, git, loop_state, mirror_of, url_mission, wait_for
 

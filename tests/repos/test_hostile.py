@@ -17,7 +17,7 @@ from missions.models import Mission
 from missions.services.tasks import task_complete, task_create
 from validation.models import RunStatus, ValidatorRun
 from validation.services.runner import execute_run
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.task import task_outcome_process
 
 from .conftest import complete, feature, loop_state, url_mission
 

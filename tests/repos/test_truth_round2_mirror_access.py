@@ -15,7 +15,7 @@ import pytest
 from fusion_site.base import mirror_guard, mirrors
 from missions.models import Mission
 from validation.models import RunStatus, ValidatorRun
-from validation.services.outcomes import ERROR_LIMIT
+from validation.services.verdicts.complete import ERROR_LIMIT
 
 from .conftest import complete, feature, fetch_lines, loop_state, url_mission
 from .test_credentials import VAR, http_git, push, source_for, token  # noqa: F401 — fixtures

@@ -22,7 +22,7 @@ from missions.demo.wheel import wheel, wheel_name
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from validation.models import JournalEntry, RunStatus, ValidatorRun
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit, rerun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,7 +80,7 @@ def mission_with(repo, base: str, environment: dict, checks: list[dict], **field
 
 
 def judge(feature: MissionFeature, revision: str) -> ValidatorRun:
-    run = feature_admit(feature_id=feature.pk, trigger="manual", cause="validate", revision=revision, force=True).run
+    run = rerun(feature_id=feature.pk, trigger="manual", cause="validate", revision=revision).run
     assert run is not None
     runner.execute_run(run.pk)
     run.refresh_from_db()

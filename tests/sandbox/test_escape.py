@@ -34,7 +34,7 @@ from missions.models import Mission, MissionFeature
 from tests.sandbox import attempts
 from tests.sandbox.mission import RIGHT, STUB, WRONG, check_of, protected_test, run_texts
 from validation.models import RunStatus, ValidatorRun
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

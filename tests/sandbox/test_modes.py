@@ -15,7 +15,7 @@ from fusion_site.base import sandbox
 from missions.models import Mission, MissionFeature
 from tests.sandbox.mission import RIGHT, STUB, check_of, protected_test, run_texts
 from validation.models import JournalEntry, RunStatus, ValidatorRun
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

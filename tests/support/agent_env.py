@@ -11,8 +11,8 @@ from missions.models import MissionFeature
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.scripted_model import ScriptedFunction
 from validation.models import ValidatorRun
-from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
+from validation.services.verdicts.admit import feature_admit
 from validation.validators.agent_models import register_model
 
 HELLO = "def hello():\n    return 'hi'\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from missions.models import Mission, MissionFeature
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 TEST_CALC = (
     "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"

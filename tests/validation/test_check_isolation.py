@@ -23,7 +23,7 @@ from fusion_site.base.snapshots import SNAPSHOT_NAME, private_copy, snapshot, sn
 from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 from validation.verdict import AssertionVerdict, Evidence, FrozenContext, Verdict, file_evidence_exists, file_refs_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]

@@ -24,8 +24,8 @@ from missions.models import ContractAssertion, Milestone, Mission, MissionFeatur
 from missions.services import hierarchy
 from validation.context import AssertionSpec
 from validation.models import RunStatus, ValidatorRun
-from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
+from validation.services.verdicts.admit import feature_admit
 from validation.validators.checks import judge_assertion
 from validation.verdict import (
     FrozenContext,

@@ -22,7 +22,7 @@ from fusion_site.base.proc import run_command, run_nicer
 from fusion_site.base.sources import run_git
 from missions.models import MissionFeature
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 PROBE = (
     f"{sys.executable} -c \"import os, json; print(json.dumps({{'nice': os.getpriority(os.PRIO_PROCESS, 0), "

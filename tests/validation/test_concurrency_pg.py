@@ -31,12 +31,14 @@ from missions.services.tasks import task_create
 from tests.conftest import is_postgres
 from tests.support.locks import announcing_begin, wait_until_another_waits
 from validation.models import FixLineage, RunStatus, ValidatorRun
-from validation.services import outcomes, runner
-from validation.services.admission import feature_admit, start_run
+from validation.services import runner
 from validation.services.fixes import fix_create
-from validation.services.outcomes import run_complete
 from validation.services.recovery import reap_runs
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts import complete as outcomes
+from validation.services.verdicts.admit import feature_admit
+from validation.services.verdicts.complete import run_complete
+from validation.services.verdicts.start import start_run
+from validation.services.verdicts.task import task_outcome_process
 from validation.verdict import AssertionVerdict, Evidence, Verdict
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,7 +142,7 @@ def test_an_admission_held_open_makes_the_second_request_wait_then_409(
     running run."""
     feature = features(build_mission, git_repo, 1)[0]
     holding, begun = threading.Event(), threading.Event()
-    from validation.services import admission
+    from validation.services.verdicts import admit as admission
 
     real_start_run = admission.start_run
 
@@ -176,27 +178,25 @@ def test_the_database_allows_one_running_run_per_feature_even_without_the_row_lo
     the partial unique index lets one in and the other gets a Conflict, not a second run."""
     feature = features(build_mission, git_repo, 1)[0]
     from validation import profiles
-    from validation.services.admission import feature_assertion_specs, input_fingerprint
+    from validation.services.run_input import RunInput, feature_assertion_specs, input_fingerprint
 
     profile = profiles.get_profile("composite")
     revision = git_repo.git("rev-parse", "HEAD").strip()
     assertions = feature_assertion_specs(feature)
     fingerprint = input_fingerprint(revision=revision, assertions=assertions, profile=profile)
+    judged = RunInput(
+        profile=profile,
+        revision=revision,
+        revision_name="",
+        assertions=assertions,
+        protection={},
+        fingerprint=fingerprint,
+    )
 
     def bypass():
         with transaction.atomic():
             stale = MissionFeature.objects.select_related("mission", "slice").get(pk=feature.pk)  # no row lock
-            return start_run(
-                feature=stale,
-                trigger="manual",
-                cause="validate",
-                profile=profile,
-                revision=revision,
-                fingerprint=fingerprint,
-                actor_id=None,
-                assertions=assertions,
-                protection={},
-            )
+            return start_run(feature=stale, judged=judged, trigger="manual", cause="validate", actor_id=None)
 
     results = race(bypass, bypass)
     runs = [r for r in results if isinstance(r, ValidatorRun)]

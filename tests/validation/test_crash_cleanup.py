@@ -25,8 +25,8 @@ from missions.models import MissionEvent, MissionFeature
 from validation.context import ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
 from validation.services import runner
-from validation.services.admission import feature_admit
 from validation.services.recovery import recover
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from tests.reliability.conftest import mission_rows
 from validation.models import RunScope, RunStatus, ValidatorRun
 from validation.services.operator import milestone_validate
 from validation.services.runner import execute_run
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.task import task_outcome_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from django.core.management.base import SystemCheckError
 from tests.support.agent_env import hello_feature, run_now, scripted, start_run  # noqa: F401
 from tests.support.verdicts import passing
 from validation import profiles
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 AGENT = {"kind": "agent", "model": "openai:gpt-4o"}
 

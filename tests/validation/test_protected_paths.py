@@ -25,7 +25,7 @@ from validation import protect
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 TEST_CALC = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n"
 BASE = {

@@ -12,10 +12,10 @@ from fusion_site.base.snapshots import snapshot_root
 from missions.models import Mission, MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_create
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
-from validation.services import admission
-from validation.services.admission import feature_admit
-from validation.services.outcomes import run_complete, run_error
+from validation.services import runs
 from validation.services.recovery import recover
+from validation.services.verdicts.admit import feature_admit
+from validation.services.verdicts.complete import run_complete, run_error
 from validation.verdict import AssertionVerdict, Evidence, Verdict
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,7 +93,7 @@ def test_expired_lease_is_reaped_and_retried(idle_broker, build_mission, git_rep
 def test_a_run_never_picked_up_is_sent_again_and_completes(worker, build_mission, git_repo, monkeypatch):
     feature = hello_feature(build_mission, git_repo)
     with monkeypatch.context() as patch:
-        patch.setattr(admission, "queue_run", lambda run_id, delay_ms=0: None)  # the message is lost
+        patch.setattr(runs, "queue_run", lambda run_id, delay_ms=0: None)  # the message is lost
         run = start_run_now(feature)
     worker.drain()
     run.refresh_from_db()

@@ -48,7 +48,7 @@ def test_a_check_that_cannot_run_leaves_the_others_verdicts_in_the_journal(
     """A run's check results are journaled together once they are in: one that fails to
     run (a defect of ours) still leaves the verdicts of those that ran."""
     from validation.models import JournalEntry
-    from validation.services.admission import feature_admit
+    from validation.services.verdicts.admit import feature_admit
     from validation.validators import checks
 
     settings.FUSION_CHECK_PARALLELISM = parallelism

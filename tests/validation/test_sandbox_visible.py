@@ -14,7 +14,7 @@ from django.core.management import call_command
 from fusion_site.base import sandbox
 from missions.models import MissionFeature
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

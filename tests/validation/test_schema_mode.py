@@ -17,7 +17,7 @@ from validation import profiles, verdict_schema
 from validation.journal import sha256_of, verify_chain
 from validation.models import JournalEntry, RunStatus
 from validation.replay import replay_run
-from validation.services.admission import input_fingerprint
+from validation.services.run_input import input_fingerprint
 from validation.services.runner import execute_run
 from validation.validators.agent_models import register_model
 

@@ -29,10 +29,10 @@ from tests.reliability.conftest import race
 from tests.support.agent_env import add_profile, hello_feature, scripted  # noqa: F401 — fixtures
 from tests.support.verdicts import item, verdict
 from validation.models import JournalEntry, RunStatus, ValidatorFailure, ValidatorRun
-from validation.services.admission import feature_admit
 from validation.services.operator import feature_repair, feature_validate
 from validation.services.runner import execute_run
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.admit import admit_or_raise, feature_admit, rerun
+from validation.services.verdicts.task import task_outcome_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -185,7 +185,7 @@ def test_a_blocked_feature_is_never_moved_out_of_blocked_by_a_reuse(worker, buil
         admission = feature_admit(feature_id=feature.pk, trigger="manual", cause=cause, revision=good)
         assert admission.outcome == "refused" and admission.run is None, (cause, admission)
     with pytest.raises(Conflict) as refused:
-        feature_admit(feature_id=feature.pk, trigger="manual", cause="validate", revision=good, raise_conflict=True)
+        admit_or_raise(feature_id=feature.pk, trigger="manual", cause="validate", revision=good)
     assert refused.value.code == "feature_blocked"
     worker.drain()
     feature.refresh_from_db()
@@ -430,7 +430,7 @@ def test_a_fix_passing_while_its_root_is_validating_re_judges_the_root_at_the_fi
     idle_broker, build_mission, git_repo, alice
 ):
     root, fix, fix_run, r1, r2 = _root_failed_and_fix_in_flight(build_mission, git_repo, alice)
-    busy = feature_admit(feature_id=root.pk, trigger="manual", cause="re_run", force=True)
+    busy = rerun(feature_id=root.pk, trigger="manual", cause="re_run")
     assert busy.outcome == "started" and busy.run.revision == r1
     root.refresh_from_db()
     assert root.loop_state == "validating"
@@ -455,7 +455,7 @@ def test_a_fix_passing_while_its_root_is_validating_re_judges_the_root_at_the_fi
 def test_a_fix_passing_while_its_root_is_blocked_keeps_its_pass(idle_broker, build_mission, git_repo, alice):
     root, fix, fix_run, r1, r2 = _root_failed_and_fix_in_flight(build_mission, git_repo, alice, retry_budget=1)
     # The root is judged again at r1 meanwhile and fails: its budget is spent, it is blocked.
-    busy = feature_admit(feature_id=root.pk, trigger="manual", cause="re_run", force=True)
+    busy = rerun(feature_id=root.pk, trigger="manual", cause="re_run")
     assert execute_run(busy.run.pk) == RunStatus.FAILED
     root.refresh_from_db()
     assert (root.loop_state, root.stop_reason) == ("blocked", "budget_exhausted")

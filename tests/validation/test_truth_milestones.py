@@ -18,10 +18,11 @@ from missions.services.lifecycle import mission_activate
 from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, milestone_ready, open_task
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
-from validation.services.admission import feature_admit
+from validation.services.milestones import milestone_ready
 from validation.services.operator import feature_repair
 from validation.services.runner import execute_run
-from validation.services.task_outcome import task_outcome_process
+from validation.services.verdicts.admit import feature_admit
+from validation.services.verdicts.task import task_outcome_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from missions.models import MissionFeature
 from tests.conftest import Repo
 from validation.models import RunStatus
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 

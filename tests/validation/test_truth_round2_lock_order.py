@@ -19,8 +19,8 @@ from missions.models import ContractAssertion, MissionEvent
 from missions.services.hierarchy import assertion_update
 from tests.validation.test_concurrency_pg import features, pass_verdict, race
 from validation.models import RunStatus, ValidatorRun
-from validation.services.admission import feature_admit
-from validation.services.outcomes import run_complete
+from validation.services.verdicts.admit import feature_admit
+from validation.services.verdicts.complete import run_complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from missions.models import Mission, MissionEvent, MissionFeature
 from missions.services.files import mission_export, mission_import
 from validation.models import RunStatus
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 
 TEST_CALC = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n"
 BASE = {

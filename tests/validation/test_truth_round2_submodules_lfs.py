@@ -17,8 +17,8 @@ from missions.models import LoopState, Mission, MissionFeature, StopReason
 from tests.conftest import Repo
 from tests.gitserver import GitDaemon
 from validation.models import RunStatus, ValidatorRun
-from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

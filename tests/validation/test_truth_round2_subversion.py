@@ -13,7 +13,7 @@ from missions.models import Mission, MissionFeature, StopReason
 from validation import protect
 from validation.models import RunStatus
 from validation.services import runner
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import feature_admit
 from validation.subversion import scan_file
 from validation.witness import pytest_args, selection
 

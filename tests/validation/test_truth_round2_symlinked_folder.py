@@ -20,8 +20,8 @@ from tests.conftest import GIT_ENV, Repo
 from tests.repos.conftest import tree_digest
 from validation.models import RunStatus, ValidatorRun
 from validation.services import runner
-from validation.services.admission import feature_admit
 from validation.services.recovery import redrive_unavailable
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("idle_broker")]
 

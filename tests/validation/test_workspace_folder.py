@@ -9,8 +9,8 @@ import pytest
 from fusion_site.base.snapshots import SnapshotError, snapshot
 from missions.models import MissionFeature
 from validation.models import RunStatus
-from validation.services.admission import feature_admit
 from validation.services.runner import execute_run
+from validation.services.verdicts.admit import feature_admit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -164,7 +164,7 @@ ADMISSION = shape(
     {
         "outcome": {
             "type": "string",
-            "description": "started, reused, blocked, ... (validation/services/admission.py)",
+            "description": "started, reused, blocked, ... (validation/services/verdicts/admit.py)",
         },
         "detail": {"type": "string"},
         "run": {"type": ["object", "null"]},

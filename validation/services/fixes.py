@@ -28,7 +28,6 @@ from missions.services.tasks import task_create
 from missions.transitions import FEATURE, feature_transition, slice_transition
 from missions.transitions.loop import DONE_STATES
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorFailure, ValidatorRun
-from validation.services.admission import feature_admit
 from validation.services.queueing import autopilot_notify
 from validation.services.run_state import run_cancel
 
@@ -202,39 +201,7 @@ def _exhaust(root: MissionFeature, source: MissionFeature, run: ValidatorRun, ac
     autopilot_notify(root.mission_id)
 
 
-def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
-    """A fix passed: its root is re-judged at the fix's revision (which is now the revision
-    the root stands on, `feature_revision`). The outcome for every root state:
-    passed at this revision: nothing to do; passed at an older one (the fix was worked on
-    again after the root passed): judged again at the fix's; validating: that run is
-    cancelled and a new one starts at the fix's revision; blocked: it stays blocked (only
-    clear, re-run or resume leave it) and a re-run will judge the fix's revision;
-    anything else: a new run at the fix's revision. Called while holding the mission lock."""
-    assert_mission_locked(fix.mission_id)
-    root = lineage_root(fix)
-    if root.pk == fix.pk or root.loop_state == LoopState.SUPERSEDED:
-        return "nothing"
-    if root.loop_state == LoopState.PASSED and root.last_run is not None and root.last_run.revision == run.revision:
-        return "nothing"  # the root already passed at this very revision
-    if root.loop_state == LoopState.BLOCKED:
-        publish_on_commit(
-            root.mission_id,
-            "fix-feature:root-blocked",
-            {
-                "mission": root.mission_id,
-                "feature": root.pk,
-                "fix": fix.pk,
-                "run": run.pk,
-                "reason": "the root is blocked: re-run it to judge it at the fix's revision",
-            },
-        )
-        return "root_blocked"
-    if root.loop_state == LoopState.VALIDATING:
-        _cancel_running(root, reason=f"superseded by the pass of fix {fix.key} (run {run.pk})")
-    return feature_admit(feature_id=root.pk, trigger="fix", cause="root_revalidation", revision=run.revision).outcome
-
-
-def _cancel_running(feature: MissionFeature, *, reason: str) -> None:
+def cancel_running(feature: MissionFeature, *, reason: str) -> None:
     """Newer evidence makes a running judgement moot: it ends `cancelled`; its late result
     (the worker may still be on it) changes nothing, as the feature no longer names it."""
     for run in ValidatorRun.objects.filter(feature=feature, status=RunStatus.RUNNING):
@@ -248,7 +215,7 @@ def close_lineage(*, root: MissionFeature) -> None:
     assert_mission_locked(root.mission_id)
     open_fixes = MissionFeature.objects.filter(lineage_as_fix__root=root).exclude(loop_state__in=DONE_STATES).distinct()
     for fix in open_fixes:
-        _cancel_running(fix, reason=f"root {root.key} passed")
+        cancel_running(fix, reason=f"root {root.key} passed")
         detail = f"closed: its root {root.key} passed"
         feature_transition(
             feature=fix.pk,

@@ -13,7 +13,6 @@ from functools import partial
 from django.db.models import QuerySet
 
 from fusion_site.base.snapshots import SnapshotError, is_ancestor
-from fusion_site.base.sources import UnknownRevision
 from missions.errors import Conflict, DomainError, Invalid
 from missions.locks import assert_mission_locked
 from missions.models import LoopState, Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus
@@ -23,20 +22,12 @@ from missions.transitions.progress import milestone_complete, mission_complete
 from validation import profiles
 from validation.models import RunScope, RunStatus, RunTrigger, ValidatorRun
 from validation.selectors import consecutive_errors
-from validation.services.admission import (
-    Admission,
-    branch_revision,
-    frozen_assertion,
-    input_fingerprint,
-    mission_protection,
-    new_run,
-    run_environment,
-    run_started_event,
-)
 from validation.services.fixes import fix_create, regression_sources
 from validation.services.follow_up import follow_up
-from validation.services.queueing import autopilot_notify, queue_run
+from validation.services.queueing import autopilot_notify
+from validation.services.run_input import RunInput, branch_revision, frozen_assertion, run_input, unpinned
 from validation.services.run_state import run_cancel
+from validation.services.runs import Admission, launch, new_run
 
 ERROR_LIMIT = 3  # consecutive milestone-run errors before the autopilot stops and says so
 
@@ -71,7 +62,7 @@ def milestone_revision(milestone: Milestone) -> tuple[str, str]:
     )
 
 
-def _milestone_input(milestone: Milestone) -> dict:
+def _milestone_input(milestone: Milestone) -> RunInput:
     """What a milestone run judges: revision, frozen assertions, profile, protection, and
     the fingerprint over them (a change to any of them needs a new run). Refused with the
     codes a feature's validation has for an unknown profile and an unreachable repository."""
@@ -83,27 +74,19 @@ def _milestone_input(milestone: Milestone) -> dict:
     assertions = [frozen_assertion(a) for a in milestone.assertions.order_by("order", "id")]
     try:
         revision, revision_name = milestone_revision(milestone)
-        protection = mission_protection(mission, assertions)
-    except SnapshotError as exc:
-        code = "unknown_revision" if isinstance(exc, UnknownRevision) else "workspace_unavailable"
-        raise Invalid(str(exc), code=code) from exc
-    return {
-        "profile": profile,
-        "revision": revision,
-        "revision_name": revision_name,
-        "assertions": assertions,
-        "protection": protection,
-        "fingerprint": input_fingerprint(
-            revision=revision,
-            assertions=assertions,
+        return run_input(
+            mission=mission,
+            milestone=milestone,
             profile=profile,
-            protection=protection,
-            environment=run_environment(mission, milestone),
-        ),
-    }
+            assertions=assertions,
+            revision=revision,
+            revision_name=revision_name,
+        )
+    except SnapshotError as exc:
+        raise unpinned(exc) from exc
 
 
-def _start_milestone_run(milestone: Milestone, spec: dict, *, trigger: str, actor_id: int | None) -> ValidatorRun:
+def _start_milestone_run(milestone: Milestone, judged: RunInput, *, trigger: str, actor_id: int | None) -> ValidatorRun:
     # A run still judging an older input (an assertion changed meanwhile) decides nothing:
     # it is cancelled, and only one milestone run is ever running (docs/TRUTH.md).
     for stale in milestone.runs.filter(scope=RunScope.MILESTONE, status=RunStatus.RUNNING):
@@ -113,17 +96,10 @@ def _start_milestone_run(milestone: Milestone, spec: dict, *, trigger: str, acto
         mission_id=milestone.mission_id,
         milestone_id=milestone.pk,
         trigger=trigger,
-        validator=spec["profile"]["name"],
-        validator_config=profiles.public_config(spec["profile"]),
-        revision=spec["revision"],
-        revision_name=spec["revision_name"],
-        assertions=spec["assertions"],
-        protection=spec["protection"],
-        fingerprint=spec["fingerprint"],
+        judged=judged,
         actor_id=actor_id,
     )
-    run_started_event(run, actor_id=actor_id)
-    queue_run(run)
+    launch(run, actor_id=actor_id)
     return run
 
 
@@ -153,9 +129,9 @@ def milestone_judge(*, milestone: Milestone, asked: bool = False, actor_id: int 
         return Admission("waiting")
     if not milestone.assertions.exists():
         return Admission(milestone_complete(milestone=milestone, actor_id=actor_id))
-    spec = _milestone_input(milestone)
+    judged = _milestone_input(milestone)
     runs = milestone.runs.filter(scope=RunScope.MILESTONE)
-    last = runs.filter(input_fingerprint=spec["fingerprint"]).order_by("-id").first()
+    last = runs.filter(input_fingerprint=judged.fingerprint).order_by("-id").first()
     if last is not None and last.status == RunStatus.RUNNING:
         return Admission("already_running", last)
     if last is not None and last.status == RunStatus.PASSED:
@@ -163,7 +139,7 @@ def milestone_judge(*, milestone: Milestone, asked: bool = False, actor_id: int 
     retry = last is not None and last.status == RunStatus.ERROR and consecutive_errors(runs) < ERROR_LIMIT
     if last is None or asked or retry:
         trigger = RunTrigger.MANUAL if asked else RunTrigger.MILESTONE
-        return Admission("started", _start_milestone_run(milestone, spec, trigger=trigger, actor_id=actor_id))
+        return Admission("started", _start_milestone_run(milestone, judged, trigger=trigger, actor_id=actor_id))
     detail = f"milestone {milestone.key} validation {last.status} (run {last.pk}): {_why(last)}"
     return Admission("stopped", last, detail)
 

@@ -13,10 +13,12 @@ from missions.services.judging import same_base
 from missions.transitions import feature_transition, slice_transition
 from missions.transitions.progress import milestone_activate, mission_complete, slice_activate
 from validation.models import FixLineage, RunStatus, ValidatorRun
-from validation.services.admission import Admission, feature_admit, feature_assertion_specs, same_contract
 from validation.services.fixes import fix_for_failure
 from validation.services.milestones import milestone_judge, open_dependencies, open_features
 from validation.services.queueing import autopilot_notify
+from validation.services.run_input import feature_assertion_specs, same_contract
+from validation.services.runs import Admission
+from validation.services.verdicts.admit import admit_or_raise, feature_admit, rerun
 
 REPAIRABLE = (LoopState.BLOCKED, LoopState.PASSED, LoopState.NEEDS_FIX)
 
@@ -28,13 +30,12 @@ def _require_active(mission: Mission) -> None:
 
 def feature_validate(*, feature: MissionFeature, user, profile: str | None = None) -> Admission:
     _require_active(feature.mission)
-    return feature_admit(
+    return admit_or_raise(
         feature_id=feature.pk,
         trigger="manual",
         cause="validate",
         actor_id=getattr(user, "pk", None),
         profile_name=profile,
-        raise_conflict=True,
     )
 
 
@@ -73,15 +74,7 @@ def feature_repair(*, feature: MissionFeature, user, mode: str, reason: str = ""
         return None
     if mode == "re_run":
         _require_active(feature.mission)
-        return feature_admit(
-            feature_id=feature.pk,
-            trigger="manual",
-            cause="re_run",
-            actor_id=actor_id,
-            force=True,
-            raise_conflict=True,
-            reason=reason,
-        )
+        return rerun(feature_id=feature.pk, trigger="manual", cause="re_run", actor_id=actor_id, reason=reason)
     raise Invalid("mode must be clear or re_run", code="invalid_mode", fields={"mode": ["must be clear or re_run"]})
 
 

@@ -23,11 +23,11 @@ from missions.services.executor_lease import executor_redrive
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive
 from validation.selectors import feature_revision
-from validation.services.admission import feature_admit
 from validation.services.autopilot import autopilot_redrive
 from validation.services.fixes import fix_for_failure
-from validation.services.outcomes import run_error
 from validation.services.queueing import judge_task_outcome, queue_run
+from validation.services.verdicts.admit import feature_admit
+from validation.services.verdicts.complete import run_error
 
 logger = logging.getLogger(__name__)
 

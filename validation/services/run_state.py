@@ -1,12 +1,12 @@
 """`ValidatorRun.status` (docs/ARCHITECTURE.md, "State machines"): its table is
 `missions.transitions.tables.RUN`, moved by the plan's engine (`missions.transitions.machine`).
-A run is created `running` (or already `passed`, for a reused pass) by `admission.new_run`,
-and ends once: by its verdict (`outcomes.run_complete`), an error or a reap
-(`outcomes.run_error`), or cancelled when newer evidence made it moot (`run_cancel`).
+A run is created `running` (or already `passed`, for a reused pass) by `runs.new_run`, and
+ends once: by its verdict or its error (`verdicts/complete.py`), or cancelled when newer
+evidence made it moot (`run_cancel`).
 
 The end is a compare-and-swap on `running`: a late result after a reap or a cancel
 changes nothing. The engine publishes no event for it: the caller publishes
-`validator-run:completed` (`run_completed`) with what the end recorded, after it.
+`validator-run:completed` (`runs.announce_completed`) with what the end recorded, after it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from missions.outbox import publish_on_commit
 from missions.transitions import tables
 from missions.transitions.machine import Machine, move
 from validation.models import RunStatus, ValidatorRun
+from validation.services.runs import announce_completed
 
 RUN = Machine(name="run", model=ValidatorRun, field="status", table=tables.RUN, publishes=False)
 
@@ -40,27 +40,10 @@ def run_finish(*, run: ValidatorRun, status: str, cause: str, **fields: Any) -> 
     )
 
 
-def run_completed(run: ValidatorRun, **payload: Any) -> None:
-    """The event of a run's end, after commit: which run, its subject, its status, and
-    what the caller adds (`payload`)."""
-    publish_on_commit(
-        run.mission_id,
-        tables.RUN_EVENT,
-        {
-            "run": run.pk,
-            "feature": run.feature_id,
-            "milestone": run.milestone_id,
-            "scope": run.scope,
-            "status": run.status,
-            **payload,
-        },
-    )
-
-
 def run_cancel(*, run: ValidatorRun, reason: str) -> bool:
     """Newer evidence or a newer input makes a running judgement moot: it ends `cancelled`
     (spending nothing); its late result, if its worker is still on it, changes nothing."""
     if not run_finish(run=run, status=RunStatus.CANCELLED, cause="cancel", summary=reason[:500]):
         return False
-    run_completed(run, reason=reason[:300])
+    announce_completed(run, reason=reason[:300])
     return True

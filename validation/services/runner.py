@@ -1,4 +1,6 @@
-"""Executing one validator run: context, snapshot, judge, host validation, completion."""
+"""Step 4, execute (the order: `verdicts/__init__.py`): one validator run judged by the
+`run_validator` actor: context, snapshot, judge, host validation, then its completion
+(`verdicts/complete.py`, step 5)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from missions.services.judging import mission_base
 from validation import environments, journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import JournalEntry, RunStatus, ValidatorRun
-from validation.services.outcomes import RUN_STATUS, run_complete, run_error
+from validation.services.verdicts.complete import RUN_STATUS, run_complete, run_error
 from validation.validators import judge
 from validation.verdict import (
     FrozenContext,

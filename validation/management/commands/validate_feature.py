@@ -10,7 +10,7 @@ from rich.console import Console
 from missions.errors import DomainError
 from missions.management.cli import feature_by_ref
 from validation.management.runs import NOT_JUDGED, exit_code, print_run, wait_for_run
-from validation.services.admission import feature_admit
+from validation.services.verdicts.admit import admit_or_raise
 
 
 class Command(BaseCommand):
@@ -27,9 +27,7 @@ class Command(BaseCommand):
         console = Console(file=self.stdout, highlight=False)  # type: ignore[arg-type]
         target = feature_by_ref(feature)
         try:
-            admission = feature_admit(
-                feature_id=target.pk, trigger="manual", cause="validate", profile_name=validator, raise_conflict=True
-            )
+            admission = admit_or_raise(feature_id=target.pk, trigger="manual", cause="validate", profile_name=validator)
         except DomainError as exc:
             raise CommandError(exc.detail) from exc
         if admission.run is None:

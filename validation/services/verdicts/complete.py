@@ -1,5 +1,11 @@
-"""Completing a run (docs/TRUTH.md): compare-and-swap on `running`, then the feature moves
-only if its `last_run` names this run. A late result after a reap changes nothing."""
+"""Step 5, complete, and step 6, follow up (the order: `verdicts/__init__.py`; docs/TRUTH.md).
+
+The runner (`validation/services/runner.py`, step 4) hands over a verdict (`run_complete`)
+or an error (`run_error`). The run ends by a compare-and-swap on `running`
+(`run_state.run_finish`), then the feature moves only if its `last_run` names this run: a
+late result after a reap changes nothing. What follows a verdict runs in a savepoint of
+its own (`follow_up`): a fix, a newer revision judged, a milestone's consequences, the
+autopilot; what follows a pass is `admit.apply_pass`'s."""
 
 from __future__ import annotations
 
@@ -20,18 +26,14 @@ from missions.transitions import assertion_transition, feature_transition
 from validation import journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
-from validation.services.admission import (
-    feature_admit,
-    feature_assertion_specs,
-    new_run,
-    run_started_event,
-    same_contract,
-)
-from validation.services.fixes import close_lineage, fix_create, fix_passed
+from validation.services.fixes import fix_create
 from validation.services.follow_up import follow_up
 from validation.services.milestones import milestone_run_completed, milestone_run_errored
-from validation.services.queueing import autopilot_notify, queue_run
-from validation.services.run_state import run_completed, run_finish
+from validation.services.queueing import autopilot_notify
+from validation.services.run_input import feature_assertion_specs, same_contract
+from validation.services.run_state import run_finish
+from validation.services.runs import announce_completed, clone_run, launch
+from validation.services.verdicts.admit import apply_pass, feature_admit
 from validation.subversion import PREFIX as SUSPECTED
 from validation.verdict import Verdict
 
@@ -80,7 +82,7 @@ def run_complete(
     ):
         return False  # reaped or completed elsewhere: exactly one terminal write
     failures = _record_assertions(run, verdict)
-    run_completed(run, counts=_counts(verdict), tokens=tokens_in + tokens_out)
+    announce_completed(run, counts=_counts(verdict), tokens=tokens_in + tokens_out)
     if failures:
         publish_on_commit(
             run.mission_id,
@@ -97,6 +99,112 @@ def run_complete(
     else:
         milestone_run_completed(run=run, verdict=verdict)
     return True
+
+
+_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
+    lambda pk: MissionFeature.objects.select_for_update().filter(pk=pk)
+)
+
+
+def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
+    if run.feature_id is None:
+        return None  # a milestone run moves no feature
+    feature = _LOCKED_FEATURE.get(pk=run.feature_id)
+    return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
+
+
+def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
+    feature = _owns_feature(run)
+    if feature is None:
+        return
+    fixes = lineage_fix_ids(feature)  # read once, under the mission's lock: no fix is made meanwhile
+    if _judge_newer_revision(feature, run, fixes):
+        return
+    if verdict.status == "pass":
+        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING, fixes=fixes)
+    elif verdict.status == "fail":
+        _needs_fix(feature, run)
+    else:
+        _stopped(feature, run, verdict)
+
+
+def _needs_fix(feature: MissionFeature, run: ValidatorRun) -> None:
+    """A fail: the feature waits for its fix, made now when the mission has `auto_fix`."""
+    feature_transition(
+        feature=feature.pk,
+        old=LoopState.VALIDATING,
+        new=LoopState.NEEDS_FIX,
+        cause="fail",
+        payload={"run": run.pk},
+        mission_id=feature.mission_id,
+    )
+    if run.mission.auto_fix:
+        follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
+    else:
+        publish_on_commit(
+            run.mission_id,
+            "fix-feature:report-only",
+            {"mission": run.mission_id, "feature": feature.pk, "run": run.pk},
+        )
+
+
+def _stopped(feature: MissionFeature, run: ValidatorRun, verdict: Verdict) -> None:
+    """A blocked verdict: the feature is blocked until a person looks."""
+    feature_transition(
+        feature=feature.pk,
+        old=LoopState.VALIDATING,
+        new=LoopState.BLOCKED,
+        cause="blocked",
+        reason=verdict.blocked_reason[:500],
+        payload={"run": run.pk},
+        fields={
+            "stop_reason": blocked_stop_reason(run, verdict),
+            "stop_detail": bounded(verdict.blocked_reason, 2000),
+            "stopped_at": timezone.now(),
+        },
+    )
+    autopilot_notify(run.mission_id)
+
+
+def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
+    """The run judged older code or an older contract than the feature now has (a task
+    landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
+    recorded on the run, but it decides nothing; the feature's current revision and set
+    are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
+
+    landed = feature_revision(feature, fixes=fixes)
+    # Nothing landed: the run's own revision again, with the branch it was the head of.
+    standing, name = (landed, "") if landed else (run.revision, run.revision_name)
+    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
+        return False
+    follow_up(
+        run.mission_id,
+        "newer_revision",
+        lambda: feature_admit(
+            feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing, revision_name=name
+        ),
+    )
+    return True
+
+
+def _same_base(run: ValidatorRun) -> bool:
+    """Whether the run was judged against the mission's base as it stands: a person who
+    moved the base while the run judged makes its verdict one over an old input."""
+    if not (run.protection or {}).get("base"):
+        return True
+    current = Mission.objects.filter(pk=run.mission_id).values_list("base_commit", flat=True).first() or ""
+    return same_base(run.protection, current)
+
+
+def blocked_stop_reason(run: ValidatorRun, verdict: Verdict) -> str:
+    """Why a blocked run stops its feature: `suspected_tampering` when a scan of the changed
+    files blocked an assertion (validation/subversion.py: a person looks first); missing
+    content a check needed (a submodule, an LFS object: what to enable,
+    docs/REPOSITORIES.md); or the validator's block."""
+    if any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions):
+        return StopReason.SUSPECTED_TAMPERING
+    checked = [a["key"] for a in run.assertions if a.get("check")]
+    return unfetched.stop_code(verdict, checked) or StopReason.VALIDATOR_BLOCKED
 
 
 def _counts(verdict: Verdict) -> dict[str, int]:
@@ -150,123 +258,6 @@ def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None
             assertion.refresh_from_db(fields=["status"])  # another writer won: judge from its state
 
 
-_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
-    lambda pk: MissionFeature.objects.select_for_update().filter(pk=pk)
-)
-
-
-def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
-    if run.feature_id is None:
-        return None  # a milestone run moves no feature
-    feature = _LOCKED_FEATURE.get(pk=run.feature_id)
-    return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
-
-
-def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
-    feature = _owns_feature(run)
-    if feature is None:
-        return
-    fixes = lineage_fix_ids(feature)  # read once, under the mission's lock: no fix is made meanwhile
-    if _judge_newer_revision(feature, run, fixes):
-        return
-    if verdict.status == "pass":
-        apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING, fixes=fixes)
-    elif verdict.status == "fail":
-        feature_transition(
-            feature=feature.pk,
-            old=LoopState.VALIDATING,
-            new=LoopState.NEEDS_FIX,
-            cause="fail",
-            payload={"run": run.pk},
-            mission_id=feature.mission_id,
-        )
-        if run.mission.auto_fix:
-            follow_up(run.mission_id, "fix_create", lambda: fix_create(source_id=feature.pk, run_id=run.pk))
-        else:
-            publish_on_commit(
-                run.mission_id,
-                "fix-feature:report-only",
-                {"mission": run.mission_id, "feature": feature.pk, "run": run.pk},
-            )
-    else:
-        feature_transition(
-            feature=feature.pk,
-            old=LoopState.VALIDATING,
-            new=LoopState.BLOCKED,
-            cause="blocked",
-            reason=verdict.blocked_reason[:500],
-            payload={"run": run.pk},
-            fields={
-                "stop_reason": blocked_stop_reason(run, verdict),
-                "stop_detail": bounded(verdict.blocked_reason, 2000),
-                "stopped_at": timezone.now(),
-            },
-        )
-        autopilot_notify(run.mission_id)
-
-
-def blocked_stop_reason(run: ValidatorRun, verdict: Verdict) -> str:
-    """Why a blocked run stops its feature: `suspected_tampering` when a scan of the changed
-    files blocked an assertion (validation/subversion.py: a person looks first); missing
-    content a check needed (a submodule, an LFS object: what to enable,
-    docs/REPOSITORIES.md); or the validator's block."""
-    if any(a.verdict == "blocked" and a.message.startswith(SUSPECTED) for a in verdict.assertions):
-        return StopReason.SUSPECTED_TAMPERING
-    checked = [a["key"] for a in run.assertions if a.get("check")]
-    return unfetched.stop_code(verdict, checked) or StopReason.VALIDATOR_BLOCKED
-
-
-def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
-    """The run judged older code or an older contract than the feature now has (a task
-    landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
-    recorded on the run, but it decides nothing; the feature's current revision and set
-    are judged now (docs/TRUTH.md) — an old pass never stands for what came after it."""
-
-    landed = feature_revision(feature, fixes=fixes)
-    # Nothing landed: the run's own revision again, with the branch it was the head of.
-    standing, name = (landed, "") if landed else (run.revision, run.revision_name)
-    if standing == run.revision and same_contract(feature_assertion_specs(feature), run.assertions) and _same_base(run):
-        return False
-    follow_up(
-        run.mission_id,
-        "newer_revision",
-        lambda: feature_admit(
-            feature_id=feature.pk, trigger=run.trigger, cause="newer_revision", revision=standing, revision_name=name
-        ),
-    )
-    return True
-
-
-def _same_base(run: ValidatorRun) -> bool:
-    """Whether the run was judged against the mission's base as it stands: a person who
-    moved the base while the run judged makes its verdict one over an old input."""
-    if not (run.protection or {}).get("base"):
-        return True
-    current = Mission.objects.filter(pk=run.mission_id).values_list("base_commit", flat=True).first() or ""
-    return same_base(run.protection, current)
-
-
-def apply_pass(
-    *, feature: MissionFeature, run: ValidatorRun, cause: str, old_state: str, fixes: list[int] | None = None
-) -> None:
-    """`fixes`: the fixes of the feature's lineage (`lineage_fix_ids`) when the caller read
-    them in this transaction: with none, there is no lineage to close."""
-    feature_transition(
-        feature=feature.pk,
-        old=old_state,
-        new=LoopState.PASSED,
-        cause=cause,
-        payload={"run": run.pk},
-        fields={"stop_reason": "", "stop_detail": "", "stopped_at": None},
-        mission_id=feature.mission_id,
-    )
-    if feature.generated_from_id:
-        follow_up(feature.mission_id, "fix_passed", lambda: fix_passed(fix=feature, run=run))
-    elif fixes is None or fixes:
-        follow_up(feature.mission_id, "close_lineage", lambda: close_lineage(root=feature))
-    autopilot_notify(feature.mission_id)
-
-
 # The stop reason of a feature whose runs keep ending `error` with this code (else
 # `validator_unavailable`).
 ERROR_STOP_REASONS = {
@@ -286,7 +277,7 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
     text = bounded(message, 4000)
     if not run_finish(run=run, status=RunStatus.ERROR, cause="error", error=f"{code}: {text}", summary=text[:500]):
         return False
-    run_completed(run, error=code)
+    announce_completed(run, error=code)
     if run.feature_id is None:
         milestone_run_errored(run=run, retry=retry)
         return True
@@ -312,20 +303,9 @@ def run_error(*, run_id: int, message: str, code: str = "validator_error", retry
 
 
 def _retry(feature: MissionFeature, failed: ValidatorRun, errors: int) -> None:
-    run = new_run(
-        feature=feature,
-        milestone_id=failed.milestone_id,
-        trigger=failed.trigger,
-        validator=failed.validator,
-        validator_config=failed.validator_config,
-        revision=failed.revision,
-        assertions=failed.assertions,
-        protection=failed.protection,
-        fingerprint=failed.input_fingerprint,
-        validator_attempt=feature.validator_attempts + 1,
-    )
+    attempts = feature.validator_attempts + 1
+    run = clone_run(failed, feature=feature, validator_attempt=attempts)
     MissionFeature.objects.filter(pk=feature.pk).update(
-        last_run=run, validator_attempts=feature.validator_attempts + 1, updated_at=timezone.now()
+        last_run=run, validator_attempts=attempts, updated_at=timezone.now()
     )
-    run_started_event(run, retry_of=failed.pk)
-    queue_run(run, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))
+    launch(run, retry_of=failed.pk, delay_ms=int(settings.FUSION_RETRY_BACKOFF_MS * (2 ** (errors - 1))))

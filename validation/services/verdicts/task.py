@@ -1,4 +1,5 @@
-"""From task to validation (docs/TRUTH.md): the guards, then admission."""
+"""Step 1, a completed task (the order: `verdicts/__init__.py`; docs/TRUTH.md): the
+guards that decide whether its revision is judged, then admission (step 2)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from missions.outbox import publish_on_commit, published_together
 from missions.transitions import FEATURE
 from validation.models import RunStatus, ValidatorRun
 from validation.selectors import feature_revision
-from validation.services.admission import admit
+from validation.services.verdicts.admit import admit
 
 
 def _warn(task: Task, reason: str) -> None:
@@ -36,6 +37,9 @@ _JUDGING: Prepared[int] = Prepared(
 @transaction.atomic
 @published_together()
 def task_outcome_process(*, task_id: int) -> str:
+    """The `process_task_outcome` message's work: the admission's outcome, or why the
+    completion starts nothing (skipped, not_done, superseded, duplicate, mission_inactive,
+    not_implementing)."""
     try:
         task = _TASK.get(pk=task_id)
     except Task.DoesNotExist:
