@@ -25,7 +25,8 @@ from missions.transitions.machine import Machine, move
 from missions.transitions.tables import TRANSITIONS
 from validation.models import Review, ValidatorRun
 from validation.review.state import REVIEW, transition
-from validation.services.run_state import RUN, run_completed, run_finish
+from validation.services.run_state import RUN, run_finish
+from validation.services.runs import announce_completed
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINES = {
@@ -138,11 +139,11 @@ def test_every_pair_of_the_run_machine(plan, old, new):
         return
     # The one writer: the end of a running run, then its event with what it recorded.
     assert run_finish(run=run, status=new, cause=cause, summary="ended")
-    run_completed(run, note="test")
+    announce_completed(run, reason="test")
     stored = ValidatorRun.objects.get(pk=run.pk)
     assert (stored.status, stored.summary, stored.completed_at is not None) == (new, "ended", True)
     (row,) = rows(mission, before)
-    assert (row.type, row.payload["run"], row.payload["status"], row.payload["note"]) == (
+    assert (row.type, row.payload["run"], row.payload["status"], row.payload["reason"]) == (
         "validator-run:completed",
         run.pk,
         new,
