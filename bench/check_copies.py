@@ -3,7 +3,7 @@
 Run:  .venv/bin/python bench/check_copies.py [--files 2000] [--rounds 10]
 
 Builds a git repository of about 2,000 files in a temporary folder, makes one snapshot
-of it (`fusion_site.base.snapshots.snapshot`), and times, per copy of that snapshot, making it
+of it (`fusion_site.repos.snapshots.snapshot`), and times, per copy of that snapshot, making it
 and removing it, for each way of copying. The baseline, measured in the same run, is a
 plain `git worktree add` snapshot of the same revision (add, checkout, read-only, remove):
 what a check would cost if each one had its own snapshot. `private_copy` is what the
@@ -38,7 +38,7 @@ import django  # noqa: E402
 django.setup()
 
 from bench.support.repos import GIT_ENV, make_source_tree  # noqa: E402
-from fusion_site.base.snapshots import (  # noqa: E402
+from fusion_site.repos.snapshots import (  # noqa: E402
     READ_ONLY_UMASK,
     _writable_folders,
     private_copy,

@@ -6,7 +6,7 @@ Builds two git repositories in a temporary folder: the demo's (missions/demo/, a
 files) and a generated one of --files sources in nested packages (bench/support/repos.py,
 about 160 MB checked out at 20,000), with a second commit that changes one file. Then:
 
-1. Per check, on a snapshot of each (`fusion_site.base.snapshots.snapshot`), a trivial
+1. Per check, on a snapshot of each (`fusion_site.repos.snapshots.snapshot`), a trivial
    command (`true`, and `python -c pass` with the checks' base interpreter) through
    `run_command`: bare (no confinement, the baseline), in bubblewrap with the snapshot
    bound read-write (`Confinement(layered=False)`), and over the pristine snapshot with a
@@ -86,10 +86,11 @@ django.setup()
 from django.test import override_settings  # noqa: E402
 
 from bench.support.repos import commit_all, make_source_tree  # noqa: E402
-from fusion_site.base import envcache, sandbox, snapshot_reuse  # noqa: E402
-from fusion_site.base.proc import run_command, scrubbed_env  # noqa: E402
-from fusion_site.base.sandbox import Confinement  # noqa: E402
-from fusion_site.base.snapshots import private_copy, remove_tree, snapshot  # noqa: E402
+from fusion_site.repos import snapshot_reuse  # noqa: E402
+from fusion_site.repos.snapshots import private_copy, remove_tree, snapshot  # noqa: E402
+from fusion_site.runtime import envcache, sandbox  # noqa: E402
+from fusion_site.runtime.proc import run_command, scrubbed_env  # noqa: E402
+from fusion_site.runtime.sandbox import Confinement  # noqa: E402
 from missions.demo.wheel import wheel, wheel_name  # noqa: E402
 from missions.environment_spec import effective  # noqa: E402
 from missions.management.commands.demo import make_repository as make_demo_repository  # noqa: E402

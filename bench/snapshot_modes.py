@@ -7,7 +7,7 @@ mirror of it (`git clone --bare`, as a worker's repository cache holds), and tim
 snapshot of one of its commits (the rounds walk the 30 commits), making it and removing it:
 
   (a) read-tree   `git read-tree -u --reset <commit>` into a new folder with a private
-                  GIT_INDEX_FILE outside it (what fusion_site/base/snapshots.py does; no
+                  GIT_INDEX_FILE outside it (what fusion_site/repos/snapshots.py does; no
                   `.git` in the snapshot, no record in the mirror), then the folder and the
                   index are removed;
   (b) worktree    `git worktree add --no-checkout --detach` + `git reset --hard` in it, then
@@ -47,7 +47,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from fusion_site.base.snapshots import remove_tree, snapshot  # noqa: E402
+from fusion_site.repos.snapshots import remove_tree, snapshot  # noqa: E402
 
 GIT_ENV = {
     **os.environ,

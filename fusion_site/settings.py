@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from fusion_site.base.env import json_object_from_env
+from fusion_site.runtime.env import json_object_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -153,7 +153,7 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
         _options["pool"] = {"min_size": 2, "max_size": _pool_size, "timeout": 30}
     # Parameters bound by the server, and a statement run FUSION_DB_PREPARE_THRESHOLD
     # times on one connection is prepared there (parsed and planned once): the loop runs
-    # the same few statements for every feature (fusion_site/base/prepared.py compiles
+    # the same few statements for every feature (fusion_site/runtime/prepared.py compiles
     # them once on this side). 1: from its second run, so that on a new connection (a
     # worker just started, a pool's new one) the loop's statements are parsed twice, not
     # six times; a statement run once stays unprepared. 0 keeps Django's default, client-side
@@ -240,12 +240,12 @@ _dramatiq_middleware = [
     "dramatiq.middleware.Callbacks",
     "dramatiq.middleware.Retries",
     # django_dramatiq's DbConnectionsMiddleware, keeping a worker thread's SQLite connection.
-    "fusion_site.base.queue.WorkerDbConnections",
+    "fusion_site.runtime.queue.WorkerDbConnections",
 ]
 if REDIS_URL:
     DRAMATIQ_BROKER = {
         # Dramatiq's RedisBroker whose enqueue wakes the idle consumers of its queue.
-        "BROKER": "fusion_site.base.broker.WakingRedisBroker",
+        "BROKER": "fusion_site.runtime.broker.WakingRedisBroker",
         "OPTIONS": {"url": REDIS_URL, "namespace": f"{EVENTS_PREFIX}-dramatiq"},
         "MIDDLEWARE": _dramatiq_middleware,
     }
@@ -271,7 +271,7 @@ else:
     # Channels' in-memory layer, made safe to publish to from worker threads (see missions.streams).
     CHANNEL_LAYERS = {"default": {"BACKEND": "missions.streams.InMemoryChannelLayer"}}
 DRAMATIQ_TASKS_DATABASE = "default"
-DRAMATIQ_AUTODISCOVER_MODULES = ["tasks"]
+DRAMATIQ_AUTODISCOVER_MODULES = ["actors"]
 # django-eventstream's model storage with fewer statements per event (missions/streams/storage.py).
 EVENTSTREAM_STORAGE_CLASS = "missions.streams.storage.EventLogStorage"
 EVENTSTREAM_CHANNELMANAGER_CLASS = "missions.streams.MissionChannelManager"
@@ -302,7 +302,7 @@ FUSION_CHECK_DISK_MB = env_int("FUSION_CHECK_DISK_MB", 1024)  # what a check may
 FUSION_CHECK_PYTHON = os.environ.get("FUSION_CHECK_PYTHON", "")
 # How many recent snapshots of one repository a worker process keeps read-only, to make
 # the next revision's from the nearest (only where checks cannot write a snapshot;
-# fusion_site/base/snapshot_reuse.py), and how many in all; 0: none, every snapshot from scratch.
+# fusion_site/repos/snapshot_reuse.py), and how many in all; 0: none, every snapshot from scratch.
 FUSION_SNAPSHOTS_KEPT = env_int("FUSION_SNAPSHOTS_KEPT", 2)
 FUSION_SNAPSHOTS_KEPT_TOTAL = env_int("FUSION_SNAPSHOTS_KEPT_TOTAL", 6)
 # Whether the command executor (a coding agent) runs sandboxed too, with the network.
@@ -311,7 +311,7 @@ FUSION_EXECUTOR_SANDBOX = os.environ.get("FUSION_EXECUTOR_SANDBOX", "").strip().
 # (checks, command validators, executor tasks, its own git): added to their niceness, at
 # most 19. On PostgreSQL the loop's steps hold their mission's row lock while they wait
 # for the cores, together with the database's own processes: the commands get what the
-# service leaves (fusion_site/base/proc.py, docs/BENCHMARKS.md "Loop throughput"). Embedded, the one
+# service leaves (fusion_site/runtime/proc.py, docs/BENCHMARKS.md "Loop throughput"). Embedded, the one
 # process's interpreter is the bound and the commands run beside it: 0, their own session
 # as before (measured worse niced).
 FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10 if _db["ENGINE"] == "django.db.backends.postgresql" else 0)
@@ -331,7 +331,7 @@ FUSION_STRICT = env_bool("FUSION_STRICT", DEBUG)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
 # The longest a Dramatiq worker waits between two looks at an empty queue (its worker
 # timeout; Dramatiq's default is 1 s). On Redis an enqueue wakes the idle consumers of its
-# queue (fusion_site/base/broker.py), so this is the fallback: for a message no wake-up
+# queue (fusion_site/runtime/broker.py), so this is the fallback: for a message no wake-up
 # announces (a lost one, Dramatiq's requeue of a dead worker's messages, a client without
 # the wake-ups) and for a delayed message (a retry's backoff), which its consumer moves to
 # the queue only between two waits. 100 ms stays: it bounds that lateness and how long a

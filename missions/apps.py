@@ -6,4 +6,4 @@ class MissionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from missions import tasks  # noqa: F401  (declares the actors that services send to by name)
+        from missions import actors  # noqa: F401  (declares the actors that services send to by name)

@@ -13,7 +13,7 @@ from django.db import connections, models
 from django.db.models import F
 from django.utils import timezone
 
-from fusion_site.base.inserts import insert
+from fusion_site.runtime.inserts import insert
 from missions.models import Mission, MissionEvent, column
 
 

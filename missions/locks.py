@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, transaction
 
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.prepared import Prepared
 from missions.models import Mission, MissionStatus
 
 # The row's autopilot and status come with the lock: `autopilot_running_under_lock` answers

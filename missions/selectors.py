@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.db import connections
 from django.db.models import Q, QuerySet
 
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.prepared import Prepared
 from missions.models import (
     AssertionScope,
     AssertionStatus,

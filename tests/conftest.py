@@ -60,7 +60,7 @@ def check_python() -> str:
     interpreter (docs/SANDBOX.md), which must hold pytest for the suite's pytest checks.
     Where it does not (Debian's python3, say), a virtualenv made once from it, with the
     pytest the suite runs (from the package index)."""
-    from fusion_site.base import sandbox
+    from fusion_site.runtime import sandbox
 
     base = str(sandbox.check_interpreter())
     if subprocess.run([base, "-c", "import pytest"], capture_output=True).returncode == 0:

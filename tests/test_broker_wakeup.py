@@ -1,4 +1,4 @@
-"""Idle Redis workers wake on an enqueue instead of their next poll (fusion_site/base/broker.py).
+"""Idle Redis workers wake on an enqueue instead of their next poll (fusion_site/runtime/broker.py).
 
 Real Redis and real Dramatiq workers. Skipped unless REDIS_URL is set (the PostgreSQL + Redis
 pass of .ci/run). Every test works in a Redis namespace of its own (pub/sub channels too carry
@@ -21,7 +21,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.errors import ConnectionClosed
 from redis.client import PubSub
 
-from fusion_site.base.broker import WakingRedisBroker, wakeup_channel
+from fusion_site.runtime.broker import WakingRedisBroker, wakeup_channel
 
 pytestmark = [
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL: runs in the PostgreSQL+Redis pass of .ci/run"),

@@ -1,4 +1,4 @@
-"""`fusion_site.base.inserts`: new rows in one statement, stored and returned exactly as
+"""`fusion_site.runtime.inserts`: new rows in one statement, stored and returned exactly as
 `bulk_create` stores and returns them — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from fusion_site.base.inserts import insert
+from fusion_site.runtime.inserts import insert
 from missions.models import Task, TaskStatus
 from tests.test_prepared import _fields, _tree
 from validation.models import JournalEntry, ValidatorRun

@@ -1,4 +1,4 @@
-"""`fusion_site.base.prepared`: a statement compiled once gives, for every new parameter
+"""`fusion_site.runtime.prepared`: a statement compiled once gives, for every new parameter
 value, exactly what the queryset it was built from gives — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
-from fusion_site.base.prepared import Prepared, PreparedError
+from fusion_site.runtime.prepared import Prepared, PreparedError
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice, Task, TaskStatus
 
 
@@ -201,7 +201,7 @@ def test_compare_and_set_moves_only_from_the_expected_state(tree):
     from django.db.models import F
     from django.utils import timezone
 
-    from fusion_site.base.prepared import compare_and_set
+    from fusion_site.runtime.prepared import compare_and_set
 
     _mission, _milestone, feature = tree
     when = timezone.now()
@@ -238,7 +238,7 @@ def test_a_prepared_update_compares_and_sets_datetimes_like_the_orm(tree):
     from django.db.models import Q
     from django.utils import timezone
 
-    from fusion_site.base.prepared import PreparedUpdate
+    from fusion_site.runtime.prepared import PreparedUpdate
 
     mission, _milestone, feature = tree
     task = Task.objects.create(mission=mission, feature=feature, title="t", status=TaskStatus.IN_PROGRESS)

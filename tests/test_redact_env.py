@@ -1,10 +1,10 @@
 """Redaction follows the environment as it is now: a secret set, changed or removed after
 an earlier call is redacted by its current value (the secrets are recomputed only when
-the environment changes, fusion_site/base/redact.py)."""
+the environment changes, fusion_site/runtime/redact.py)."""
 
 from __future__ import annotations
 
-from fusion_site.base.redact import REDACTED, redact
+from fusion_site.runtime.redact import REDACTED, redact
 
 
 def test_a_secret_set_after_an_earlier_call_is_redacted(monkeypatch):

@@ -144,7 +144,7 @@ def test_database_url_selects_postgresql(tmp_path):
     "url, argv, pool",
     [
         ("postgres://fusion@127.0.0.1:5432/fusiondb", ["manage.py", "serve", "127.0.0.1:8000"], True),
-        ("postgres://fusion@127.0.0.1:5432/fusiondb", ["dramatiq", "validation.tasks"], False),
+        ("postgres://fusion@127.0.0.1:5432/fusiondb", ["dramatiq", "validation.actors"], False),
         ("sqlite:///{tmp}/other.sqlite3", ["manage.py", "serve", "127.0.0.1:8000"], None),
     ],
     ids=["postgresql-serve", "postgresql-worker", "sqlite-url-serve"],
@@ -167,7 +167,7 @@ def test_the_connection_pool_and_prepared_statements_are_postgresqls(tmp_path, u
 def test_redis_url_selects_redis_broker_and_channel_layer(tmp_path):
     url = "redis://127.0.0.1:6379/5"
     s = _settings(tmp_path, REDIS_URL=url, FUSION_EVENTS_PREFIX="deploy-a")
-    assert s["broker"]["BROKER"] == "fusion_site.base.broker.WakingRedisBroker"
+    assert s["broker"]["BROKER"] == "fusion_site.runtime.broker.WakingRedisBroker"
     assert s["broker"]["OPTIONS"]["url"] == url
     layer = s["layers"]["default"]
     assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"

@@ -7,7 +7,7 @@ class ValidationConfig(AppConfig):
 
     def ready(self) -> None:
         from validation import (
-            checks,  # noqa: F401  (registers system checks)
+            actors,  # noqa: F401  (declares the actors that services send to by name)
             receivers,  # noqa: F401  (subscribes to the plan's hooks: missions/hooks.py)
-            tasks,  # noqa: F401  (declares the actors that services send to by name)
+            system_checks,  # noqa: F401  (registers Django's system checks of the profiles)
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusion_site.base.sandbox import Toolchain
+from fusion_site.runtime.sandbox import Toolchain
 from validation.protect import Protection
 
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 
 
 def sandbox_status(request: HttpRequest) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Declared environments (docs/ENVIRONMENTS.md): what a mission, or a milestone
 overriding it, sets up once before its checks run, built in the sandbox with the network,
-kept in the cache (`fusion_site/base/envcache.py`) and mounted read-only into every check
+kept in the cache (`fusion_site/runtime/envcache.py`) and mounted read-only into every check
 with the same key.
 
 The key is a hash of the repository, the key files' content in the run's snapshot (after
@@ -30,13 +30,13 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base import envcache, sandbox
-from fusion_site.base.proc import CommandError, CommandResult, Unconfined, run_command, scrubbed_env
-from fusion_site.base.redact import bounded, redact
-from fusion_site.base.sandbox import Bind, Confinement, Toolchain
-from fusion_site.base.snapshots import SnapshotError, private_copy
+from fusion_site.repos.snapshots import SnapshotError, private_copy
+from fusion_site.runtime import envcache, sandbox
+from fusion_site.runtime.proc import CommandError, CommandResult, Unconfined, run_command, scrubbed_env
+from fusion_site.runtime.redact import bounded, redact
+from fusion_site.runtime.sandbox import Bind, Confinement, Toolchain
 from missions.environment_spec import declared_for, effective
-from missions.services.judging import mission_base
+from missions.services.verdict_settings import mission_base
 from validation import journal, protect
 from validation.context import AssertionSpec, EnvironmentReport, ValidationContext, ValidatorCrashed
 from validation.journal import sha256_of

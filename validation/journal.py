@@ -15,8 +15,8 @@ from typing import Any
 import rfc8785
 from django.db import IntegrityError, connections, transaction
 
-from fusion_site.base.inserts import insert
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.inserts import insert
+from fusion_site.runtime.prepared import Prepared
 from validation.models import JournalEntry, ValidatorRun
 
 logger = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ class ValidatorRun(TimeStamped):
     # `branch`, or the repository's default; "HEAD" when it was detached); '' otherwise.
     revision_name = models.CharField(max_length=200, blank=True, default="")
     input_fingerprint = models.CharField(max_length=64, blank=True, default="", db_index=True)
-    # What the run's commands ran in (`fusion_site.base.sandbox.Status.record`): "bubblewrap
+    # What the run's commands ran in (`fusion_site.runtime.sandbox.Status.record`): "bubblewrap
     # 0.8.0", or "none (why)" when they ran unconfined (docs/SANDBOX.md).
     sandbox = models.CharField(max_length=200, blank=True, default="")
     # Frozen at admission: exactly the assertions this run judges (key, title, statement,

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from fusion_site.base import mirrors, refs, snapshot_reuse
-from fusion_site.base.mirrors import LOCAL_TIMEOUT, mirror_git
-from fusion_site.base.proc import run_nicer
-from fusion_site.base.sources import SnapshotError, Source, git_env
+from fusion_site.repos import mirrors, refs, snapshot_reuse
+from fusion_site.repos.mirrors import LOCAL_TIMEOUT, mirror_git
+from fusion_site.repos.sources import SnapshotError, Source, git_env
+from fusion_site.runtime.proc import run_nicer
 from validation.runner_config import RUNNER_CONFIG, SECTIONS, fixes, test_package_inits
 from validation.verdict import escape_invisible
 

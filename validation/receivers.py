@@ -10,12 +10,12 @@ from django.dispatch import receiver
 from missions import hooks
 from validation import protect
 from validation.services.operator import revalidate_changed_contracts
-from validation.services.queueing import autopilot_notify, judge_task_outcome
+from validation.services.queueing import autopilot_notify, send_task_outcome
 
 
 @receiver(hooks.task_completed, dispatch_uid="validation.task_completed")
-def judge_completed_task(sender: Any, *, task_id: int, **_: Any) -> None:
-    judge_task_outcome(task_id)
+def on_task_completed(sender: Any, *, task_id: int, **_: Any) -> None:
+    send_task_outcome(task_id)
 
 
 @receiver(hooks.mission_may_advance, dispatch_uid="validation.mission_may_advance")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fusion_site.base.snapshots import SnapshotError, snapshot
+from fusion_site.repos.snapshots import SnapshotError, snapshot
 from validation import journal, protect
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.journal import JournalIntegrityError, JournalMiss

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.prepared import Prepared
 from missions.models import (
     AssertionScope,
     ContractAssertion,

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusion_site.base.redact import bounded
+from fusion_site.runtime.redact import bounded
 from validation import protect
 from validation.verdict import AssertionVerdict, Evidence, escape_invisible
 

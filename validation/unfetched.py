@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fusion_site.base.tree_index import TreeFacts, is_lfs_pointer
+from fusion_site.repos.tree_index import TreeFacts, is_lfs_pointer
 from validation.verdict import AssertionVerdict, Evidence, Verdict, escape_invisible
 
 SUBMODULE_NOT_FETCHED = "submodule_not_fetched"

@@ -10,7 +10,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.forms.models import BaseInlineFormSet
 
-from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
+from fusion_site.repos.sources import SourceRefused, check_credentials_env, check_repository
 from missions.admin.helpers import related
 from missions.checks_spec import pattern_problems
 from missions.environment_spec import environment_problems
@@ -27,7 +27,7 @@ from missions.models import (
     TaskStatus,
 )
 from missions.services.hierarchy import _check_dependencies
-from missions.services.judging import allowed_validators_problems, settle_mission_fields
+from missions.services.verdict_settings import allowed_validators_problems, settle_mission_fields
 
 # The fields whose rules need more than the field itself (`settle_mission_fields`).
 SETTLED_FIELDS = (

@@ -29,7 +29,7 @@ from missions.admin.helpers import (
 from missions.admin.inlines import ContractAssertionInline, FeatureInline, MilestoneInline, SliceInline
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, MissionStatus, Slice
 from missions.services import lifecycle
-from missions.services.judging import base_changed
+from missions.services.verdict_settings import base_changed
 
 
 @admin.register(Mission)

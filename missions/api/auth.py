@@ -2,7 +2,7 @@
 
 DRF's `TokenAuthentication` reads the token with its user on every request; building
 that queryset cost more than running it (docs/BENCHMARKS.md, "Loop throughput"): the same read,
-prepared (`fusion_site/base/prepared.py`), with DRF's own answers for an unknown token
+prepared (`fusion_site/runtime/prepared.py`), with DRF's own answers for an unknown token
 and an inactive user."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.prepared import Prepared
 
 _TOKEN: Prepared[Token] = Prepared(lambda key: Token.objects.select_related("user").filter(key=key), key=str)
 

@@ -10,7 +10,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import validate_slug
 from rest_framework import serializers
 
-from fusion_site.base.sources import SourceRefused, check_credentials_env, check_repository
+from fusion_site.repos.sources import SourceRefused, check_credentials_env, check_repository
 from missions.checks_spec import check_spec_problems, pattern_problems
 from missions.environment_spec import environment_problems
 from missions.errors import Invalid
@@ -25,7 +25,7 @@ from missions.models import (
     Task,
 )
 from missions.selectors import visible_missions
-from missions.services.judging import allowed_validators_problems
+from missions.services.verdict_settings import allowed_validators_problems
 
 
 class VisiblePK(serializers.PrimaryKeyRelatedField):
@@ -71,7 +71,7 @@ class EnvironmentField(serializers.JSONField):
 # `repository` is a git URL or a local path (docs/REPOSITORIES.md), checked with the
 # requesting user's staff flag; `credentials_env` names a variable on the workers, never its
 # value. `base_commit` is the commit `base_revision` named when it was set (read-only;
-# `missions/services/judging.py` pins it, checks credentials and who picks the validators).
+# `missions/services/verdict_settings.py` pins it, checks credentials and who picks the validators).
 # `workspace`, the repository's former name, is read on input for one release and never
 # written in responses (a client sending back what it read would otherwise send the old
 # value next to a changed `repository`). (Not a docstring: a serializer's docstring is its

@@ -8,8 +8,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
-from fusion_site.base.mirrors import source_of
-from fusion_site.base.sources import SnapshotError, Source
+from fusion_site.repos.mirrors import source_of
+from fusion_site.repos.sources import SnapshotError, Source
 from missions.checks_spec import check_spec_problems, pattern_problems
 from missions.environment_spec import environment_problems
 from missions.models.base import TimeStamped

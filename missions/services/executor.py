@@ -44,17 +44,17 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from fusion_site.base import mirrors, refs
-from fusion_site.base.mirrors import FULL_COMMIT
-from fusion_site.base.proc import CommandError, CommandResult, run_command, scrubbed_env
-from fusion_site.base.redact import redact
-from fusion_site.base.sandbox import Confinement
-from fusion_site.base.snapshots import mission_folder, remove_tree, snapshot_root
-from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+from fusion_site.repos import mirrors, refs
+from fusion_site.repos.mirrors import FULL_COMMIT
+from fusion_site.repos.snapshots import mission_folder, remove_tree, snapshot_root
+from fusion_site.repos.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+from fusion_site.runtime.proc import CommandError, CommandResult, run_command, scrubbed_env
+from fusion_site.runtime.redact import redact
+from fusion_site.runtime.sandbox import Confinement
 from missions.models import Executor, Mission, Task, TaskStatus
 from missions.services.executor_lease import claim, clone_name, fail, finish, heartbeat, holds
-from missions.services.judging import mission_base
 from missions.services.tasks import task_complete
+from missions.services.verdict_settings import mission_base
 
 logger = logging.getLogger(__name__)
 

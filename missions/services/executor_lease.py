@@ -23,9 +23,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from fusion_site.base.lease import renewing
-from fusion_site.base.queue import send_on_commit
-from fusion_site.base.snapshots import remove_tree
+from fusion_site.repos.snapshots import remove_tree
+from fusion_site.runtime.lease import renewing
+from fusion_site.runtime.queue import send_on_commit
 from missions.errors import Conflict
 from missions.locks import lock_mission
 from missions.models import Executor, Task, TaskStatus

@@ -29,8 +29,8 @@ from missions.models import (
     TaskStatus,
 )
 from missions.outbox import publish_on_commit
-from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
+from missions.services.verdict_settings import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.services.writing import apply_fields, in_mission, require_staff_for_code, unique_key_guard
 from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.prepared import Prepared
 from missions.models import Milestone
 from missions.outbox import publish_on_commit
 from missions.selectors import milestone_rollup_and_stored

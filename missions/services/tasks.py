@@ -10,9 +10,9 @@ from __future__ import annotations
 from django.db import connections, transaction
 from django.utils import timezone
 
-from fusion_site.base.prepared import Prepared
-from fusion_site.base.queue import send_on_commit
-from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from fusion_site.repos.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from fusion_site.runtime.prepared import Prepared
+from fusion_site.runtime.queue import send_on_commit
 from missions import hooks
 from missions.errors import Conflict, Invalid
 from missions.hooks import announce_on_commit

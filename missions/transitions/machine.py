@@ -28,7 +28,7 @@ from typing import Any
 from django.db import models, transaction
 from django.utils import timezone
 
-from fusion_site.base.prepared import compare_and_set
+from fusion_site.runtime.prepared import compare_and_set
 from missions.errors import IllegalTransition
 from missions.locks import lock_mission
 from missions.outbox import publish_on_commit

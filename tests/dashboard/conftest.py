@@ -215,8 +215,8 @@ class Stepper:
     watched in every state the loop passes through (works with the stub and Redis brokers)."""
 
     def __init__(self, queue: str = "fusion"):
-        import missions.tasks  # noqa: F401 - declares the actors and their queue
-        import validation.tasks  # noqa: F401
+        import missions.actors  # noqa: F401 - declares the actors and their queue
+        import validation.actors  # noqa: F401
 
         self.broker = dramatiq.get_broker()
         self.consumer = self.broker.consume(queue, prefetch=1, timeout=100)

@@ -21,7 +21,7 @@ from unittest import mock
 import pytest
 from pydantic_ai.models.openai import OpenAIChatModel
 
-from fusion_site.base.snapshots import snapshot
+from fusion_site.repos.snapshots import snapshot
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from validation import verdict_schema
 from validation.journal import sha256_of, verify_chain

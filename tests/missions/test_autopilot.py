@@ -166,7 +166,7 @@ def test_a_milestone_ordered_first_waits_for_a_later_dependency(worker, owner, g
 
 
 def test_five_concurrent_triggers_activate_once(worker, owner, git_repo):
-    from validation.tasks import autopilot_advance
+    from validation.actors import autopilot_advance
 
     mission = make_mission(owner, git_repo.path, status="active", autopilot=True)  # no trigger sent yet
     add_slice(mission, "m1", "s1", ["a", "b"])
@@ -269,7 +269,7 @@ def test_the_autopilot_stops_at_a_blocked_feature_and_continues_after_a_repair(w
     _assert_stopped_at(mission, "a")
     stops = len(events(mission, "mission:halted"))
     # more outcomes do not repeat the stop
-    from validation.tasks import autopilot_advance
+    from validation.actors import autopilot_advance
 
     autopilot_advance.send(mission.pk)
     worker.drain()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import mirrors
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import snapshot_root
 from missions.models import Task
 from missions.services.lifecycle import mission_activate
 from missions.services.tasks import task_create

@@ -20,7 +20,7 @@ import dramatiq
 import pytest
 from django.utils import timezone
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 from missions.demo import implementer
 from missions.models import MissionEvent, Task
 from missions.services import tasks as task_services

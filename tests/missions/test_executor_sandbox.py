@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.conf import settings as django_settings
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from missions.services.lifecycle import mission_activate
 from tests.missions.loop_helpers import add_slice, make_mission
 from tests.missions.test_executor import run_task

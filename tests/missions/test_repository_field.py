@@ -1,7 +1,7 @@
 """A mission's `repository` (a git URL or a local path; `workspace` is its former name) and
 `credentials_env` on every surface that writes them: the API, mission files (through the
 API and the command line) and the admin form. The checks themselves are
-`fusion_site.base.sources`; these tests hold each surface to them."""
+`fusion_site.repos.sources`; these tests hold each surface to them."""
 
 from __future__ import annotations
 

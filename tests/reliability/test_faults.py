@@ -45,7 +45,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice
 from missions.selectors import milestone_rollup
 from missions.services.tasks import task_complete, task_create

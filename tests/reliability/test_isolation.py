@@ -23,8 +23,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from fusion_site.base import sandbox
-from fusion_site.base.proc import run_command
+from fusion_site.runtime import sandbox
+from fusion_site.runtime.proc import run_command
 from missions.models import (
     ContractAssertion,
     FeatureAssertion,
@@ -174,7 +174,7 @@ def escaping_repo(git_repo, tmp_path):
 
 
 def _checkout(repo):
-    from fusion_site.base.snapshots import snapshot
+    from fusion_site.repos.snapshots import snapshot
 
     return snapshot(str(repo.path), repo.git("rev-parse", "HEAD").strip(), label="iso")
 
@@ -364,7 +364,7 @@ def test_planted_secrets_are_redacted_everywhere_they_are_shown(leaky_feature, u
 
 
 def test_the_redactor_covers_the_planted_shapes(monkeypatch):
-    from fusion_site.base.redact import redact
+    from fusion_site.runtime.redact import redact
 
     monkeypatch.setenv("DEPLOY_API_TOKEN", PLANTED["token_env"])
     text = (

@@ -23,7 +23,7 @@ import dramatiq
 import pytest
 from django.conf import settings
 
-from fusion_site.base import mirrors
+from fusion_site.repos import mirrors
 from missions.models import Mission
 from tests.conftest import Repo, is_postgres
 from tests.gitserver import GitDaemon

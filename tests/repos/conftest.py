@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from fusion_site.base import mirrors
+from fusion_site.repos import mirrors
 from missions.models import Mission, MissionFeature, Task
 from missions.services.tasks import task_complete, task_create
 from tests.conftest import GIT_ENV, Repo

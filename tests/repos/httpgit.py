@@ -7,7 +7,7 @@ behind a small threaded HTTP server on 127.0.0.1, answering 401 to any request w
         server.authorized, server.refused # requests let in and turned away
 
 Plain HTTP, no TLS: the tests hand git a `Source` that takes the https path of
-`fusion_site.base.sources.git_env` (tests/repos/test_credentials.py says why).
+`fusion_site.repos.sources.git_env` (tests/repos/test_credentials.py says why).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The worker's mirror cache (fusion_site/base/mirrors.py): one mirror per source and
+"""The worker's mirror cache (fusion_site/repos/mirrors.py): one mirror per source and
 worker host, one fetch per new commit per host whatever the number of runs reading it,
 clones and fetches serialized across threads and processes, eviction of the least
 recently used mirror but never of one being read."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import mirrors
-from fusion_site.base.snapshots import as_source, snapshot
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import as_source, snapshot
 from validation.models import RunStatus, ValidatorRun
 
 from .conftest import WAIT, complete, fetch_lines, loop_state, run_script, url_mission
@@ -24,8 +24,8 @@ import json, os, sys, threading, time
 import django
 django.setup()
 from django.conf import settings
-from fusion_site.base import mirrors
-from fusion_site.base.snapshots import as_source, snapshot
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import as_source, snapshot
 url, go, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 source = as_source(url)
 mirrors.ensure_mirror(source)
@@ -60,8 +60,8 @@ CLONE_SCRIPT = r"""
 import os, sys, time
 import django
 django.setup()
-from fusion_site.base import mirrors
-from fusion_site.base.snapshots import as_source
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import as_source
 url, go = sys.argv[1], sys.argv[2]
 source = as_source(url)
 print("ready", flush=True)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import mirrors, sources
-from fusion_site.base.snapshots import snapshot
-from fusion_site.base.sources import Source, SourceUnavailable
+from fusion_site.repos import mirrors, sources
+from fusion_site.repos.snapshots import snapshot
+from fusion_site.repos.sources import Source, SourceUnavailable
 from missions.errors import Invalid
 from missions.models import Mission
 from missions.services.tasks import task_complete

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_site.base import mirrors
+from fusion_site.repos import mirrors
 from missions.models import MissionEvent
 from validation.models import RunStatus, ValidatorRun
 from validation.services import runner

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from fusion_site.base import mirrors, refs, sources
-from fusion_site.base.snapshots import pin_revision, snapshot
-from fusion_site.base.sources import SourceRefused, normalize
+from fusion_site.repos import mirrors, refs, sources
+from fusion_site.repos.snapshots import pin_revision, snapshot
+from fusion_site.repos.sources import SourceRefused, normalize
 from missions.errors import Invalid
 from missions.models import Mission
 from missions.services.tasks import task_complete, task_create

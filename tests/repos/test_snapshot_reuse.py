@@ -1,4 +1,4 @@
-"""A worker's next snapshot made from one it kept (fusion_site/base/snapshot_reuse.py):
+"""A worker's next snapshot made from one it kept (fusion_site/repos/snapshot_reuse.py):
 the tree a run judges is the one a snapshot from scratch would be (files, modes,
 symlinks, contents; nothing deleted, renamed or left behind survives), a kept snapshot
 is never shared by two runs, anything written into it sends the next run back to a
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import sandbox, snapshot_reuse
-from fusion_site.base.proc import run_command, scrubbed_env
-from fusion_site.base.sandbox import Confinement
-from fusion_site.base.snapshots import snapshot, snapshot_root, sweep_snapshots
+from fusion_site.repos import snapshot_reuse
+from fusion_site.repos.snapshots import snapshot, snapshot_root, sweep_snapshots
+from fusion_site.runtime import sandbox
+from fusion_site.runtime.proc import run_command, scrubbed_env
+from fusion_site.runtime.sandbox import Confinement
 from tests.conftest import Repo
 
 

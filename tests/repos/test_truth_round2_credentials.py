@@ -13,9 +13,9 @@ import secrets
 
 import pytest
 
-from fusion_site.base import sources
-from fusion_site.base.snapshots import snapshot
-from fusion_site.base.sources import SourceUnavailable
+from fusion_site.repos import sources
+from fusion_site.repos.snapshots import snapshot
+from fusion_site.repos.sources import SourceUnavailable
 from missions.models import Mission
 
 from .httpgit import HttpGit
@@ -125,7 +125,7 @@ def test_a_mission_file_and_the_admin_form_refuse_an_unlisted_variable(alice, li
     ],
 )
 def test_prefixes_compare_scheme_host_port_and_whole_path_segments(url, inside):
-    from fusion_site.base.sources import url_within
+    from fusion_site.repos.sources import url_within
 
     assert url_within(url, "https://github.com/acme/") is inside
     assert url_within("git@github.com:acme/shop.git", "ssh://git@github.com/acme/")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_site.base import mirror_guard, mirrors
+from fusion_site.repos import mirror_guard, mirrors
 from missions.models import Mission
 from validation.models import RunStatus, ValidatorRun
 from validation.services.verdicts.complete import ERROR_LIMIT

@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
-from fusion_site.base import mirrors
-from fusion_site.base.snapshots import as_source, is_ancestor, snapshot
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import as_source, is_ancestor, snapshot
 from validation.models import RunStatus, ValidatorRun
 
 from .conftest import complete, feature, fetch_lines, git, url_mission

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from tests.validation.conftest import build_mission  # noqa: F401 — a mission over a real git repository
 
 

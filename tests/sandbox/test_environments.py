@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import envcache, sandbox
+from fusion_site.runtime import envcache, sandbox
 from missions.demo.wheel import wheel, wheel_name
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from validation.models import JournalEntry, RunStatus, ValidatorRun
@@ -270,7 +270,7 @@ import django
 from django.conf import settings
 settings.configure(FUSION_ENV_CACHE=sys.argv[1], FUSION_ENV_CACHE_MB=1024)
 django.setup()
-from fusion_site.base import envcache
+from fusion_site.runtime import envcache
 here, other, count = sys.argv[2:5]
 
 def build(folder):

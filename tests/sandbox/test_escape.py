@@ -1,5 +1,5 @@
 """Code under judgment cannot leave its sandbox (docs/TRUTH.md, "What the host can and
-cannot prove about code that runs inside a check's process"; fusion_site/base/sandbox.py).
+cannot prove about code that runs inside a check's process"; fusion_site/runtime/sandbox.py).
 
 The implementation's module, imported by the mission's protected tests, tries each escape
 of `attempts.py` (one feature per case, all judged by one real worker in one mission over
@@ -26,10 +26,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from fusion_site.base import cgroups, mirrors, sandbox
-from fusion_site.base.proc import CommandResult, run_command, scrubbed_env
-from fusion_site.base.sandbox import Confinement
-from fusion_site.base.snapshots import snapshot, snapshot_root
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import snapshot, snapshot_root
+from fusion_site.runtime import cgroups, sandbox
+from fusion_site.runtime.proc import CommandResult, run_command, scrubbed_env
+from fusion_site.runtime.sandbox import Confinement
 from missions.models import Mission, MissionFeature
 from tests.sandbox import attempts
 from tests.sandbox.mission import RIGHT, STUB, WRONG, check_of, protected_test, run_texts

@@ -1,4 +1,4 @@
-"""The sandbox's modes (fusion_site/base/sandbox.py): `required` without bubblewrap runs
+"""The sandbox's modes (fusion_site/runtime/sandbox.py): `required` without bubblewrap runs
 nothing and blocks the feature; `auto` without it runs the checks and records so; a pass
 obtained unconfined is judged again once the sandbox is there; the command validator runs
 confined."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from missions.models import Mission, MissionFeature
 from tests.sandbox.mission import RIGHT, STUB, check_of, protected_test, run_texts
 from validation.models import JournalEntry, RunStatus, ValidatorRun

@@ -15,7 +15,7 @@ import dramatiq
 import pytest
 from django.conf import settings
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -59,7 +59,7 @@ def test_killed_worker_resumes_without_paying_twice(worker_processes, hello_feat
             what="the dead worker's lease to pass",
             logs=worker_processes.logs,
         )
-        from validation.tasks import run_validator
+        from validation.actors import run_validator
 
         run_validator.send(run.pk)  # the redelivery
         wait_until(

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import sandbox
-from fusion_site.base.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
+from fusion_site.repos.snapshots import SNAPSHOT_NAME, private_copy, snapshot, snapshot_root, sweep_snapshots
+from fusion_site.runtime import sandbox
 from missions.models import MissionFeature
 from validation.models import JournalEntry, RunStatus
 from validation.services import runner

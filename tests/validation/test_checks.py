@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base.snapshots import SnapshotError, snapshot
+from fusion_site.repos.snapshots import SnapshotError, snapshot
 from missions.checks_spec import check_spec_problems
 from validation.context import AssertionSpec
 from validation.validators.checks import judge_assertion

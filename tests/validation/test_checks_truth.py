@@ -16,8 +16,8 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fusion_site.base.proc import run_command
-from fusion_site.base.snapshots import snapshot
+from fusion_site.repos.snapshots import snapshot
+from fusion_site.runtime.proc import run_command
 from missions.checks_spec import check_spec_problems
 from missions.errors import Invalid
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature

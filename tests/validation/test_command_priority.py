@@ -1,7 +1,7 @@
 """With `FUSION_COMMAND_NICE` (10 on PostgreSQL), the commands the service runs (checks,
 command validators, executor tasks) run at a lower CPU priority than the service, each in
 a process group of its own inside the service's session, and so do its own helpers (git,
-`rm`, `cp`) (fusion_site/base/proc.py, docs/BENCHMARKS.md "Loop throughput"): the loop's steps, which
+`rm`, `cp`) (fusion_site/runtime/proc.py, docs/BENCHMARKS.md "Loop throughput"): the loop's steps, which
 hold their mission's lock, get the cores first. The timeout still kills everything a
 command started."""
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base.proc import run_command, run_nicer
-from fusion_site.base.sources import run_git
+from fusion_site.repos.sources import run_git
+from fusion_site.runtime.proc import run_command, run_nicer
 from missions.models import MissionFeature
 from validation.services import runner
 from validation.services.verdicts.admit import feature_admit

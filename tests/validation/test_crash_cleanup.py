@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from fusion_site.base import snapshots as snapshots_module
-from fusion_site.base import trees
-from fusion_site.base.snapshots import SMALL_TREE_FILES, snapshot, snapshot_root
+from fusion_site.repos import snapshots as snapshots_module
+from fusion_site.repos import trees
+from fusion_site.repos.snapshots import SMALL_TREE_FILES, snapshot, snapshot_root
 from missions.models import MissionEvent, MissionFeature
 from validation.context import ValidatorCrashed
 from validation.models import RunStatus, ValidatorRun
@@ -150,7 +150,7 @@ def test_a_snapshot_is_removed_whatever_its_size_and_what_a_check_added(git_repo
     git_repo.commit({f"src/f{i}.txt": "x\n" for i in range(files)})
     rev = git_repo.git("rev-parse", "HEAD").strip()
     removers: list[list[str]] = []
-    real_run = trees.run_nicer  # removing a tree (fusion_site/base/trees.py)
+    real_run = trees.run_nicer  # removing a tree (fusion_site/repos/trees.py)
 
     def recording(argv, *args, **kwargs):
         if argv and argv[0] == "rm":
@@ -178,7 +178,7 @@ HOLDER = textwrap.dedent("""
         FUSION_GIT_REMOTE_TIMEOUT=60,
         FUSION_COMMAND_NICE=10,
     )
-    from fusion_site.base.snapshots import snapshot
+    from fusion_site.repos.snapshots import snapshot
     with snapshot(sys.argv[1], sys.argv[2], label=sys.argv[3]) as checkout:
         print(checkout, flush=True)
         time.sleep(120)

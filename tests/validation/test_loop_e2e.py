@@ -71,7 +71,7 @@ def test_failure_generates_fix_then_root_revalidated(worker, build_mission, git_
 
 
 def test_duplicate_delivery_makes_one_run(worker, build_mission, git_repo, alice):
-    from validation.tasks import process_task_outcome
+    from validation.actors import process_task_outcome
 
     build_mission({"hello": [("VAL-1", GREETING)]})
     feature = MissionFeature.objects.get(key="hello")

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 from missions.checks_spec import pattern_problems
 from missions.errors import Invalid
 from missions.models import Mission, MissionFeature

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 from missions.models import Mission, MissionEvent, MissionFeature, Task
 from missions.services.tasks import task_create
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from missions.models import MissionFeature
 from validation.services import runner
 from validation.services.verdicts.admit import feature_admit

@@ -58,7 +58,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import validation.tasks  # noqa: E402,F401 — declares the actors whose messages the machine delivers
+import validation.actors  # noqa: E402,F401 — declares the actors whose messages the machine delivers
 from missions import delivery
 from missions.errors import DomainError, IllegalTransition
 from missions.models import (

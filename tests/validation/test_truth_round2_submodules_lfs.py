@@ -10,9 +10,9 @@ import stat
 
 import pytest
 
-from fusion_site.base import mirrors
-from fusion_site.base.snapshots import snapshot, snapshot_root, sweep_snapshots
-from fusion_site.base.sources import normalize
+from fusion_site.repos import mirrors
+from fusion_site.repos.snapshots import snapshot, snapshot_root, sweep_snapshots
+from fusion_site.repos.sources import normalize
 from missions.models import LoopState, Mission, MissionFeature, StopReason
 from tests.conftest import Repo
 from tests.gitserver import GitDaemon

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from fusion_site.base.snapshots import snapshot
+from fusion_site.repos.snapshots import snapshot
 from missions.models import Mission, MissionFeature
 from tests.validation.protected_runs import BASE_FILES, RIGHT, WRONG, judge_protected
 from validation.models import RunStatus

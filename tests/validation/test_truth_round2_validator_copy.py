@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 from missions.models import Mission, MissionFeature
 from tests.support.agent_env import add_profile, run_now
 from tests.support.verdicts import item, verdict

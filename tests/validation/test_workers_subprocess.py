@@ -34,7 +34,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from fusion_site.base.snapshots import snapshot_root
+from fusion_site.repos.snapshots import snapshot_root
 from missions.models import MissionEvent, MissionFeature
 from missions.services.tasks import task_complete, task_create
 from tests.support.workers import child_database_url, clear_namespace
@@ -219,7 +219,7 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_sweep(workers, build_missio
         what="the dead worker's lease to expire",
         workers=workers,
     )
-    from validation.tasks import recovery_sweep
+    from validation.actors import recovery_sweep
 
     recovery_sweep.send()  # the periodic sweep's tick, executed by the new worker
     wait_for(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_site.base.snapshots import SnapshotError, snapshot
+from fusion_site.repos.snapshots import SnapshotError, snapshot
 from missions.models import MissionFeature
 from validation.models import RunStatus
 from validation.services.runner import execute_run

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from fusion_site.base import snapshots
+from fusion_site.repos import snapshots
 from missions import selectors
 from missions.errors import Conflict, Invalid
 from missions.locks import lock_mission

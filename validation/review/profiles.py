@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base.env import json_object
+from fusion_site.runtime.env import json_object
 from missions.errors import DomainError, Invalid
 
 DEFAULT_NAME = "default"

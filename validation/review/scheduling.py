@@ -4,7 +4,7 @@ run by `validation.review.pipeline.run_captured`).
 
 The actors are sent to by name (`review_<stage>`), not imported: `pipeline` declares them
 and imports the stages, which enqueue through here, so an import would be a cycle.
-`validation.apps` imports them (through `validation.tasks`) before a message can be sent.
+`validation.apps` imports them (through `validation.actors`) before a message can be sent.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from fusion_site.base.snapshots import SnapshotError, snapshot
+from fusion_site.repos.snapshots import SnapshotError, snapshot
 from validation.models import Review
 from validation.review import artifacts
 from validation.review.accounting import LABELS, check_evaluation, parse_candidate, parse_evaluation, source_findings

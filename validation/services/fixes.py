@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from fusion_site.base.redact import bounded
+from fusion_site.runtime.redact import bounded
 from missions.errors import Conflict
 from missions.locks import assert_mission_locked, lock_mission
 from missions.models import (

@@ -12,7 +12,7 @@ from functools import partial
 
 from django.db.models import QuerySet
 
-from fusion_site.base.snapshots import SnapshotError, is_ancestor
+from fusion_site.repos.snapshots import SnapshotError, is_ancestor
 from missions.errors import Conflict, DomainError, Invalid
 from missions.locks import assert_mission_locked
 from missions.models import LoopState, Milestone, MilestoneStatus, Mission, MissionFeature, MissionStatus
@@ -113,7 +113,7 @@ def open_dependencies(milestone: Milestone) -> QuerySet[Milestone]:
     return milestone.dependencies.exclude(status=MilestoneStatus.COMPLETE)
 
 
-def milestone_judge(*, milestone: Milestone, asked: bool = False, actor_id: int | None = None) -> Admission:
+def milestone_advance(*, milestone: Milestone, asked: bool = False, actor_id: int | None = None) -> Admission:
     """The one decision on a milestone whose features may all be done, under its mission's
     lock (the autopilot's, a person's request, a milestone run's pass): `waiting` (a
     feature is not done), `complete` (no assertions, or a run over exactly the current
@@ -144,7 +144,7 @@ def milestone_judge(*, milestone: Milestone, asked: bool = False, actor_id: int 
     return Admission("stopped", last, detail)
 
 
-# What the autopilot hears from `milestone_judge`; a stop halts the mission with its reason.
+# What the autopilot hears from `milestone_advance`; a stop halts the mission with its reason.
 _AUTOPILOT_STATES = {"started": "validating_milestone", "already_running": "waiting"}
 
 
@@ -152,7 +152,7 @@ def milestone_ready(*, milestone: Milestone) -> str:
     """Called by the autopilot, while holding the mission lock, once every slice is complete."""
     assert_mission_locked(milestone.mission_id)
     try:
-        step = milestone_judge(milestone=milestone)
+        step = milestone_advance(milestone=milestone)
     except DomainError as exc:
         return f"stop:milestone {milestone.key} cannot be validated: {exc.detail[:300]}"
     if step.outcome == "stopped":
@@ -194,7 +194,7 @@ def _complete_after_pass(run: ValidatorRun) -> None:
     features are still all done and the run judged its current input (else a run over the
     current input starts, as the autopilot would start it)."""
     milestone = Milestone.objects.select_related("mission").get(pk=run.milestone_id)
-    if milestone_judge(milestone=milestone).outcome == "complete":
+    if milestone_advance(milestone=milestone).outcome == "complete":
         mission_complete(mission_id=run.mission_id)
 
 

@@ -9,12 +9,12 @@ from django.db.models import Q
 from missions.errors import Conflict, Invalid, NotFound
 from missions.locks import lock_mission
 from missions.models import LoopState, Milestone, Mission, MissionFeature, MissionStatus, SliceStatus
-from missions.services.judging import same_base
+from missions.services.verdict_settings import same_base
 from missions.transitions import feature_transition, slice_transition
 from missions.transitions.progress import milestone_activate, mission_complete, slice_activate
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.services.fixes import fix_for_failure
-from validation.services.milestones import milestone_judge, open_dependencies, open_features
+from validation.services.milestones import milestone_advance, open_dependencies, open_features
 from validation.services.queueing import autopilot_notify
 from validation.services.run_input import feature_assertion_specs, same_contract
 from validation.services.runs import Admission
@@ -99,7 +99,7 @@ def milestone_validate(*, milestone_id: int, actor_id: int | None) -> Admission:
     milestone, on request. Refused, changing nothing, unless the mission is active, the
     milestones this one depends on are complete and every feature under it is done. Then
     its slices complete (a pending one starts first, with its milestone, as the autopilot
-    starts it) and `milestone_judge` decides: `complete` (no assertions, or a run over
+    starts it) and `milestone_advance` decides: `complete` (no assertions, or a run over
     exactly its current input passed), `already_running`, or `started` (a new milestone
     run; also after a failed, blocked or errored run over the same input: a person asked
     again); a milestone being judged is under way (`active`). A milestone that completes here, or when its run passes
@@ -117,7 +117,7 @@ def milestone_validate(*, milestone_id: int, actor_id: int | None) -> Admission:
         slice_transition(
             slice_=slice_.pk, old=SliceStatus.ACTIVE, new=SliceStatus.COMPLETE, cause="complete", actor_id=actor_id
         )
-    step = milestone_judge(milestone=milestone, asked=True, actor_id=actor_id)
+    step = milestone_advance(milestone=milestone, asked=True, actor_id=actor_id)
     if step.outcome == "complete":
         done = mission_complete(mission_id=mission_id, actor_id=actor_id)
         step.detail = f"milestone {milestone.key} is complete" + ("; so is the mission" if done else "")

@@ -1,11 +1,11 @@
 """Every message the validation services send, by actor name after commit
-(`fusion_site.base.queue`): the actor modules import the services, never the reverse."""
+(`fusion_site.runtime.queue`): the actor modules import the services, never the reverse."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
-from fusion_site.base.queue import send_on_commit
+from fusion_site.runtime.queue import send_on_commit
 from missions.locks import autopilot_running_under_lock
 from validation.models import ValidatorRun
 
@@ -40,5 +40,5 @@ def autopilot_notify(mission_id: int) -> None:
     send_on_commit("autopilot_advance", mission_id)
 
 
-def judge_task_outcome(task_id: int) -> None:
+def send_task_outcome(task_id: int) -> None:
     send_on_commit("process_task_outcome", task_id)

@@ -13,10 +13,10 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from fusion_site.base import mirrors
-from fusion_site.base.mirrors import FULL_COMMIT
-from fusion_site.base.snapshots import sweep_snapshots
-from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable
+from fusion_site.repos import mirrors
+from fusion_site.repos.mirrors import FULL_COMMIT
+from fusion_site.repos.snapshots import sweep_snapshots
+from fusion_site.repos.sources import SnapshotError, Source, SourceUnavailable
 from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, StopReason, Task, TaskStatus
 from missions.relay import redeliver_missing
 from missions.services.executor_lease import executor_redrive
@@ -25,7 +25,7 @@ from validation.review.pipeline import live_snapshot_labels, reviews_redrive
 from validation.selectors import feature_revision
 from validation.services.autopilot import autopilot_redrive
 from validation.services.fixes import fix_for_failure
-from validation.services.queueing import judge_task_outcome, queue_run
+from validation.services.queueing import queue_run, send_task_outcome
 from validation.services.verdicts.admit import feature_admit
 from validation.services.verdicts.complete import run_error
 
@@ -91,7 +91,7 @@ def redrive_features() -> dict[str, list[int]]:
         # A completion younger than the grace most likely has its message still queued:
         # re-sending it on every sweep only multiplies a backlog (duplicates are skipped).
         if task is not None and task.status == TaskStatus.DONE and not _recent(task.finished_at):
-            judge_task_outcome(task.pk)
+            send_task_outcome(task.pk)
             done["implementing"].append(f.pk)
     for f in _active(MissionFeature.objects.filter(status=FeatureStatus.DONE, loop_state=LoopState.IDLE)):
         feature_admit(feature_id=f.pk, trigger="recovery", cause="recovery")

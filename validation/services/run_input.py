@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fusion_site.base import sandbox
-from fusion_site.base.prepared import Prepared
-from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_branch, pin_revision
-from fusion_site.base.sources import UnknownRevision
+from fusion_site.repos.snapshots import FULL_COMMIT, SnapshotError, pin_branch, pin_revision
+from fusion_site.repos.sources import UnknownRevision
+from fusion_site.runtime import sandbox
+from fusion_site.runtime.prepared import Prepared
 from missions.environment_spec import declared_for, effective
 from missions.errors import Invalid
 from missions.models import AssertionScope, MissionFeature
-from missions.services.judging import mission_base
+from missions.services.verdict_settings import mission_base
 from validation import profiles
 from validation.journal import canonical, sha256_of
 from validation.selectors import feature_revision

@@ -14,12 +14,12 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from fusion_site.base.lease import renewing
-from fusion_site.base.prepared import Prepared, PreparedUpdate
-from fusion_site.base.snapshots import SnapshotError, bounded_diff, snapshot
+from fusion_site.repos.snapshots import SnapshotError, bounded_diff, snapshot
+from fusion_site.runtime.lease import renewing
+from fusion_site.runtime.prepared import Prepared, PreparedUpdate
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
-from missions.services.judging import mission_base
+from missions.services.verdict_settings import mission_base
 from validation import environments, journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
 from validation.models import JournalEntry, RunStatus, ValidatorRun

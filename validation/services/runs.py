@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from missions.models import MissionFeature
 from missions.outbox import publish_on_commit
 from missions.transitions.tables import RUN_EVENT
@@ -23,7 +23,7 @@ from validation.services.run_input import RunInput
 @dataclass
 class Admission:
     """The answer to a request for a run. A feature's (`verdicts/admit.py`): started |
-    reused | blocked | already_running | refused; a milestone's (`milestones.milestone_judge`):
+    reused | blocked | already_running | refused; a milestone's (`milestones.milestone_advance`):
     started | already_running | complete | waiting | stopped."""
 
     outcome: str

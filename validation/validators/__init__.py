@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fusion_site.base.snapshots import private_copy
+from fusion_site.repos.snapshots import private_copy
 from validation.context import ValidationContext, ValidatorCrashed
 
 

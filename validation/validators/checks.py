@@ -17,12 +17,13 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base import sandbox, snapshot_reuse
-from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
-from fusion_site.base.redact import bounded, redact
-from fusion_site.base.sandbox import Confinement, Toolchain
-from fusion_site.base.snapshots import is_whole_snapshot, private_copy
-from fusion_site.base.tree_index import TreeFacts, facts_of
+from fusion_site.repos import snapshot_reuse
+from fusion_site.repos.snapshots import is_whole_snapshot, private_copy
+from fusion_site.repos.tree_index import TreeFacts, facts_of
+from fusion_site.runtime import sandbox
+from fusion_site.runtime.proc import CommandError, Unconfined, run_command, scrubbed_env
+from fusion_site.runtime.redact import bounded, redact
+from fusion_site.runtime.sandbox import Confinement, Toolchain
 from missions.checks_spec import MAX_TIMEOUT, check_spec_problems
 from validation import environments, journal, protect, subversion, unfetched, witness
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed

@@ -23,9 +23,9 @@ from typing import Any
 
 from django.conf import settings
 
-from fusion_site.base.proc import CommandError, Unconfined, run_command, scrubbed_env
-from fusion_site.base.redact import redact
-from fusion_site.base.sandbox import Confinement, Toolchain
+from fusion_site.runtime.proc import CommandError, Unconfined, run_command, scrubbed_env
+from fusion_site.runtime.redact import redact
+from fusion_site.runtime.sandbox import Confinement, Toolchain
 from validation import journal
 from validation.context import ValidationContext, ValidatorCrashed
 from validation.validators import Judgement

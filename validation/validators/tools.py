@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from fusion_site.base.redact import redact
+from fusion_site.runtime.redact import redact
 from validation.validators.checks import judge_isolated
 from validation.verdict import escape_undecodable
 

@@ -34,7 +34,7 @@ Decisions (what the file means):
   name, is still read for one release (the same value as `repository`, or alone). A
   relative local path is resolved against `base_dir` (the file's folder) and stored
   absolute; a file sent to the API (`from_api`) has no folder, and a relative path is one
-  of its errors. The repository is then checked (`fusion_site.base.sources.check_repository`)
+  of its errors. The repository is then checked (`fusion_site.repos.sources.check_repository`)
   with the importer's staff flag, the command line (`user=None`) counting as staff: a
   local path or `file://` URL only from staff or inside FUSION_WORKSPACE_ROOTS; an
   unchanged value is not judged again. A refusal is `Invalid(code="repository_refused")`.
@@ -42,7 +42,7 @@ Decisions (what the file means):
   `repository` and `credentials_env` as stored, never `workspace`.
 - The validator profile names (`validator`, `allowed_validators`) are not checked against
   the configured profiles: they depend on the environment, and a missing one is reported
-  when a run needs it. The rules every writer applies (`missions/services/judging.py`:
+  when a run needs it. The rules every writer applies (`missions/services/verdict_settings.py`:
   the base pinned to `base_commit`, protected patterns that match something at the base,
   credentials the deployment allows, the owner or staff changing the validators) refuse
   with the field's path (`mission.base_revision: …`) and their code. Export writes

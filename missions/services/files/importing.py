@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from fusion_site.base.sources import SourceRefused, check_repository
+from fusion_site.repos.sources import SourceRefused, check_repository
 from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
 from missions.locks import locked_mission
@@ -25,8 +25,8 @@ from missions.models import (
 from missions.outbox import publish_on_commit
 from missions.selectors import visible_missions
 from missions.services.files.validating import Document, Node, invalid, validated
-from missions.services.judging import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.services.rollup import milestone_rollup_refresh
+from missions.services.verdict_settings import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
 
 
@@ -162,7 +162,7 @@ def _check_repository(doc: Document, mission: Mission | None, user) -> None:
 
 
 def _settle(doc: Document, mission: Mission | None, existing: _Existing, user) -> None:
-    """The rules every writer applies (`missions/services/judging.py`): the base pinned to
+    """The rules every writer applies (`missions/services/verdict_settings.py`): the base pinned to
     its commit, credentials where they may go, who picks the validators and the
     environments. A refusal names the file's fields (`mission.base_revision: …`) and keeps
     its code."""

@@ -29,11 +29,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
-from fusion_site.base.sources import SourceRefused, check_credentials_env
+from fusion_site.repos.sources import SourceRefused, check_credentials_env
 from missions.checks_spec import MAX_PATTERN_CHARS, MAX_PATTERNS, check_spec_problems, pattern_problems
 from missions.environment_spec import MAX_PATH, MAX_SETUP, PRESETS, environment_problems
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
-from missions.services.judging import MAX_ALLOWED_VALIDATORS, allowed_validators_problems
+from missions.services.verdict_settings import MAX_ALLOWED_VALIDATORS, allowed_validators_problems
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
@@ -187,7 +187,7 @@ class Environment(_Reworded):
 
 @dataclass(frozen=True)
 class EnvName(_Rule):
-    """The name of an environment variable, or '' (`fusion_site.base.sources.check_credentials_env`)."""
+    """The name of an environment variable, or '' (`fusion_site.repos.sources.check_credentials_env`)."""
 
     def check(self, value: str) -> str:
         try:
@@ -217,7 +217,7 @@ class Patterns(_Reworded):
 
 
 class ProfileNames(_Reworded):
-    """Validator profile names (`missions.services.judging.allowed_validators_problems`)."""
+    """Validator profile names (`missions.services.verdict_settings.allowed_validators_problems`)."""
 
     wrong_type = "must be a list of validator profile names"
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from fusion_site.base.sources import is_url
+from fusion_site.repos.sources import is_url
 from missions.errors import Invalid
 from missions.models import AssertionScope
 from missions.services.files import yaml_io

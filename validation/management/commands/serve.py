@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from missions.management.workers import start_embedded_worker
 from validation.services.recovery import recover
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from django.db import connections, transaction
 from django.utils import timezone
 
-from fusion_site.base.prepared import Prepared
-from fusion_site.base.snapshots import SnapshotError
+from fusion_site.repos.snapshots import SnapshotError
+from fusion_site.runtime.prepared import Prepared
 from missions.errors import Conflict, DomainError, Invalid
 from missions.locks import assert_mission_locked, lock_mission
 from missions.models import LoopState, MissionFeature, StopReason
 from missions.outbox import publish_on_commit
-from missions.services.judging import judges_of
+from missions.services.verdict_settings import validators_of
 from missions.transitions import feature_transition
 from validation import profiles
 from validation.models import RunStatus, ValidatorRun
@@ -221,7 +221,7 @@ def _locked(feature_id: int, mission_id: int | None) -> MissionFeature:
 
 def _require_allowed(feature: MissionFeature, profile_name: str | None) -> None:
     """Only the mission's own profiles judge it, whoever asks (docs/TRUTH.md)."""
-    if profile_name and profile_name not in (judges := judges_of(feature.mission)):
+    if profile_name and profile_name not in (judges := validators_of(feature.mission)):
         _profile(profile_name)  # an unknown profile is told as such before it is told it is not allowed
         raise Invalid(
             f"validator {profile_name!r} may not judge this mission; it allows: {', '.join(judges)}",

@@ -15,13 +15,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fusion_site.base.prepared import Prepared
-from fusion_site.base.redact import bounded
+from fusion_site.runtime.prepared import Prepared
+from fusion_site.runtime.redact import bounded
 from missions.locks import lock_mission
 from missions.models import AssertionStatus, ContractAssertion, LoopState, Mission, MissionFeature, StopReason
 from missions.outbox import publish_on_commit, published_together
-from missions.services.judging import same_base
 from missions.services.rollup import milestone_rollup_refresh
+from missions.services.verdict_settings import same_base
 from missions.transitions import assertion_transition, feature_transition
 from validation import journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
@@ -118,7 +118,7 @@ def _move_feature(run: ValidatorRun, verdict: Verdict) -> None:
     if feature is None:
         return
     fixes = lineage_fix_ids(feature)  # read once, under the mission's lock: no fix is made meanwhile
-    if _judge_newer_revision(feature, run, fixes):
+    if _readmit_newer_revision(feature, run, fixes):
         return
     if verdict.status == "pass":
         apply_pass(feature=feature, run=run, cause="pass", old_state=LoopState.VALIDATING, fixes=fixes)
@@ -166,7 +166,7 @@ def _stopped(feature: MissionFeature, run: ValidatorRun, verdict: Verdict) -> No
     autopilot_notify(run.mission_id)
 
 
-def _judge_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
+def _readmit_newer_revision(feature: MissionFeature, run: ValidatorRun, fixes: list[int] | None = None) -> bool:
     """The run judged older code or an older contract than the feature now has (a task
     landed, or an assertion was linked, unlinked or edited, while it ran): its verdict is
     recorded on the run, but it decides nothing; the feature's current revision and set
@@ -226,7 +226,7 @@ def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFai
     for item in verdict.assertions:
         assertion = by_key.get(item.key)
         if assertion is not None:
-            _judge(assertion, ASSERTION_STATUS[item.verdict], run)
+            _record_assertion_status(assertion, ASSERTION_STATUS[item.verdict], run)
         if item.verdict == "fail":
             failures.append(
                 ValidatorFailure.objects.create(
@@ -244,7 +244,7 @@ def _record_assertions(run: ValidatorRun, verdict: Verdict) -> list[ValidatorFai
     return failures
 
 
-def _judge(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None:
+def _record_assertion_status(assertion: ContractAssertion, status: str, run: ValidatorRun) -> None:
     """The assertion's status is the verdict's (the last verdict recorded wins); the same
     status again is no move."""
     while assertion.status != status:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from fusion_site.base.prepared import Prepared
+from fusion_site.runtime.prepared import Prepared
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
 from missions.outbox import publish_on_commit, published_together
 from missions.transitions import FEATURE

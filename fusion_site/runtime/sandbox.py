@@ -39,7 +39,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import cgroups
+from fusion_site.runtime import cgroups
 
 log = logging.getLogger("fusion.sandbox")
 

@@ -35,8 +35,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import cachedirs, mirror_guard
-from fusion_site.base.sources import (
+from fusion_site.repos import mirror_guard
+from fusion_site.repos.sources import (
     SnapshotError,
     Source,
     SourceRefused,
@@ -45,6 +45,7 @@ from fusion_site.base.sources import (
     run_git,
     scrub,
 )
+from fusion_site.runtime import cachedirs
 
 FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 LOCAL_TIMEOUT = 120

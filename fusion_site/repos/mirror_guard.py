@@ -23,7 +23,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+from fusion_site.repos.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
 
 _LIMIT = 50_000
 _lock = threading.Lock()

@@ -6,7 +6,7 @@
   and builds nothing. A folder without its marker is what a killed build left: removed and
   built again.
 - **Bounded.** Past `FUSION_ENV_CACHE_MB`, the least recently used folders are removed
-  after each build, never one in use: a run holds its key (`fusion_site/base/cachedirs.py`)
+  after each build, never one in use: a run holds its key (`fusion_site/runtime/cachedirs.py`)
   for as long as its checks read the folder.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import cachedirs
+from fusion_site.runtime import cachedirs
 
 MARKER = ".fusion-complete"  # JSON: the folder's bytes and how long its build took
 KEY_NAME = re.compile(r"^[0-9a-f]{16,64}$")

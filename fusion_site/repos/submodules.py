@@ -15,8 +15,7 @@ import posixpath
 import subprocess
 from urllib.parse import urlsplit
 
-from fusion_site.base.proc import run_nicer
-from fusion_site.base.sources import (
+from fusion_site.repos.sources import (
     SCP_LIKE,
     Source,
     SourceRefused,
@@ -25,6 +24,7 @@ from fusion_site.base.sources import (
     local_allowed,
     normalize,
 )
+from fusion_site.runtime.proc import run_nicer
 
 # How deep submodules of submodules are populated; deeper ones stay empty, and a check
 # that needs them is blocked (`submodule_not_fetched`), never judged on an empty folder.

@@ -1,6 +1,6 @@
 """Dramatiq actors: thin, ids in, re-fetch, bail out when stale, explicit retries.
 
-Services send to these by name (`fusion_site.base.queue.send_on_commit`), never by
+Services send to these by name (`fusion_site.runtime.queue.send_on_commit`), never by
 importing this module, so the actors may import the services they wrap."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from fusion_site.base.proc import run_nicer
+from fusion_site.runtime.proc import run_nicer
 
 # A snapshot's files are written read-only (a check cannot change them for the next one);
 # `core.sharedRepository` keeps what git writes into the mirror meanwhile (a lazy fetch)

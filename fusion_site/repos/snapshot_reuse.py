@@ -31,10 +31,11 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import mirrors, sandbox
-from fusion_site.base.proc import run_nicer
-from fusion_site.base.sources import SnapshotError, Source, run_git
-from fusion_site.base.trees import INDEX_FORMAT, MIRROR_MODES, READ_ONLY_UMASK, remove_tree
+from fusion_site.repos import mirrors
+from fusion_site.repos.sources import SnapshotError, Source, run_git
+from fusion_site.repos.trees import INDEX_FORMAT, MIRROR_MODES, READ_ONLY_UMASK, remove_tree
+from fusion_site.runtime import sandbox
+from fusion_site.runtime.proc import run_nicer
 
 # A smaller snapshot is made from scratch: its one `git read-tree` costs about what the
 # three git calls of a reuse cost, and its removal is cheap (bench/sandbox.py).
@@ -226,7 +227,7 @@ def _alive(pid: int) -> bool:
 def mark_written(path: Path) -> None:
     """Say that the service wrote into the snapshot `path` is (or is a folder of): it is
     not kept for reuse."""
-    from fusion_site.base.tree_index import facts_of
+    from fusion_site.repos.tree_index import facts_of
 
     facts = facts_of(path)
     if facts is not None:

@@ -1,5 +1,5 @@
 """Read-only snapshots of a revision, made from the worker's mirror of the repository
-(`fusion_site/base/mirrors.py`) and always removed afterwards: the user's repository is
+(`fusion_site/repos/mirrors.py`) and always removed afterwards: the user's repository is
 never written (docs/REPOSITORIES.md).
 
 A snapshot is the revision's files, filled by `git read-tree -u` with an index of its own
@@ -25,13 +25,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from fusion_site.base import mirrors, refs, snapshot_reuse, tree_index
-from fusion_site.base import submodules as subs
-from fusion_site.base.mirrors import FULL_COMMIT, source_of
-from fusion_site.base.proc import run_nicer
-from fusion_site.base.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
-from fusion_site.base.tree_index import GITLINK, TreeFacts, read_index
-from fusion_site.base.trees import INDEX_FORMAT, MIRROR_MODES, READ_ONLY_UMASK, remove_tree
+from fusion_site.repos import mirrors, refs, snapshot_reuse, tree_index
+from fusion_site.repos import submodules as subs
+from fusion_site.repos.mirrors import FULL_COMMIT, source_of
+from fusion_site.repos.sources import SnapshotError, Source, SourceUnavailable, run_git, scrub
+from fusion_site.repos.tree_index import GITLINK, TreeFacts, read_index
+from fusion_site.repos.trees import INDEX_FORMAT, MIRROR_MODES, READ_ONLY_UMASK, remove_tree
+from fusion_site.runtime.proc import run_nicer
 
 __all__ = ["FULL_COMMIT", "SnapshotError", "SourceUnavailable", "source_of"]
 
@@ -88,7 +88,7 @@ def snapshot_root() -> Path:
 # file afterwards costs a metadata write per file, which doubled the kernel's time per
 # snapshot on an ext4 disk under four concurrent runs). `core.sharedRepository` keeps what
 # git writes into the mirror meanwhile (a lazy fetch) at its usual modes whatever the umask.
-# READ_ONLY_UMASK and MIRROR_MODES: fusion_site/base/trees.py.
+# READ_ONLY_UMASK and MIRROR_MODES: fusion_site/repos/trees.py.
 
 
 def _writable_folders(path: Path) -> None:

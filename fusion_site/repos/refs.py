@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from fusion_site.base import mirror_guard, mirrors
-from fusion_site.base.sources import Source, UnknownRevision, safe_revision
+from fusion_site.repos import mirror_guard, mirrors
+from fusion_site.repos.sources import Source, UnknownRevision, safe_revision
 
 
 def resolve(source: Source, name: str) -> str:

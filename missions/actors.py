@@ -1,5 +1,5 @@
 """Mission actors: the `command` task executor. Services send to it by name
-(`fusion_site.base.queue`), so this module may import them."""
+(`fusion_site.runtime.queue`), so this module may import them."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
-from fusion_site.base import sandbox
+from fusion_site.runtime import sandbox
 from validation.profiles import all_profiles, profile_problems, profile_warnings
 
 

@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
-from fusion_site.base.proc import run_nicer
-from fusion_site.base.redact import redact
+from fusion_site.runtime.proc import run_nicer
+from fusion_site.runtime.redact import redact
 
 
 class SnapshotError(Exception):

@@ -17,7 +17,7 @@ changes.
   `FUSION_GIT_CREDENTIALS` lists, for a repository under one of its URL prefixes
   (`credentials_not_allowed`, for everyone); only staff set it, unless
   `FUSION_MEMBERS_SET_CREDENTIALS` (`staff_only`). The git adapter applies the same rule
-  to stored rows (`fusion_site/base/sources.py: credentials`).
+  to stored rows (`fusion_site/repos/sources.py: credentials`).
 - **The owner picks the judges and the protection.** `validator` and `allowed_validators`
   (the profiles that may judge the mission; admission refuses any other), and what protects
   its tests (`base_revision`, `protected_paths`, `on_protected_change`,
@@ -34,9 +34,9 @@ from typing import Any
 from django.conf import settings
 from django.db import models, transaction
 
-from fusion_site.base.mirrors import source_of
-from fusion_site.base.snapshots import FULL_COMMIT, SnapshotError, pin_revision
-from fusion_site.base.sources import SourceRefused, credentials_allowed, normalize, safe_revision
+from fusion_site.repos.mirrors import source_of
+from fusion_site.repos.snapshots import FULL_COMMIT, SnapshotError, pin_revision
+from fusion_site.repos.sources import SourceRefused, credentials_allowed, normalize, safe_revision
 from missions import hooks
 from missions.environment_spec import environment_problems
 from missions.errors import Forbidden, Invalid, StaffOnly
@@ -92,7 +92,7 @@ def settle_mission_fields(*, mission: Mission | None, fields: dict[str, Any], us
         raise Invalid("environment: " + "; ".join(problems), fields={"environment": problems})
     _check_credentials(mission, fields, user)
     _check_branch(fields)
-    _check_judges(mission, fields, user)
+    _check_validators(mission, fields, user)
     _settle_base(mission, fields)
     _check_protected_paths(mission, fields)
     return fields
@@ -164,7 +164,7 @@ def allowed_validators_problems(value: Any) -> list[str]:
     ]
 
 
-def _check_judges(mission: Mission | None, fields: dict[str, Any], user: Any) -> None:
+def _check_validators(mission: Mission | None, fields: dict[str, Any], user: Any) -> None:
     if "allowed_validators" in fields and (problems := allowed_validators_problems(fields["allowed_validators"])):
         raise Invalid("allowed_validators: " + "; ".join(problems), fields={"allowed_validators": problems})
     changed = [name for name in JUDGES if _changed(mission, fields, name)]
@@ -195,7 +195,7 @@ def settle_milestone_environment(*, mission: Mission, old: Any, new: Any, user: 
     )
 
 
-def judges_of(mission: Mission) -> list[str]:
+def validators_of(mission: Mission) -> list[str]:
     """The profiles that may judge the mission: its validator, then the others it allows."""
     return list(dict.fromkeys([mission.validator, *(mission.allowed_validators or [])]))
 

@@ -23,8 +23,8 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from fusion_site.base import sandbox
-from fusion_site.base.sandbox import Confinement, SandboxUnavailable
+from fusion_site.runtime import sandbox
+from fusion_site.runtime.sandbox import Confinement, SandboxUnavailable
 
 # Only these survive the scrub; everything else (SECRET_KEY, DATABASE_URL, API keys, …)
 # never reaches a command the host runs.
@@ -206,7 +206,7 @@ def run_command(
     match: str | None = None,
     confine: Confinement | None = None,
 ) -> CommandResult:
-    """`confine`: run it in the sandbox (fusion_site/base/sandbox.py); with no sandbox
+    """`confine`: run it in the sandbox (fusion_site/runtime/sandbox.py); with no sandbox
     here it runs as before, unless `FUSION_SANDBOX=required` (`Unconfined`)."""
     started = time.monotonic()
     try:

@@ -1,0 +1,1 @@
+"""Git at the edge: sources, mirrors, names to commits, snapshots (docs/REPOSITORIES.md)."""
