@@ -70,6 +70,7 @@ def resource_not_found(uri: str) -> MCPError:
     return MCPError(types.INVALID_PARAMS, f"not found: {uri}", {"code": "not_found"})
 
 
+# A tool and its call.
 @dataclass
 class Call:
     """One tool call: its arguments, its principal and its way back to the client."""

@@ -53,7 +53,10 @@ from validation.mcp.context import (
 from validation.mcp.live import Live
 from validation.mcp.server import build_server
 
+logger = logging.getLogger(__name__)
 
+
+# stdio.
 async def serve_stdio(*, principal: Principal) -> None:
     set_process_principal(principal)
     live = Live()
@@ -69,8 +72,7 @@ def run_stdio(*, principal: Principal) -> None:
     anyio.run(lambda: serve_stdio(principal=principal))
 
 
-logger = logging.getLogger(__name__)
-
+# Streamable HTTP.
 PATH = re.compile(r"\A/mcp(?:/missions/(?P<mission>[^/]{1,200}))?/?\Z")
 
 

@@ -158,6 +158,7 @@ def verify(review: Review, *, complete: bool) -> list[str]:
 INLINE_LIMIT = 48 * 1024
 
 
+# The result, answered from verified artifacts.
 class ReviewIntegrityError(Conflict):
     code = "review_integrity_error"
 

@@ -200,6 +200,7 @@ def _start(review_id: int) -> None:
     enqueue("start", review_id)
 
 
+# A review of a feature: the request filled from it.
 MAX_ITEM = 2000
 
 

@@ -37,6 +37,7 @@ from validation.journal import canonical
 from validation.review.accounting import CANDIDATE_SCHEMA
 from validation.validators import tools as confined
 
+# What the reviewers and the evaluator are told.
 CANDIDATE_INSTRUCTIONS = f"""\
 You are one of several independent reviewers of a completed code change. This is an
 advisory, read-only review: never modify anything, and do not run builds, tests or
@@ -108,6 +109,7 @@ def repair_prompt(blind_input: dict[str, Any], invalid_output: str, errors: list
     return f"Repair input (canonical JSON):\n{json_text(payload)}"
 
 
+# The candidates' read-only tools.
 TOOL_NAMES = ("read", "grep", "find", "ls")
 
 
@@ -133,6 +135,7 @@ def make_tools(root: Path) -> list[Callable[..., str]]:
     return [read, grep, find, ls]
 
 
+# The call.
 TEST_MODELS: dict[str, Any] = {}
 POLL_SECONDS = 0.2
 

@@ -109,6 +109,7 @@ def is_cancelled(review_id: int) -> bool:
     return Review.objects.filter(pk=review_id, state=S.CANCELLED).exists()
 
 
+# Where the next stage goes.
 _inline = threading.local()
 
 
