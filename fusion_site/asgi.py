@@ -9,13 +9,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from fusion_site.routing import websocket_urlpatterns  # noqa: E402
-from validation.mcp.http import McpApp, handles  # noqa: E402
+from validation.mcp.transports import McpApp, handles  # noqa: E402
 
 mcp_app = McpApp()
 
 
 async def http(scope, receive, send):
-    """The MCP endpoints (validation/mcp/http.py) beside Django's views."""
+    """The MCP endpoints (validation/mcp/transports.py) beside Django's views."""
     if handles(scope["path"]):
         await mcp_app(scope, receive, send)
     else:

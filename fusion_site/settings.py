@@ -201,11 +201,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("FUSION_MAX_BODY_BYTES", 2 * 1024 * 1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "missions.api.auth.PreparedTokenAuthentication",  # DRF's, its read prepared
+        "missions.api.plugins.PreparedTokenAuthentication",  # DRF's, its read prepared
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
-        "missions.api.filters.FilterBackend",
+        "missions.api.plugins.FilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

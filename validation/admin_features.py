@@ -13,15 +13,18 @@ unregistered and these subclasses registered in their place.
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from missions.admin.actions import ask
 from missions.admin.features import FeatureAdmin
 from missions.admin.forms import ReasonForm
 from missions.admin.helpers import each_action, run_each
 from missions.admin.hierarchy import MilestoneAdmin
+from missions.errors import DomainError
 from missions.models import Milestone, MissionFeature
-from validation.review.admin_actions import review_features
+from validation.review.create import feature_review
 from validation.services.operator import feature_create_fix, feature_repair, feature_validate, milestone_validate
 
 
@@ -93,6 +96,28 @@ def _create_fix(request, feature: MissionFeature) -> str:
 create_fix = each_action(
     "create_fix", "Create a fix feature for the last failure", done="Fix created", call=_create_fix
 )
+
+
+@admin.action(description="Review the change (advisory, several blind reviewers)")
+def review_features(modeladmin, request, queryset):
+    """One advisory review per selected feature. A feature that cannot be reviewed (nothing
+    to review against, no profile, a bad revision) is reported in the message and does not
+    stop the others."""
+    started, problems = [], []
+    for feature in queryset.select_related("mission"):
+        try:
+            preflight = feature_review(feature=feature, user=request.user, source="admin")
+        except DomainError as exc:
+            problems.append(f"{feature.mission.key}/{feature.key}: {exc.detail}")
+            continue
+        review = preflight.review
+        url = reverse("admin:validation_review_change", args=[review.pk])
+        started.append((url, f"review {review.pk}", f"{feature.mission.key}/{feature.key}"))
+    if started:
+        links = format_html_join(", ", '<a href="{}">{}</a> ({})', started)
+        modeladmin.message_user(request, format_html("Reviews requested: {}", links), messages.SUCCESS)
+    for problem in problems:
+        modeladmin.message_user(request, f"Not reviewed: {problem}", messages.WARNING)
 
 
 FEATURE_ACTIONS = (validate_features, repair_clear, repair_re_run, create_fix, review_features)

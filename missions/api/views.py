@@ -22,7 +22,7 @@ from missions import selectors
 from missions.api import descriptions
 from missions.api import serializers as s
 from missions.api.lifecycle import MissionLifecycleActions
-from missions.api.parsers import JSONTextParser, YAMLParser
+from missions.api.plugins import JSONTextParser, YAMLParser
 from missions.api.tree import mission_tree
 from missions.errors import Forbidden, Invalid
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task

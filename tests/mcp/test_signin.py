@@ -48,7 +48,7 @@ async def mcp(path: str, headers: dict[str, str]):
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from validation.mcp.http import McpApp
+    from validation.mcp.transports import McpApp
 
     transport = httpx2.ASGITransport(app=McpApp())
     async with (

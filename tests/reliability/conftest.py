@@ -185,7 +185,7 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
     f1.refresh_from_db()
     event = publish_on_commit(mission, "mission:created", {"mission": mission.pk, "status": mission.status})
     from tests.review.support import request_body
-    from validation.review.preflight import review_create
+    from validation.review.create import review_create
 
     review = review_create(body=request_body(mission=mission.pk), user=users.member).review
     milestone_rollup_refresh(milestone_ids=[m1.pk, m2.pk])

@@ -12,9 +12,9 @@ from django.db import connection, transaction
 from tests.review.conftest import event_names
 from tests.review.support import Evaluator, Reviewer, candidate_answer, finding, request_body
 from validation.models import Review, ReviewArtifact
-from validation.review import pipeline, stages
-from validation.review import result as results
-from validation.review.preflight import review_create
+from validation.review import artifacts, pipeline, stages
+from validation.review.create import review_create
+from validation.review.state import captured_stages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +32,7 @@ def calls(bodies) -> int:
 
 def stepwise(alice, mission, stop_before: str):
     """Run the pipeline in this thread until the next stage to run is `stop_before`."""
-    with pipeline.captured_stages() as queue:
+    with captured_stages() as queue:
         review = review_create(body=request_body(mission="shop"), user=alice).review
         while queue and queue[0][0] != stop_before:
             pipeline.run_captured([queue.pop(0)])
@@ -50,7 +50,7 @@ def test_cancel_between_stages(api_for, alice, mission, standard, stop_before, s
     before = (calls(standard), ReviewArtifact.objects.filter(review=review).count())
     response = cancel(api_for, alice, review)
     assert response.status_code == 200 and response.json()["state"] == "cancelled"
-    with pipeline.captured_stages():
+    with captured_stages():
         pipeline.run_captured(queue)  # the stages that were already on their way
     review.refresh_from_db()
     assert review.state == "cancelled"
@@ -72,7 +72,7 @@ def test_cancel_while_rendering_leaves_no_answer(api_for, alice, mission, standa
 
     monkeypatch.setattr(stages, "render_report", render_and_cancel)
     review, queue = stepwise(alice, mission, "render")
-    with pipeline.captured_stages():
+    with captured_stages():
         pipeline.run_captured(queue)
     review.refresh_from_db()
     assert (review.state, review.failure_stage) == ("cancelled", "rendering")
@@ -163,7 +163,7 @@ def test_a_rolled_back_preflight_starts_nothing(alice, mission, standard, monkey
 
 
 def test_result_of_a_running_review_answers_at_once(api_for, alice, mission, standard):
-    with pipeline.captured_stages():
+    with captured_stages():
         review = review_create(body=request_body(mission="shop"), user=alice).review
     answer = api_for(alice).get(f"/api/reviews/{review.pk}/result/").json()
     assert answer == {**answer, "id": review.pk, "state": "initializing", "ready": False}
@@ -233,7 +233,7 @@ def test_tampering_with_the_request_or_label_map_fails_verification(api_for, ali
 
 
 def test_a_large_report_is_served_whole_through_its_link(api_for, alice, completed, monkeypatch):
-    monkeypatch.setattr(results, "INLINE_LIMIT", 100)
+    monkeypatch.setattr(artifacts, "INLINE_LIMIT", 100)
     answer = api_for(alice).get(f"/api/reviews/{completed.pk}/result/").json()
     report = answer["report"]
     assert report["content"] is None and report["url"] == f"/api/reviews/{completed.pk}/artifact/?name=report.md"

@@ -9,8 +9,9 @@ import pytest
 from tests.review.support import Evaluator, Reviewer, candidate_answer, request_body
 from validation.models import Review
 from validation.review import artifacts, llm, pipeline
-from validation.review.preflight import review_create
+from validation.review.create import review_create
 from validation.review.profiles import ReviewProfileError, profile_problems, resolve_profile
+from validation.review.state import captured_stages
 
 
 def test_profile_rules():
@@ -76,7 +77,7 @@ def test_timed_out_reviewers_are_unusable_and_the_reason_says_so(alice, mission,
     }
     gate = threading.Event()
     models(c1=Reviewer("x", gate=gate), c2=Reviewer("x", gate=gate), c3=Reviewer(candidate_answer()), eval=Evaluator())
-    with pipeline.captured_stages() as queue:
+    with captured_stages() as queue:
         review = review_create(body=request_body(mission="shop"), user=alice).review
         pipeline.run_captured(queue)
     review.refresh_from_db()
@@ -86,7 +87,7 @@ def test_timed_out_reviewers_are_unusable_and_the_reason_says_so(alice, mission,
 
 @pytest.mark.django_db(transaction=True)
 def test_unfinished_reviews_are_redriven_from_where_they_stopped(alice, mission, standard):
-    with pipeline.captured_stages() as queue:
+    with captured_stages() as queue:
         waiting = review_create(body=request_body(mission="shop"), user=alice).review
         queue.clear()  # the start message is "lost"
         running = review_create(body=request_body(mission="shop", objective="Other"), user=alice).review

@@ -16,7 +16,7 @@ from missions.models import MissionFeature, Task, TaskStatus
 from tests.review.support import request_body
 from validation.api.reviews import feature_review_action
 from validation.models import Review, RunStatus, ValidatorRun
-from validation.review.feature import feature_review_body
+from validation.review.create import feature_review_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,8 +117,8 @@ def test_the_feature_review_route(api_for, alice, landed, django_capture_on_comm
 
 
 def test_the_admin_action_requests_one_review_per_feature(rf, staff, landed, standard, monkeypatch):
+    from validation.admin_features import review_features
     from validation.review import pipeline
-    from validation.review.admin_actions import review_features
 
     monkeypatch.setattr(pipeline.review_start, "send", lambda review_id: None)
     other = MissionFeature(slice=landed.feature.slice, key="empty", title="Nothing yet")

@@ -23,9 +23,8 @@ from rest_framework.response import Response
 from missions import selectors
 from validation.api import descriptions
 from validation.models import Review, ReviewArtifact
-from validation.review import result as results
-from validation.review.feature import feature_review
-from validation.review.preflight import review_create
+from validation.review import artifacts
+from validation.review.create import feature_review, review_create
 from validation.review.request import ReviewRequest
 from validation.review.state import review_cancel
 
@@ -77,14 +76,14 @@ class ReviewSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_result_url(self, obj) -> str:
-        return results.urls(obj)["result_url"]
+        return artifacts.urls(obj)["result_url"]
 
     def get_events_url(self, obj) -> str | None:
-        return results.urls(obj)["events_url"]
+        return artifacts.urls(obj)["events_url"]
 
 
 def _receipt_response(preflight) -> Response:
-    body = results.receipt(preflight.review)
+    body = artifacts.receipt(preflight.review)
     response = Response({**body, "replayed": not preflight.created}, status=status.HTTP_202_ACCEPTED)
     response["Location"] = body["review_url"]
     if not preflight.created:
@@ -124,13 +123,13 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     @extend_schema(responses={200: OpenApiResponse(description="State, or the verified report and accounting.")})
     @action(detail=True, methods=["get"])
     def result(self, request, pk=None):
-        return Response(results.review_result(self.get_object()))
+        return Response(artifacts.review_result(self.get_object()))
 
     @extend_schema(parameters=[OpenApiParameter("name", str, required=True)], responses={(200, "text/plain"): str})
     @action(detail=True, methods=["get"])
     def artifact(self, request, pk=None):
         review = self.get_object()
-        row = results.verified_artifact(review, request.query_params.get("name", ""))
+        row = artifacts.verified_artifact(review, request.query_params.get("name", ""))
         kind = (
             "text/markdown"
             if row.name.endswith(".md")

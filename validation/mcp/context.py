@@ -1,6 +1,6 @@
 """Who is calling and about which mission: the principal of one MCP request.
 
-HTTP requests carry it in the ASGI scope (`validation/mcp/http.py` signs in every
+HTTP requests carry it in the ASGI scope (`validation/mcp/transports.py` signs in every
 request with the API's tokens, or the session); stdio carries one for the whole process
 (`manage.py mcp --user NAME`). Every handler that reads or writes checks the principal
 again in its own database trip (`load_user`: the HTTP request's credential, the user's

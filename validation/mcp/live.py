@@ -39,7 +39,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 
 from missions.delivery import group_name
-from validation.mcp.errors import resource_not_found
+from validation.mcp.tooling import resource_not_found
 
 logger = logging.getLogger(__name__)
 

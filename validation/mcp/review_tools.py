@@ -19,9 +19,9 @@ from validation.mcp.context import db, load_user
 from validation.mcp.resources import readable
 from validation.mcp.tooling import Call, Tool
 from validation.review import artifacts
-from validation.review import result as results
-from validation.review.preflight import review_create
+from validation.review.create import review_create
 from validation.review.request import REFERENCE_KEYS, ReviewRequestInvalid, normalize_request
+from validation.review.state import TERMINAL
 from validation.selectors import visible_reviews
 
 
@@ -62,7 +62,7 @@ def _create(principal, arguments: dict[str, Any]) -> dict[str, Any]:
             fields={"mission": ["the connection has no mission"]},
         )
     preflight = review_create(body={**body, "mission": principal.mission_id}, user=user, source="mcp")
-    receipt = results.receipt(preflight.review)
+    receipt = artifacts.receipt(preflight.review)
     return {
         "taskId": str(receipt["id"]),
         "id": receipt["id"],
@@ -101,7 +101,7 @@ def _result(principal, task_id: str) -> dict[str, Any]:
     review = visible_reviews(user=user).filter(pk=pk).first() if pk is not None else None
     if review is None:
         raise NotFound(f"no review {task_id!r}", code="not_found")
-    answer = results.review_result(review)  # verifies every stored hash before answering
+    answer = artifacts.review_result(review)  # verifies every stored hash before answering
     out: dict[str, Any] = {
         "taskId": str(review.pk),
         "state": review.state,
@@ -115,12 +115,12 @@ def _result(principal, task_id: str) -> dict[str, Any]:
         if report.get("content") is None:
             # Past the API's inline limit the API links to the artifact; a tool answer has
             # no link to follow, so the whole verified text comes inline: never truncated.
-            report = {**report, "content": results.verified_artifact(review, artifacts.REPORT).content}
+            report = {**report, "content": artifacts.verified_artifact(review, artifacts.REPORT).content}
         if accounting.get("content") is None:
-            row = results.verified_artifact(review, artifacts.ACCOUNTING)
+            row = artifacts.verified_artifact(review, artifacts.ACCOUNTING)
             accounting = {**accounting, "content": json.loads(row.content)}
         out.update(report=report, accounting=accounting, detail="completed: the report verified")
-    elif review.state in results.TERMINAL:
+    elif review.state in TERMINAL:
         out["failure"] = {k: answer.get(k) for k in ("reason", "failure_code", "failure_stage")}
         out["detail"] = f"{review.state}: {answer.get('reason') or 'no report'}"
     else:

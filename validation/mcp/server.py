@@ -15,9 +15,8 @@ from missions.errors import NotFound
 from missions.selectors import visible_missions
 from validation.mcp import loop_tools, resources, review_tools, verdict_tools
 from validation.mcp.context import db, load_user, principal_of
-from validation.mcp.errors import error_body, error_result, ok_result, resource_not_found
 from validation.mcp.live import Live
-from validation.mcp.tooling import Call, Tool
+from validation.mcp.tooling import Call, Tool, error_body, error_result, ok_result, resource_not_found
 
 logger = logging.getLogger(__name__)
 

@@ -29,9 +29,8 @@ from django.utils import timezone
 
 from validation.models import Review
 from validation.review import artifacts
-from validation.review.scheduling import Captured, actor_name, captured_stages, enqueue  # noqa: F401  (the API of this module)
 from validation.review.stages import SLOTS, outcome_name, stage_candidate, stage_evaluate, stage_render, stage_start
-from validation.review.state import ACTIVE, S, review_fail
+from validation.review.state import ACTIVE, Captured, S, actor_name, enqueue, review_fail
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ STAGES: dict[str, Callable[..., str]] = {
     "evaluate": stage_evaluate,
     "render": stage_render,
 }
-# `scheduling.enqueue` sends to these by name.
+# `state.enqueue` sends to these by name.
 assert all(actor.actor_name == actor_name(stage) for stage, actor in ACTORS.items())
 
 

@@ -17,19 +17,20 @@ from fusion_site.repos.snapshots import SnapshotError, snapshot
 from validation.models import Review
 from validation.review import artifacts
 from validation.review.accounting import LABELS, check_evaluation, parse_candidate, parse_evaluation, source_findings
-from validation.review.llm import ModelFailure, run_text_agent
-from validation.review.prompts import (
+from validation.review.llm import (
     CANDIDATE_INSTRUCTIONS,
     EVALUATOR_INSTRUCTIONS,
     REPAIR_INSTRUCTIONS,
+    TOOL_NAMES,
+    ModelFailure,
     candidate_prompt,
     evaluator_prompt,
+    make_tools,
     repair_prompt,
+    run_text_agent,
 )
 from validation.review.render import render_report, unique
-from validation.review.scheduling import enqueue_on_commit
-from validation.review.state import S, is_cancelled, progress, review_fail, transition
-from validation.review.tools import TOOL_NAMES, make_tools
+from validation.review.state import S, enqueue_on_commit, is_cancelled, progress, review_fail, transition
 
 SLOTS = (1, 2, 3)
 

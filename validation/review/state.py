@@ -1,18 +1,28 @@
-"""The review's state machine: `Review.state` on its table
-(`missions.transitions.tables.REVIEW`: each stage advances to the next, and any stage may
-fail or be cancelled), moved by the plan's engine (`missions.transitions.machine`).
+"""The review's state machine, and where the next stage goes.
 
-A transition is a compare-and-swap on the old state plus a `review:progress` event on
-the mission's stream after commit (its audit row); zero rows updated means another worker
-(or a cancel) won, and the caller stops. A review without a mission has no stream: its
-state is read from the API.
+`Review.state` moves on its table (`missions.transitions.tables.REVIEW`: each stage
+advances to the next, and any stage may fail or be cancelled), by the plan's engine
+(`missions.transitions.machine`). A transition is a compare-and-swap on the old state
+plus a `review:progress` event on the mission's stream after commit (its audit row);
+zero rows updated means another worker (or a cancel) won, and the caller stops. A review
+without a mission has no stream: its state is read from the API.
+
+The next stage goes to its Dramatiq actor, or (inside `captured_stages`) to a list that
+the caller runs in its own thread (`manage.py review --sync`, tests; the list is run by
+`validation.review.pipeline.run_captured`). The actors are sent to by name
+(`review_<stage>`), not imported: `pipeline` declares them and imports the stages, which
+enqueue through here, so an import would be a cycle. `validation.apps` imports them
+(through `validation.actors`) before a message can be sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import dramatiq
 from django.db import transaction
 from django.utils import timezone
 
@@ -97,3 +107,39 @@ def review_cancel(*, review: Review, user=None) -> Review:
 
 def is_cancelled(review_id: int) -> bool:
     return Review.objects.filter(pk=review_id, state=S.CANCELLED).exists()
+
+
+# Where the next stage goes.
+_inline = threading.local()
+
+
+def enqueue(stage: str, review_id: int, *args: Any) -> None:
+    queue = getattr(_inline, "queue", None)
+    if queue is not None:
+        queue.append((stage, review_id, args))
+    else:
+        dramatiq.get_broker().get_actor(actor_name(stage)).send(review_id, *args)
+
+
+def actor_name(stage: str) -> str:
+    """The Dramatiq actor of a stage (declared in `validation.review.pipeline`)."""
+    return f"review_{stage}"
+
+
+def enqueue_on_commit(stage: str, review_id: int, *args: Any) -> None:
+    transaction.on_commit(lambda: enqueue(stage, review_id, *args))
+
+
+Captured = list[tuple[str, int, tuple[Any, ...]]]
+
+
+@contextmanager
+def captured_stages() -> Iterator[Captured]:
+    """Stages enqueued inside the block are collected instead of sent (CLI --sync, tests)."""
+    previous = getattr(_inline, "queue", None)
+    queue: Captured = []
+    _inline.queue = queue
+    try:
+        yield queue
+    finally:
+        _inline.queue = previous

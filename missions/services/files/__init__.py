@@ -51,6 +51,8 @@ Decisions (what the file means):
 Where it lives:
 - `schema`: the file declared once (pydantic models whose types, defaults and limits come
   from the Django model fields) and its JSON schema (`docs/mission-file.schema.json`);
+- `fields`: the rules of one value (a text, a number, a check, a list of patterns) and
+  `column`, the file field of a model column;
 - `yaml_io`: the reader of YAML and JSON (duplicate keys refused) and the writer of exports;
 - `validating`: the declaration's verdict as `path: message` errors, then the rules that
   need the whole file (duplicate keys, references, cycles, protection, the repository's

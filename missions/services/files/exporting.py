@@ -7,13 +7,13 @@ from typing import Any
 
 from missions.models import ContractAssertion, FeatureAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.files import yaml_io
+from missions.services.files.fields import plain
 from missions.services.files.schema import (
     ASSERTION_FIELDS,
     FEATURE_FIELDS,
     MILESTONE_FIELDS,
     MISSION_FIELDS,
     SLICE_FIELDS,
-    plain,
 )
 
 # Export writes a check's keys in this order (then any other key, sorted).

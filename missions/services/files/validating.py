@@ -18,9 +18,9 @@ from fusion_site.repos.sources import is_url
 from missions.errors import Invalid
 from missions.models import AssertionScope
 from missions.services.files import yaml_io
+from missions.services.files.fields import PROBLEM_LISTS
 from missions.services.files.schema import (
     MISSION_FORMER_NAMES,
-    PROBLEM_LISTS,
     MissionFile,
     MissionFileAssertion,
     MissionFileFeature,

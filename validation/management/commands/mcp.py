@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from missions.management.workers import start_embedded_worker
 from validation.mcp.context import Principal, find_mission
-from validation.mcp.stdio import run_stdio
+from validation.mcp.transports import run_stdio
 
 
 class Command(BaseCommand):

@@ -25,11 +25,10 @@ from django.core.management.base import BaseCommand, CommandError
 from missions.errors import DomainError
 from missions.management.cli import feature_by_ref
 from validation.models import Review
-from validation.review import result as results
-from validation.review.feature import feature_review
-from validation.review.pipeline import captured_stages, run_captured
-from validation.review.preflight import review_create
-from validation.review.state import TERMINAL, S, review_cancel
+from validation.review import artifacts
+from validation.review.create import feature_review, review_create
+from validation.review.pipeline import run_captured
+from validation.review.state import TERMINAL, S, captured_stages, review_cancel
 
 # By review state (a str: the choices compare and hash as their values).
 EXIT: dict[str, int] = {S.COMPLETED: 0, S.FAILED: 1, S.CANCELLED: 2}
@@ -144,7 +143,7 @@ class Command(BaseCommand):
         with captured_stages() if o["sync"] else _nothing() as queue:
             preflight = self._create(o, user)
             review = preflight.review
-            receipt = results.receipt(review)
+            receipt = artifacts.receipt(review)
             self.stdout.write(
                 f"review {review.pk}: {review.state}"
                 + ("" if preflight.created else " (same request and key: the existing review)")
@@ -198,7 +197,7 @@ class Command(BaseCommand):
         raise CommandError(f"review {review.pk} is still {review.state} after {timeout:g}s (is a worker running?)")
 
     def _finish(self, review: Review) -> None:
-        answer = results.review_result(review)
+        answer = artifacts.review_result(review)
         if not answer.get("ready"):
             self.stdout.write(
                 f"review {review.pk}: {review.state}"
@@ -209,7 +208,7 @@ class Command(BaseCommand):
         text = (
             report["content"]
             if report["content"] is not None
-            else results.verified_artifact(review, report["name"]).content
+            else artifacts.verified_artifact(review, report["name"]).content
         )
         self.stdout.write(text, ending="")
         self.stdout.write(f"\nreview {review.pk}: completed, verified (report sha256 {report['sha256']})")

@@ -1,4 +1,9 @@
-"""The streamable HTTP transport at `/mcp/` and `/mcp/missions/<key>/`, in the project's
+"""The two ways to reach the server.
+
+stdio: one local agent, acting as one user, for the life of the process
+(`manage.py mcp`).
+
+The streamable HTTP transport at `/mcp/` and `/mcp/missions/<key>/`, in the project's
 ASGI application (`fusion_site/asgi.py`), served by `serve` / Daphne beside the API.
 
 Each request is authenticated before the SDK sees it: `Authorization: Bearer <key>` or
@@ -25,20 +30,49 @@ import re
 from http.cookies import SimpleCookie
 from typing import Any
 
+import anyio
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from missions.consumers import header, own_origin
-from validation.mcp.context import SCOPE_KEY, Credential, Principal, credential_user, db, find_mission, signed_in
+from validation.mcp.context import (
+    SCOPE_KEY,
+    Credential,
+    Principal,
+    credential_user,
+    db,
+    find_mission,
+    set_process_principal,
+    signed_in,
+)
 from validation.mcp.live import Live
 from validation.mcp.server import build_server
 
 logger = logging.getLogger(__name__)
 
+
+# stdio.
+async def serve_stdio(*, principal: Principal) -> None:
+    set_process_principal(principal)
+    live = Live()
+    server = build_server(live=live)
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        live.stop()
+
+
+def run_stdio(*, principal: Principal) -> None:
+    anyio.run(lambda: serve_stdio(principal=principal))
+
+
+# Streamable HTTP.
 PATH = re.compile(r"\A/mcp(?:/missions/(?P<mission>[^/]{1,200}))?/?\Z")
 
 
