@@ -312,8 +312,8 @@ FUSION_EXECUTOR_SANDBOX = os.environ.get("FUSION_EXECUTOR_SANDBOX", "").strip().
 # most 19. On PostgreSQL the loop's steps hold their mission's row lock while they wait
 # for the cores, together with the database's own processes: the commands get what the
 # service leaves (fusion_site/runtime/proc.py, docs/BENCHMARKS.md "Loop throughput"). Embedded, the one
-# process's interpreter is the bound and the commands run beside it: 0, their own session
-# as before (measured worse niced).
+# process's interpreter is the bound and the commands run beside it: 0, in their own
+# session (niced, it measured worse).
 FUSION_COMMAND_NICE = env_int("FUSION_COMMAND_NICE", 10 if _db["ENGINE"] == "django.db.backends.postgresql" else 0)
 if not 0 <= FUSION_COMMAND_NICE <= 19:
     raise ImproperlyConfigured(f"FUSION_COMMAND_NICE must be between 0 and 19, got {FUSION_COMMAND_NICE}")

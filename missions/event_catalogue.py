@@ -70,8 +70,7 @@ EVENT_TYPES: dict[str, str] = {
 
 # Events that also go to the global channel that feeds mission lists: what changes a
 # mission as a whole (every named change of the mission, of its plan's progress, and the
-# refusals and budget stops that used to be `mission:updated`), a feature's state, a run's
-# end and a rollup.
+# refusals and budget stops), a feature's state, a run's end and a rollup.
 GLOBAL_TYPES = frozenset(
     {
         *(name for name in EVENT_TYPES if name.startswith("mission:")),

@@ -330,7 +330,7 @@ _UPDATES_LOCK = threading.Lock()
 def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, updates: dict[str, Any]) -> int:
     """`model.objects.filter(pk=pk, <field>=old).update(**updates)`: the rows changed. The
     statement is compiled once per shape of `updates` (its names, and which are None);
-    an expression, a model instance or an unusual value goes through the ORM as before."""
+    an expression, a model instance or an unusual value goes through the ORM's own update."""
 
     def through_the_orm() -> int:
         return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)

@@ -207,7 +207,7 @@ def run_command(
     confine: Confinement | None = None,
 ) -> CommandResult:
     """`confine`: run it in the sandbox (fusion_site/runtime/sandbox.py); with no sandbox
-    here it runs as before, unless `FUSION_SANDBOX=required` (`Unconfined`)."""
+    here it runs unconfined, unless `FUSION_SANDBOX=required` (`Unconfined`)."""
     started = time.monotonic()
     try:
         where = sandbox.require(confine)
