@@ -315,8 +315,13 @@ class FollowUpRefused(TypedDict):
     reason: str
 
 
-class ReviewProgress(TypedDict):
-    """`validation/review/state.py: progress`: `event` names the step."""
+# A review's move through its machine also names where it came from and why.
+_ReviewMove = TypedDict("_ReviewMove", {"from": NotRequired[str], "cause": NotRequired[str]})
+
+
+class ReviewProgress(_ReviewMove):
+    """`validation/review/state.py: progress`: `event` names the step (a move through the
+    machine adds `from` and `cause`, as every machine's event does)."""
 
     review: int
     event: str
