@@ -88,7 +88,7 @@ def test_a_command_check_does_not_see_the_servers_secrets(server_secrets, tmp_pa
 
 
 def test_a_shell_check_does_not_see_the_servers_secrets(server_secrets, tmp_path):
-    from validation.validators.checks import judge_run
+    from validation.validators.check_kinds import judge_run
 
     verdict, _expected, _actual, evidence = judge_run(tmp_path, {"run": "env; echo done", "shell": True})
     assert verdict == "pass"
@@ -195,7 +195,7 @@ ESCAPES = [
 @pytest.mark.parametrize("path", ESCAPES)
 def test_file_checks_cannot_leave_the_snapshot(escaping_repo, path):
     from missions.checks_spec import check_spec_problems
-    from validation.validators.checks import judge_file
+    from validation.validators.check_kinds import judge_file
 
     with _checkout(escaping_repo) as root:
         for spec in (

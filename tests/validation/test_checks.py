@@ -13,7 +13,7 @@ import pytest
 from fusion_site.repos.snapshots import SnapshotError, snapshot
 from missions.checks_spec import check_spec_problems
 from validation.context import AssertionSpec
-from validation.validators.checks import judge_assertion
+from validation.validators.check_kinds import judge_assertion
 
 APP = {
     "app.py": (

@@ -26,7 +26,7 @@ from validation.context import AssertionSpec
 from validation.models import RunStatus, ValidatorRun
 from validation.services.runner import execute_run
 from validation.services.verdicts.admit import feature_admit
-from validation.validators.checks import judge_assertion
+from validation.validators.check_kinds import judge_assertion
 from validation.verdict import (
     FrozenContext,
     Verdict,
