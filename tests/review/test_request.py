@@ -254,9 +254,10 @@ def test_receipt_is_202_after_the_durable_preflight(api_for, alice, mission, dja
     assert review.revision == mission.repo.git("rev-parse", "HEAD").strip()  # pinned to a full commit
     names = set(ReviewArtifact.objects.filter(review=review).values_list("name", flat=True))
     assert names == {"request.json", "profile.json", "canonical_input.json"}
-    # The progress event and the start of the pipeline, both after commit (on PostgreSQL the
-    # mission's row lock, taken first, also leaves its no-op marker: not a side effect).
-    effects = [c for c in callbacks if type(c).__name__ != "_MissionLock"]
+    # The progress event and the start of the pipeline, both after commit (the mission's
+    # lock, taken first, also leaves its record, a callback that does nothing: not a side
+    # effect; missions/locks.py).
+    effects = [c for c in callbacks if type(c).__name__ != "_Held"]
     assert len(effects) == 2
 
 
