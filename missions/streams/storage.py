@@ -32,6 +32,7 @@ from django_eventstream.models import Event as StoredEvent
 from django_eventstream.models import EventCounter
 from django_eventstream.storage import DjangoModelStorage
 
+from fusion_site.runtime import fast_paths
 from missions.delivery import GLOBAL_CHANNEL
 
 TRIM_EVERY_SECONDS = 60.0
@@ -53,9 +54,9 @@ class EventLogStorage(DjangoModelStorage):
         PostgreSQL (`_append_by_channel`), elsewhere one transaction, one counter bump per
         channel and one insert. Ids within a channel follow the order of `items`."""
         connection = connections[router.db_for_write(StoredEvent)]
-        if connection.vendor == "postgresql":
+        if connection.vendor == "postgresql" and fast_paths.on():
             return self._append_by_channel(connection, items)
-        if len(items) == 1 or not connection.features.can_return_columns_from_insert:
+        if len(items) == 1 or not fast_paths.on() or not connection.features.can_return_columns_from_insert:
             return [self.append_event(*item) for item in items]
         encoded = [
             (channel, event_type, json.dumps(data, cls=DjangoJSONEncoder)) for channel, event_type, data in items
@@ -76,6 +77,8 @@ class EventLogStorage(DjangoModelStorage):
 
     def append_event(self, channel: str, event_type: str, data: Any) -> Event:
         connection = connections[router.db_for_write(StoredEvent)]
+        if not fast_paths.on():  # the plain route: the library's own
+            return super().append_event(channel, event_type, data)
         if connection.vendor == "postgresql":
             return self._append_by_channel(connection, [(channel, event_type, data)])[0]
         if not connection.features.can_return_columns_from_insert:  # no RETURNING: the library's way
