@@ -141,7 +141,8 @@ def test_a_locking_read_needs_a_transaction(django_user_model):
             locked.get(pk=mission.pk)
 
 
-def test_a_query_it_cannot_rebuild_faithfully_fails_loudly(db):
+def test_a_query_it_cannot_rebuild_faithfully_fails_loudly(db, settings):
+    settings.FUSION_FAST_PATHS = True  # the compiler's checks: FUSION_FAST_PATHS=off compiles nothing
     twice: Prepared[Any] = Prepared(lambda pk: Task.objects.filter(pk=pk, mission_id=pk))
     with pytest.raises(PreparedError, match="2 times"):
         twice.all(pk=1)
