@@ -37,7 +37,8 @@ def insert(objs: list[M]) -> list[M]:
     db = router.db_for_write(model)
     connection = connections[db]
     if not fast_paths.on() or not _plain(model) or not connection.features.can_return_rows_from_bulk_insert:
-        return model._default_manager.using(db).bulk_create(objs)
+        model._default_manager.using(db).bulk_create(objs)  # it returns a copy of the list
+        return objs
     sql, fields = _statement(connection, model, len(objs))
     params = [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields]
     with connection.cursor() as cursor:
