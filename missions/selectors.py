@@ -134,7 +134,7 @@ def _rollup_row_plain(milestone_id: int) -> tuple[dict[str, int], tuple[int, str
     if milestone is None:
         return None
     S = AssertionStatus
-    unlinked = Q(scope=AssertionScope.FEATURE) & ~Exists(FeatureAssertion.objects.filter(assertion=OuterRef("pk")))
+    unlinked = Q(~Exists(FeatureAssertion.objects.filter(assertion=OuterRef("pk"))), scope=AssertionScope.FEATURE)
     counts = ContractAssertion.objects.filter(milestone_id=milestone_id).aggregate(
         total=Count("pk"),
         **{

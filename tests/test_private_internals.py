@@ -20,7 +20,7 @@ from django.db.models import query as django_query
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
-from missions.models import Milestone, Mission, MissionEvent, Task, TaskStatus
+from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, Task, TaskStatus
 
 PRIVATE_INTERNALS = "docs/ARCHITECTURE.md, 'Private internals'"
 
@@ -196,6 +196,8 @@ def test_representative_fast_paths_give_the_same_results_both_ways(settings, dja
 
     mission = Mission.objects.create(key="both", title="both", owner=django_user_model.objects.create_user("o"))
     milestone = Milestone.objects.create(mission=mission, key="m", title="m")
+    for key, scope in (("VAL-1", "feature"), ("VAL-2", "milestone")):
+        ContractAssertion.objects.create(milestone=milestone, key=key, title=key, statement="s", scope=scope)
     tasks = Prepared(lambda mission: Task.objects.select_related("mission").filter(mission_id=mission).order_by("pk"))
     titles = Prepared(lambda mission: Task.objects.filter(mission_id=mission).values_list("title", flat=True))
     touch = PreparedUpdate(lambda pk, at: (Task.objects.filter(pk=pk), {"updated_at": at}), at=datetime)
