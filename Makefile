@@ -56,7 +56,9 @@ test: venv
 PLAIN_TESTS := tests/test_prepared.py tests/test_inserts.py tests/test_private_internals.py \
 	tests/validation/test_truth_loop.py tests/validation/test_truth_milestones.py \
 	tests/validation/test_events.py tests/validation/test_recovery.py tests/validation/test_loop_e2e.py \
-	tests/missions/test_transitions.py tests/missions/test_event_catalogue.py tests/review/test_request.py
+	tests/missions/test_transitions.py tests/missions/test_event_catalogue.py tests/review/test_request.py \
+	tests/missions/test_rollup.py tests/missions/test_rollup_changes.py tests/missions/test_locks.py \
+	tests/validation/test_journal_held.py tests/dashboard/test_stream_storage.py
 test-plain: venv
 	@FUSION_FAST_PATHS=off $(PY) -m pytest -q $(PLAIN_TESTS) $(PYTEST_ARGS)
 
