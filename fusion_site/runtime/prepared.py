@@ -18,6 +18,10 @@ bound as the backend binds them. `PreparedUpdate` does the same for `.update()`,
 `compare_and_set` for the state machines' compare-and-swap (docs/ARCHITECTURE.md). No
 library does this for current Django (django-prepared-queries predates Django 5 and is
 unmaintained), hence this module.
+
+With `FUSION_FAST_PATHS` off (`fusion_site.runtime.fast_paths`) each of them evaluates the
+plain queryset or `.update()` its builder describes instead: the same results, through the
+ORM.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from django.db.models.query import (
 )
 from django.db.models.sql import UpdateQuery
 from django.db.transaction import TransactionManagementError
+
+from fusion_site.runtime import fast_paths
 
 T = TypeVar("T")
 
@@ -254,9 +260,14 @@ class Prepared(_Once[tuple[str, _Compiled]], Generic[T]):
         queryset = self._build(**markers)
         return queryset.db, _Compiled(queryset, markers, queryset.db)
 
-    def _run(self, values: dict[str, Any]) -> tuple[_Compiled, list[Any]]:
+    def _run(self, values: dict[str, Any]) -> tuple[Any, list[Any]]:
+        """The model the statement reads, and its results."""
+        if not fast_paths.on():
+            _check_values(self._types, values)
+            queryset = self._build(**values)
+            return queryset.model, list(queryset)
         db, compiled = self._statement(values)
-        return compiled, compiled.results(db, values)
+        return compiled.model, compiled.results(db, values)
 
     def all(self, **values: Any) -> list[T]:
         return self._run(values)[1]
@@ -266,10 +277,9 @@ class Prepared(_Once[tuple[str, _Compiled]], Generic[T]):
         return results[0] if results else None
 
     def get(self, **values: Any) -> T:
-        compiled, results = self._run(values)
+        model, results = self._run(values)
         if len(results) == 1:
             return results[0]
-        model: Any = compiled.model
         if not results:
             raise model.DoesNotExist(f"{model._meta.object_name} matching query does not exist.")
         raise model.MultipleObjectsReturned(f"get() returned more than one {model._meta.object_name}")
@@ -336,7 +346,11 @@ def compare_and_set(model: type[Model], *, pk: int, field: str, old: str, update
         return model._default_manager.filter(pk=pk, **{field: old}).update(**updates)
 
     plain = type(pk) is int and isinstance(old, str)
-    if not plain or any(hasattr(v, "resolve_expression") or isinstance(v, Model) for v in updates.values()):
+    if (
+        not plain
+        or not fast_paths.on()
+        or any(hasattr(v, "resolve_expression") or isinstance(v, Model) for v in updates.values())
+    ):
         return through_the_orm()
     db = router.db_for_write(model)
     key = (model, db, field, tuple((name, value is None) for name, value in updates.items()))
@@ -362,5 +376,9 @@ class PreparedUpdate(_Once[tuple[str, str, list[Any], list[tuple[str, int, Any]]
         return db, sql, params, _slots(params, markers, db)
 
     def run(self, **values: Any) -> int:
+        if not fast_paths.on():
+            _check_values(self._types, values)
+            queryset, updates = self._build(**values)
+            return queryset.update(**updates)
         db, sql, params, slots = self._statement(values)
         return _execute_update(db, sql, _bind(params, slots, values))

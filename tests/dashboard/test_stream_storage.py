@@ -86,7 +86,7 @@ def test_writers_at_once_never_share_an_id_and_each_batch_is_consecutive():
     assert all(by_id[(e.channel, e.id)] == e.type for events in batches for e in events)
 
 
-def test_a_batch_that_fails_part_way_is_re_sent_by_the_sweep(small_mission, monkeypatch):
+def test_a_batch_that_fails_part_way_is_re_sent_by_the_sweep(small_mission, monkeypatch, settings):
     """The mission's channel fails to store a committed event. On PostgreSQL each channel
     is one statement, the global one first: the global channel has the event, the
     mission's lacks it. Elsewhere the batch is one transaction: neither has it. Either
@@ -97,6 +97,7 @@ def test_a_batch_that_fails_part_way_is_re_sent_by_the_sweep(small_mission, monk
     m = small_mission.mission
     mine = f"mission-{m.pk}"
     redeliver_missing(grace_seconds=0)
+    settings.FUSION_FAST_PATHS = True  # the failure is injected into the fast path's statements
     postgresql = connection.vendor == "postgresql"
     name = "_append_channel" if postgresql else "_insert"  # where each path writes the mission's rows
     real = getattr(storage_module, name)

@@ -18,7 +18,6 @@ from missions.services.lifecycle import mission_activate
 from missions.services.tasks import task_complete, task_create
 from tests.missions.loop_helpers import add_slice, events, feature, implement, make_mission, milestone_ready, open_task
 from validation.models import FixLineage, RunScope, RunStatus, ValidatorRun
-from validation.services.milestones import milestone_ready
 from validation.services.operator import feature_repair
 from validation.services.runner import execute_run
 from validation.services.verdicts.admit import feature_admit
