@@ -235,7 +235,10 @@ def test_no_escape_succeeds_and_the_verdicts_are_the_honest_ones(
     for case in CASES:
         with subtests.test(msg=case.name):
             feature = MissionFeature.objects.get(key=case.name)
-            run = ValidatorRun.objects.get(feature=feature)
+            # On a loaded machine a run may end `error` (its worker too slow for its lease)
+            # and be retried: the verdict is the last run's; an earlier one judged nothing.
+            *earlier, run = ValidatorRun.objects.filter(feature=feature).order_by("id")
+            assert all(e.status == RunStatus.ERROR for e in earlier), [(e.status, e.error) for e in earlier]
             assert run.sandbox == sandbox.status().record and run.sandbox.startswith("bubblewrap")
             assert run.verdict is not None, run.error
             judged = run.verdict["assertions"][0]
