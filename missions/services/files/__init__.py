@@ -64,7 +64,6 @@ from __future__ import annotations
 
 from missions.services.files.exporting import mission_export
 from missions.services.files.importing import ImportResult, mission_file_import, mission_import
-from missions.services.files.importing import _locked_mission as _locked_mission  # looked up here by `_apply`
 from missions.services.files.schema import MISSION_FIELDS, MissionFile, mission_file_json_schema
 from missions.services.files.yaml_io import MAX_DOCUMENT_CHARS
 

@@ -256,12 +256,8 @@ def _guard_visible(mission: Mission | None, user) -> None:
 
 
 def _apply(doc: Document, user, owner) -> ImportResult:
-    # Looked up on the package, where `files._locked_mission` names it: a test replaces it
-    # there to make an import lose the creation race.
-    from missions.services import files
-
     with transaction.atomic():
-        mission = files._locked_mission(doc.mission.key)
+        mission = _locked_mission(doc.mission.key)
         _guard_visible(mission, user)
         existing = _Existing.load(mission)
         # The file's mistakes, those that need the stored mission included, at once; what
