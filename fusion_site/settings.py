@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "channels",
     "missions",
     "validation",
+    "forges",
 ]
 
 MIDDLEWARE = [
