@@ -14,7 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fusion_site.runtime import fast_paths
-from fusion_site.runtime.inserts import insert
+from missions import fastpaths
 from missions.models import Mission, MissionEvent, column
 
 
@@ -43,7 +43,7 @@ def append_many(mission_id: int, events: list[MissionEvent]) -> list[MissionEven
         first = _next_seq(mission_id, by=len(events)) - len(events) + 1
         for offset, event in enumerate(events):
             event.seq = first + offset
-        return insert(events)
+        return fastpaths.audit_insert(events=events)
     _write(connection, mission_id, events)
     return events
 

@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from fusion_site.runtime import fast_paths
-from fusion_site.runtime.prepared import Prepared
+from missions import fastpaths
 from missions.models import (
     AssertionScope,
     AssertionStatus,
@@ -40,23 +40,12 @@ def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[M
         return Mission.objects.none()
     if sees == "all":
         return Mission.objects.all()
-    return _members_missions(user_id, user_id).distinct()
+    return _members_missions(user_id).distinct()
 
 
-def _members_missions(owner: int, member: int) -> QuerySet[Mission]:
-    """The missions a user who is not staff sees: those they own or are a member of (the
-    user's id twice: a prepared statement's parameter stands in one place only)."""
-    return Mission.objects.filter(Q(owner_id=owner) | Q(members=member))
-
-
-# A task with its mission, as `visible_missions` lets a user see it: every completion
-# through the API reads one, so the two statements are prepared.
-_ANY_TASK: Prepared[Task] = Prepared(lambda pk: Task.objects.select_related("mission").filter(pk=pk))
-_MEMBERS_TASK: Prepared[Task] = Prepared(
-    lambda pk, owner, member: Task.objects.select_related("mission").filter(
-        pk=pk, mission__in=_members_missions(owner, member).values("pk")
-    )
-)
+def _members_missions(user_id: int) -> QuerySet[Mission]:
+    """The missions a user who is not staff sees: those they own or are a member of."""
+    return Mission.objects.filter(Q(owner_id=user_id) | Q(members=user_id))
 
 
 def visible_task_with_mission(*, user: AbstractUser | AnonymousUser | None, pk: Any) -> Task | None:
@@ -69,9 +58,8 @@ def visible_task_with_mission(*, user: AbstractUser | AnonymousUser | None, pk: 
     sees, user_id = _sees(user)
     if not 0 < task_id < 2**63 or sees == "none":  # no such row (nor one the database could bind)
         return None
-    if sees == "all":
-        return _ANY_TASK.first(pk=task_id)
-    return _MEMBERS_TASK.first(pk=task_id, owner=user_id, member=user_id)
+    # Every completion through the API reads one: a fast path (`missions.fastpaths`).
+    return fastpaths.task_with_mission(task_id=task_id, user_id=None if sees == "all" else user_id)
 
 
 def visible_mission_ids(*, user) -> QuerySet:
