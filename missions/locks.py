@@ -25,17 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, transaction
 
-from fusion_site.runtime.prepared import Prepared
+from missions import fastpaths
 from missions.models import Mission, MissionStatus
-
-# The row's autopilot and status come with the lock: `autopilot_running_under_lock` answers
-# from them, without a read of its own.
-_LOCK: Prepared[tuple[bool, str]] = Prepared(
-    lambda pk: Mission.objects.select_for_update().filter(pk=pk).values_list("autopilot", "status")
-)
-_AUTOPILOT: Prepared[tuple[bool, str]] = Prepared(
-    lambda pk: Mission.objects.filter(pk=pk).values_list("autopilot", "status")
-)
 
 # The connection attribute holding this module's records: {mission id: weak reference}.
 _RECORDS = "fusion_mission_locks"
@@ -70,14 +61,14 @@ def lock_mission(mission_id: int) -> None:
     locking = connection.features.has_select_for_update
     if not connection.in_atomic_block:
         if locking:
-            _LOCK.first(pk=mission_id)  # autocommit: the lock ends with the statement
+            fastpaths.mission_lock(mission_id=mission_id)  # autocommit: the lock ends with the statement
         return
     records = _records(connection)
     if _held(records, mission_id) is not None:
         return  # this transaction holds it already: no second round trip under it
     running: bool | None = None
     if locking:
-        row = _LOCK.first(pk=mission_id)
+        row = fastpaths.mission_lock(mission_id=mission_id)
         if row is None:
             return  # no such mission: nothing is locked
         running = _runs(*row)
@@ -121,7 +112,7 @@ def autopilot_running_under_lock(mission_id: int) -> bool | None:
     if not connection.in_atomic_block:
         return None
     if not connection.features.has_select_for_update:
-        row = _AUTOPILOT.first(pk=mission_id)
+        row = fastpaths.mission_autopilot(mission_id=mission_id)
         return row is not None and _runs(*row)
     held = _held(_records(connection), mission_id)
     return None if held is None else held.running

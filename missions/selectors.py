@@ -6,23 +6,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractUser, AnonymousUser
-from django.db import connections
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 
-from fusion_site.runtime import fast_paths
-from fusion_site.runtime.prepared import Prepared
+from missions import fastpaths
+from missions.fastpaths import ROLLUP_COUNTS
 from missions.models import (
-    AssertionScope,
-    AssertionStatus,
-    ContractAssertion,
-    FeatureAssertion,
-    Milestone,
     Mission,
     MissionFeature,
     RollupState,
     Task,
     TaskStatus,
-    column,
 )
 
 
@@ -40,23 +33,12 @@ def visible_missions(*, user: AbstractUser | AnonymousUser | None) -> QuerySet[M
         return Mission.objects.none()
     if sees == "all":
         return Mission.objects.all()
-    return _members_missions(user_id, user_id).distinct()
+    return _members_missions(user_id).distinct()
 
 
-def _members_missions(owner: int, member: int) -> QuerySet[Mission]:
-    """The missions a user who is not staff sees: those they own or are a member of (the
-    user's id twice: a prepared statement's parameter stands in one place only)."""
-    return Mission.objects.filter(Q(owner_id=owner) | Q(members=member))
-
-
-# A task with its mission, as `visible_missions` lets a user see it: every completion
-# through the API reads one, so the two statements are prepared.
-_ANY_TASK: Prepared[Task] = Prepared(lambda pk: Task.objects.select_related("mission").filter(pk=pk))
-_MEMBERS_TASK: Prepared[Task] = Prepared(
-    lambda pk, owner, member: Task.objects.select_related("mission").filter(
-        pk=pk, mission__in=_members_missions(owner, member).values("pk")
-    )
-)
+def _members_missions(user_id: int) -> QuerySet[Mission]:
+    """The missions a user who is not staff sees: those they own or are a member of."""
+    return Mission.objects.filter(Q(owner_id=user_id) | Q(members=user_id))
 
 
 def visible_task_with_mission(*, user: AbstractUser | AnonymousUser | None, pk: Any) -> Task | None:
@@ -69,9 +51,8 @@ def visible_task_with_mission(*, user: AbstractUser | AnonymousUser | None, pk: 
     sees, user_id = _sees(user)
     if not 0 < task_id < 2**63 or sees == "none":  # no such row (nor one the database could bind)
         return None
-    if sees == "all":
-        return _ANY_TASK.first(pk=task_id)
-    return _MEMBERS_TASK.first(pk=task_id, owner=user_id, member=user_id)
+    # Every completion through the API reads one: a fast path (`missions.fastpaths`).
+    return fastpaths.task_with_mission(task_id=task_id, user_id=None if sees == "all" else user_id)
 
 
 def visible_mission_ids(*, user) -> QuerySet:
@@ -88,62 +69,11 @@ def can_see_mission(*, user, mission_id: int) -> bool:
 # needs_coverage > passed > ready.
 
 
-ROLLUP_COUNTS = ("total", "passed", "failed", "blocked", "pending", "unlinked")
-
-
 def rollup_counts(*, milestone_id: int) -> dict[str, int]:
     """The counts of a milestone's assertions (`ROLLUP_COUNTS`; `unlinked`: feature-scoped
     and linked to no feature); all zero for a milestone that does not exist."""
-    found = _rollup_row(milestone_id)
+    found = fastpaths.milestone_rollup_row(milestone_id=milestone_id)
     return found[0] if found else dict.fromkeys(ROLLUP_COUNTS, 0)
-
-
-def _rollup_row(milestone_id: int) -> tuple[dict[str, int], tuple[int, str]] | None:
-    """The counts of `rollup_counts` and the milestone's (mission id, stored rollup state),
-    in one statement written out: every verdict recomputes them, and the ORM took five
-    times as long to build this aggregate as to run it. None: no such milestone."""
-    if not fast_paths.on():
-        return _rollup_row_plain(milestone_id)
-    connection = connections[ContractAssertion.objects.db]
-    quote = connection.ops.quote_name
-    table, links, milestones = (quote(m._meta.db_table) for m in (ContractAssertion, FeatureAssertion, Milestone))
-    status, scope, pk, milestone = (quote(column(ContractAssertion, f)) for f in ("status", "scope", "id", "milestone"))
-    mission, state, milestone_pk = (quote(column(Milestone, f)) for f in ("mission", "validation_state", "id"))
-    link_to = quote(column(FeatureAssertion, "assertion"))
-    linked = f"EXISTS (SELECT 1 FROM {links} l WHERE l.{link_to} = a.{pk})"
-    sql = (
-        f"SELECT COUNT(a.{pk}), "
-        + ", ".join(f"SUM(CASE WHEN a.{status} = %s THEN 1 ELSE 0 END)" for _ in range(4))
-        + f", SUM(CASE WHEN a.{scope} = %s AND NOT {linked} THEN 1 ELSE 0 END), m.{mission}, m.{state}"
-        f" FROM {milestones} m LEFT JOIN {table} a ON a.{milestone} = m.{milestone_pk}"
-        f" WHERE m.{milestone_pk} = %s GROUP BY m.{milestone_pk}, m.{mission}, m.{state}"
-    )
-    S = AssertionStatus
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [S.PASSED, S.FAILED, S.BLOCKED, S.PENDING, AssertionScope.FEATURE, milestone_id])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    counts = {name: int(value or 0) for name, value in zip(ROLLUP_COUNTS, row[:-2], strict=True)}
-    return counts, (int(row[-2]), str(row[-1]))
-
-
-def _rollup_row_plain(milestone_id: int) -> tuple[dict[str, int], tuple[int, str]] | None:
-    """`_rollup_row` through the ORM (`FUSION_FAST_PATHS` off)."""
-    milestone = Milestone.objects.filter(pk=milestone_id).values_list("mission_id", "validation_state").first()
-    if milestone is None:
-        return None
-    S = AssertionStatus
-    unlinked = Q(~Exists(FeatureAssertion.objects.filter(assertion=OuterRef("pk"))), scope=AssertionScope.FEATURE)
-    counts = ContractAssertion.objects.filter(milestone_id=milestone_id).aggregate(
-        total=Count("pk"),
-        **{
-            name: Count("pk", filter=Q(status=status))
-            for name, status in zip(ROLLUP_COUNTS[1:5], (S.PASSED, S.FAILED, S.BLOCKED, S.PENDING), strict=True)
-        },
-        unlinked=Count("pk", filter=unlinked),
-    )
-    return {name: int(counts[name] or 0) for name in ROLLUP_COUNTS}, (int(milestone[0]), str(milestone[1]))
 
 
 def rollup_state(counts: dict[str, int]) -> str:
@@ -168,7 +98,7 @@ def milestone_rollup(*, milestone_id: int) -> dict[str, Any]:
 def milestone_rollup_and_stored(*, milestone_id: int) -> tuple[dict[str, Any], tuple[int, str]] | None:
     """`milestone_rollup` and the milestone's (mission id, stored rollup state), read
     together; None: no such milestone."""
-    found = _rollup_row(milestone_id)
+    found = fastpaths.milestone_rollup_row(milestone_id=milestone_id)
     if found is None:
         return None
     counts, stored = found

@@ -15,8 +15,7 @@ from typing import Any
 import rfc8785
 from django.db import IntegrityError, connections, transaction
 
-from fusion_site.runtime.inserts import insert
-from fusion_site.runtime.prepared import Prepared
+from validation import fastpaths
 from validation.models import JournalEntry, ValidatorRun
 
 logger = logging.getLogger(__name__)
@@ -91,15 +90,6 @@ def held(run_id: int) -> Iterator[Held]:
         _holding.box = previous
 
 
-_RUN_LOCK: Prepared[int] = Prepared(
-    lambda pk: ValidatorRun.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True)
-)
-# The chain's head: its last entry's seq and hash.
-_HEAD: Prepared[tuple[int, str]] = Prepared(
-    lambda run: JournalEntry.objects.filter(run_id=run).order_by("-seq").values_list("seq", "sha256")[:1]
-)
-
-
 def append_many(*, run_id: int, entries: list[Entry], hold: bool = False) -> list[JournalEntry]:
     """Entries `(kind, key, payload)` chained onto the run's journal in their order, in one
     transaction (the caller's, without a savepoint, when nested): one read of the chain's
@@ -124,8 +114,8 @@ def append_many(*, run_id: int, entries: list[Entry], hold: bool = False) -> lis
                 # in parallel threads); a lost race without it could repeat indefinitely.
                 # (SQLite has no row locks: its write lock orders them, and no query is made.)
                 if connections[ValidatorRun.objects.db].features.has_select_for_update:
-                    _RUN_LOCK.all(pk=run_id)
-                seq, prev = _HEAD.first(run=run_id) or (0, "")
+                    fastpaths.run_lock(run_id=run_id)
+                seq, prev = fastpaths.journal_head(run_id=run_id) or (0, "")
                 rows = []
                 for (kind, full_key, _raw), payload in zip(entries, payloads, strict=True):
                     seq += 1
@@ -143,7 +133,7 @@ def append_many(*, run_id: int, entries: list[Entry], hold: bool = False) -> lis
                         )
                     )
                     prev = digest
-                return insert(rows)
+                return fastpaths.journal_insert(entries=rows)
         except IntegrityError:
             if nested:
                 raise

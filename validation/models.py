@@ -23,6 +23,10 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+# The statuses of a run that ended with a verdict.
+JUDGED = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED)
+
+
 class RunTrigger(models.TextChoices):
     TASK = "task"
     MANUAL = "manual"

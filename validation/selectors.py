@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from fusion_site.runtime.prepared import Prepared
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -21,7 +20,8 @@ from missions.models import (
     MissionFeature,
     Slice,
 )
-from missions.selectors import done_tasks, rollup_state, visible_mission_ids
+from missions.selectors import rollup_state, visible_mission_ids
+from validation import fastpaths
 from validation.models import FixLineage, Review, RunStatus, ValidatorRun
 
 if TYPE_CHECKING:
@@ -43,20 +43,9 @@ def consecutive_errors(runs: QuerySet[ValidatorRun], *, window: int = 10) -> int
     return count
 
 
-JUDGED = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED)
-
-
-_LINEAGE: Prepared[int] = Prepared(
-    lambda root: FixLineage.objects.filter(root_id=root).values_list("fix_id", flat=True)
-)
-_LANDED: Prepared[tuple[datetime | None, str]] = Prepared(
-    lambda feature: done_tasks(features=MissionFeature(pk=feature)).values_list("finished_at", "revision")[:1]
-)
-
-
 def lineage_fix_ids(feature) -> list[int]:
     """The fixes of the lineage whose root is `feature` (none for most features)."""
-    return _LINEAGE.all(root=feature.pk)
+    return fastpaths.lineage_fix_ids(root_id=feature.pk)
 
 
 def feature_revision(feature, *, fixes: list[int] | None = None) -> str:
@@ -66,7 +55,7 @@ def feature_revision(feature, *, fixes: list[int] | None = None) -> str:
     `fixes`: `lineage_fix_ids(feature)`, when the caller has it."""
     candidates: list[tuple[datetime | None, str]] = []
     # Two fields of each row, not the rows (a task's log, a run's verdict: large, unused here).
-    task = _LANDED.first(feature=feature.pk)
+    task = fastpaths.last_landed(feature_id=feature.pk)
     if task is not None:
         candidates.append(task)
     fixes = lineage_fix_ids(feature) if fixes is None else fixes

@@ -23,15 +23,13 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.parsers import BaseParser
 
-from fusion_site.runtime.prepared import Prepared
-
-_TOKEN: Prepared[Token] = Prepared(lambda key: Token.objects.select_related("user").filter(key=key), key=str)
+from missions import fastpaths
 
 
 class PreparedTokenAuthentication(TokenAuthentication):
     def authenticate_credentials(self, key):
         try:
-            token = _TOKEN.get(key=key)
+            token = fastpaths.token_with_user(key=key)
         except Token.DoesNotExist:
             raise exceptions.AuthenticationFailed(_("Invalid token.")) from None
         if not token.user.is_active:

@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fusion_site.runtime.prepared import Prepared
 from missions.models import Milestone
 from missions.outbox import publish_on_commit
 from missions.selectors import milestone_rollup_and_stored
 from missions.transitions import milestone_validation_transition
 from missions.transitions.tables import ROLLUP_EVENT
-
-_STATE: Prepared[tuple[int, str]] = Prepared(
-    lambda pk: Milestone.objects.filter(pk=pk).values_list("mission_id", "validation_state")
-)
 
 
 def milestone_rollup_refresh(*, milestone_ids: Iterable[int]) -> None:
@@ -36,7 +31,7 @@ def milestone_rollup_refresh(*, milestone_ids: Iterable[int]) -> None:
                 break
             if milestone_validation_transition(milestone=milestone_id, old=state, new=rollup["state"], rollup=rollup):
                 break  # the move published the rollup
-            again = _STATE.first(pk=milestone_id)
+            again = Milestone.objects.filter(pk=milestone_id).values_list("mission_id", "validation_state").first()
             if again is None:
                 break
             row = again

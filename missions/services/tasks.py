@@ -7,13 +7,12 @@ Status moves are the task machine's (`missions.transitions.moves.task_transition
 
 from __future__ import annotations
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from fusion_site.repos.snapshots import FULL_COMMIT, SnapshotError, pin_revision
-from fusion_site.runtime.prepared import Prepared
 from fusion_site.runtime.queue import send_on_commit
-from missions import hooks
+from missions import fastpaths, hooks
 from missions.errors import Conflict, Invalid
 from missions.hooks import announce_on_commit
 from missions.locks import assert_mission_locked, lock_mission
@@ -195,7 +194,7 @@ def _refuse_ended(task: Task) -> None:
 def _record_completion(*, user, task: Task, name: str, revision: str, summary: str, log: str | None) -> Task:
     lock_mission(task.mission_id)
     # The task locked (and its mission, locked above); its feature read with it, for `_landed_on`.
-    task = _LOCKED_TASK.get(pk=task.pk)
+    task = fastpaths.task_locked_with_feature(task_id=task.pk)
     _refuse_ended(task)  # it may have ended while the revision was resolved
     if task.status == TaskStatus.DONE:
         if task.revision == revision:
@@ -230,19 +229,6 @@ def _record_completion(*, user, task: Task, name: str, revision: str, summary: s
     # The hand-off to judging: validation subscribes to this hook (docs/ARCHITECTURE.md).
     announce_on_commit(hooks.task_completed, task_id=task.pk)
     return task
-
-
-def _locked_with_feature(pk: int):
-    """The task locked `FOR UPDATE` with its mission (as `select_related("mission")` locked
-    it), its feature read in the same query but not locked (a nullable join)."""
-    if connections[Task.objects.db].features.has_select_for_update_of:
-        tasks = Task.objects.select_for_update(of=("self", "mission")).select_related("mission", "feature")
-    else:
-        tasks = Task.objects.select_for_update().select_related("mission", "feature")
-    return tasks.filter(pk=pk)
-
-
-_LOCKED_TASK: Prepared[Task] = Prepared(_locked_with_feature)
 
 
 def _landed_on(task: Task, actor_id: int | None) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 from django.db import models, transaction
 from django.utils import timezone
 
-from fusion_site.runtime.prepared import compare_and_set
+from missions import fastpaths
 from missions.errors import IllegalTransition
 from missions.locks import lock_mission
 from missions.outbox import publish_on_commit
@@ -126,7 +126,7 @@ def move(
             mission_id = machine.mission_of(pk)
         if mission_id is not None:
             lock_mission(mission_id)
-        if not compare_and_set(machine.model, pk=pk, field=machine.field, old=old, updates=updates):
+        if not fastpaths.compare_and_set(model=machine.model, pk=pk, field=machine.field, old=old, updates=updates):
             return False
         if instance is not None:
             for name, value in updates.items():

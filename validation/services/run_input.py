@@ -11,12 +11,11 @@ from typing import Any
 from fusion_site.repos.snapshots import FULL_COMMIT, SnapshotError, pin_branch, pin_revision
 from fusion_site.repos.sources import UnknownRevision
 from fusion_site.runtime import sandbox
-from fusion_site.runtime.prepared import Prepared
 from missions.environment_spec import declared_for, effective
 from missions.errors import Invalid
-from missions.models import AssertionScope, MissionFeature
+from missions.models import MissionFeature
 from missions.services.verdict_settings import mission_base
-from validation import profiles
+from validation import fastpaths, profiles
 from validation.journal import canonical, sha256_of
 from validation.selectors import feature_revision
 
@@ -70,20 +69,16 @@ FROZEN_FIELDS = (
     ("scope", "scope"),
 )
 _FROZEN_NAMES = [name for name, _field in FROZEN_FIELDS]
-_SPECS: Prepared[tuple] = Prepared(
-    lambda feature: (
-        MissionFeature(pk=feature)
-        .assertions.filter(scope=AssertionScope.FEATURE)
-        .order_by("order", "id")
-        .values_list(*(field for _name, field in FROZEN_FIELDS))
-    )
-)
+_FROZEN_COLUMNS = tuple(field for _name, field in FROZEN_FIELDS)
 
 
 def feature_assertion_specs(feature: MissionFeature) -> list[dict[str, Any]]:
     """The feature's assertion set as a run freezes it: what it is judged by, nothing else
     (the frozen fields only, not the rows)."""
-    return [dict(zip(_FROZEN_NAMES, row, strict=True)) for row in _SPECS.all(feature=feature.pk)]
+    return [
+        dict(zip(_FROZEN_NAMES, row, strict=True))
+        for row in fastpaths.feature_assertion_values(feature_id=feature.pk, fields=_FROZEN_COLUMNS)
+    ]
 
 
 def frozen_assertion(a) -> dict[str, Any]:

@@ -8,21 +8,19 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from fusion_site.repos.snapshots import SnapshotError, bounded_diff, snapshot
 from fusion_site.runtime.lease import renewing
-from fusion_site.runtime.prepared import Prepared, PreparedUpdate
 from missions.models import AssertionScope, MissionFeature
 from missions.selectors import done_tasks
 from missions.services.verdict_settings import mission_base
-from validation import environments, journal, profiles, protect
+from validation import environments, fastpaths, journal, profiles, protect
 from validation.context import AssertionSpec, ValidationContext, ValidatorCrashed
-from validation.models import JournalEntry, RunStatus, ValidatorRun
+from validation.models import RunStatus, ValidatorRun
 from validation.services.verdicts.complete import RUN_STATUS, run_complete, run_error
 from validation.validators import judge
 from validation.verdict import (
@@ -109,35 +107,11 @@ def _claim(run_id: int) -> tuple[ValidatorRun | None, str]:
     """Take a running run by compare-and-swap: unclaimed, or its holder's lease has passed
     (the holder died). Two deliveries of one message never both judge it."""
     now, token = timezone.now(), uuid.uuid4().hex
-    if not _CLAIM.run(pk=run_id, now=now, token=token, until=now + _lease(), at=now):
+    if not fastpaths.run_claim(run_id=run_id, now=now, token=token, until=now + _lease()):
         return None, ""
-    # A milestone run (rare) reads its milestone when it builds its context.
-    return _CLAIMED.get(pk=run_id), token
-
-
-# `now` and `at` take the same value: a prepared parameter stands in one place only.
-_CLAIM = PreparedUpdate(
-    lambda pk, now, token, until, at: (
-        ValidatorRun.objects.filter(
-            Q(claim_token="") | Q(lease_until__isnull=True) | Q(lease_until__lt=now), pk=pk, status=RunStatus.RUNNING
-        ),
-        {"claim_token": token, "lease_until": until, "updated_at": at},
-    ),
-    now=datetime,
-    token=str,
-    until=datetime,
-    at=datetime,
-)
-# With whether its journal holds a final decision (`_complete_from_journal` reads it only
-# then): a run judged for the first time has no journal, and this costs no round trip of
-# its own.
-_CLAIMED: Prepared[ValidatorRun] = Prepared(
-    lambda pk: (
-        ValidatorRun.objects.select_related("mission", "feature", "milestone")
-        .annotate(decided=Exists(JournalEntry.objects.filter(run=OuterRef("pk"), kind="decision", key="final")))
-        .filter(pk=pk)
-    )
-)
+    # A milestone run (rare) reads its milestone when it builds its context; `decided`
+    # (`_complete_from_journal` reads the journal only then) comes with the run.
+    return fastpaths.claimed_run(run_id=run_id), token
 
 
 def heartbeat(run_id: int, token: str) -> contextlib.AbstractContextManager[None]:
@@ -170,7 +144,7 @@ def execute_run(run_id: int) -> str:
     run, token = _claim(run_id)
     if run is None:
         return _complete_from_journal(run_id) or "stale"
-    # `decided`: read with the run (`_CLAIMED`); a run with no final decision has none to complete from.
+    # `decided`: read with the run (`fastpaths.claimed_run`); a run with no final decision has none to complete from.
     if getattr(run, "decided", True) and (done := _complete_from_journal(run.pk)) is not None:
         return done
     with heartbeat(run.pk, token):
@@ -232,17 +206,12 @@ def _judge_and_record(run: ValidatorRun) -> str:
 
 
 def _accepted_earlier(run_id: int) -> dict | None:
-    payload = _FINAL_DECISION.first(run=run_id)
+    payload = (
+        journal.entries(run_id, kind="decision", key="final").order_by("-seq").values_list("payload", flat=True).first()
+    )
     if payload is None or payload.get("verdict") != "accepted" or "accepted_verdict" not in payload:
         return None
     return payload
-
-
-_FINAL_DECISION: Prepared[dict] = Prepared(
-    lambda run: (
-        journal.entries(run, kind="decision", key="final").order_by("-seq").values_list("payload", flat=True)[:1]
-    )
-)
 
 
 def host_accept(run_id: int, candidate: dict, frozen: FrozenContext) -> Verdict:

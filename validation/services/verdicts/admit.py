@@ -21,20 +21,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from fusion_site.repos.snapshots import SnapshotError
-from fusion_site.runtime.prepared import Prepared
 from missions.errors import Conflict, DomainError, Invalid
 from missions.locks import assert_mission_locked, lock_mission
 from missions.models import LoopState, MissionFeature, StopReason
 from missions.outbox import publish_on_commit
 from missions.services.verdict_settings import validators_of
 from missions.transitions import feature_transition
-from validation import profiles
+from validation import fastpaths, profiles
 from validation.models import RunStatus, ValidatorRun
-from validation.selectors import JUDGED
 from validation.services.fixes import cancel_running, close_lineage, lineage_root
 from validation.services.follow_up import follow_up
 from validation.services.queueing import autopilot_notify
@@ -212,10 +210,10 @@ def _locked(feature_id: int, mission_id: int | None) -> MissionFeature:
     if mission_id is None:
         mission_id = MissionFeature.objects.values_list("mission_id", flat=True).get(pk=feature_id)
     lock_mission(mission_id)
-    feature = _LOCKED_FEATURE.get(pk=feature_id)
+    feature = fastpaths.feature_locked_for_admission(feature_id=feature_id)
     if feature.mission_id != mission_id:
         lock_mission(feature.mission_id)
-        feature = _LOCKED_FEATURE.get(pk=feature_id)
+        feature = fastpaths.feature_locked_for_admission(feature_id=feature_id)
     return feature
 
 
@@ -240,7 +238,7 @@ def _profile(name: str) -> dict:
 
 def _running(feature: MissionFeature) -> ValidatorRun | None:
     # Its id first (a run row carries its frozen input and verdict: large, and rarely wanted).
-    running_ids = _RUNNING.all(feature=feature.pk)
+    running_ids = fastpaths.running_run_ids(feature_id=feature.pk)
     return ValidatorRun.objects.get(pk=running_ids[0]) if running_ids else None
 
 
@@ -259,7 +257,7 @@ def _refusal(feature: MissionFeature, cause: str) -> Conflict | None:
 def _reuse_or_start(feature: MissionFeature, judged: RunInput, request: _Request) -> Admission:
     # Every judged run on this input, newest first (a handful), in one query: the newest
     # decides a reuse, the failed ones count towards the block.
-    earlier = _JUDGED.all(feature=feature.pk, fingerprint=judged.fingerprint)
+    earlier = fastpaths.judged_runs(feature_id=feature.pk, fingerprint=judged.fingerprint)
     if earlier and earlier[0][1] == RunStatus.PASSED:
         return _reuse(feature, ValidatorRun.objects.get(pk=earlier[0][0]), judged=judged, request=request)
     if sum(1 for _pk, status in earlier if status == RunStatus.FAILED) >= IDENTICAL_FAILURE_LIMIT:
@@ -377,31 +375,3 @@ def fix_passed(*, fix: MissionFeature, run: ValidatorRun) -> str:
     if root.loop_state == LoopState.VALIDATING:
         cancel_running(root, reason=f"superseded by the pass of fix {fix.key} (run {run.pk})")
     return feature_admit(feature_id=root.pk, trigger="fix", cause="root_revalidation", revision=run.revision).outcome
-
-
-def _locks_of() -> bool:
-    return bool(connections[MissionFeature.objects.db].features.has_select_for_update_of)
-
-
-def _locked_feature(pk: int):
-    """The feature locked, with its mission and slice. `of`: the feature row is the one
-    locked (the mission's is, by `lock_mission`; the slice's need not be)."""
-    locked = MissionFeature.objects.select_for_update(of=("self",)) if _locks_of() else MissionFeature.objects
-    return locked.select_related("mission", "slice__milestone").filter(pk=pk)
-
-
-_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(_locked_feature)
-_RUNNING: Prepared[int] = Prepared(
-    lambda feature: ValidatorRun.objects.filter(feature_id=feature, status=RunStatus.RUNNING).values_list(
-        "pk", flat=True
-    )[:1]
-)
-# Every judged run on one input, newest first (a handful).
-_JUDGED: Prepared[tuple[int, str]] = Prepared(
-    lambda feature, fingerprint: (
-        ValidatorRun.objects.filter(feature_id=feature, input_fingerprint=fingerprint, status__in=JUDGED)
-        .order_by("-id")
-        .values_list("pk", "status")
-    ),
-    fingerprint=str,
-)

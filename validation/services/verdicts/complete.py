@@ -15,7 +15,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fusion_site.runtime.prepared import Prepared
 from fusion_site.runtime.redact import bounded
 from missions.locks import lock_mission
 from missions.models import AssertionStatus, ContractAssertion, LoopState, Mission, MissionFeature, StopReason
@@ -23,7 +22,7 @@ from missions.outbox import publish_on_commit, published_together
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.verdict_settings import same_base
 from missions.transitions import assertion_transition, feature_transition
-from validation import journal, unfetched
+from validation import fastpaths, journal, unfetched
 from validation.models import RunStatus, ValidatorFailure, ValidatorRun
 from validation.selectors import consecutive_errors, feature_revision, lineage_fix_ids
 from validation.services.fixes import fix_create
@@ -101,15 +100,10 @@ def run_complete(
     return True
 
 
-_LOCKED_FEATURE: Prepared[MissionFeature] = Prepared(
-    lambda pk: MissionFeature.objects.select_for_update().filter(pk=pk)
-)
-
-
 def _owns_feature(run: ValidatorRun) -> MissionFeature | None:
     if run.feature_id is None:
         return None  # a milestone run moves no feature
-    feature = _LOCKED_FEATURE.get(pk=run.feature_id)
+    feature = fastpaths.feature_locked(feature_id=run.feature_id)
     return feature if feature.last_run_id == run.pk and feature.loop_state == LoopState.VALIDATING else None
 
 

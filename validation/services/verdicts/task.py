@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from fusion_site.runtime.prepared import Prepared
 from missions.models import LoopState, MissionStatus, Task, TaskStatus
 from missions.outbox import publish_on_commit, published_together
 from missions.transitions import FEATURE
-from validation.models import RunStatus, ValidatorRun
+from validation import fastpaths
 from validation.selectors import feature_revision
 from validation.services.verdicts.admit import admit
 
@@ -22,18 +21,6 @@ def _warn(task: Task, reason: str) -> None:
     )
 
 
-_TASK: Prepared[Task] = Prepared(lambda pk: Task.objects.select_related("mission", "feature").filter(pk=pk))
-# A run of this revision and attempt that did not end in error: judged, or being judged.
-_JUDGING: Prepared[int] = Prepared(
-    lambda feature, revision, attempt: (
-        ValidatorRun.objects.filter(feature_id=feature, revision=revision, implementation_attempt=attempt)
-        .exclude(status=RunStatus.ERROR)
-        .values_list("pk", flat=True)[:1]
-    ),
-    revision=str,
-)
-
-
 @transaction.atomic
 @published_together()
 def task_outcome_process(*, task_id: int) -> str:
@@ -41,7 +28,7 @@ def task_outcome_process(*, task_id: int) -> str:
     completion starts nothing (skipped, not_done, superseded, duplicate, mission_inactive,
     not_implementing)."""
     try:
-        task = _TASK.get(pk=task_id)
+        task = fastpaths.task_with_feature(task_id=task_id)
     except Task.DoesNotExist:
         return "skipped"
     if task.feature is None:  # loaded with the task (select_related)
@@ -53,7 +40,10 @@ def task_outcome_process(*, task_id: int) -> str:
         # A later revision landed on this feature (a newer task, a fix's pass): this late
         # message would judge older code; the newer one drives the feature.
         return "superseded"
-    if _JUDGING.first(feature=feature.pk, revision=task.revision, attempt=feature.implementation_attempts) is not None:
+    if (
+        fastpaths.judging_run_id(feature_id=feature.pk, revision=task.revision, attempt=feature.implementation_attempts)
+        is not None
+    ):
         return "duplicate"  # the same completion delivered twice: no second run
     if task.mission.status != MissionStatus.ACTIVE:
         _warn(task, f"mission is {task.mission.status}; the task outcome was recorded and nothing runs")
