@@ -90,8 +90,9 @@ MISSIONS = crud_docs(
         " (`milestones[0].slices[1].features[2]`), the stored objects it leaves alone, and what it would"
         " reopen (`reopened`: a passed feature whose contract changes, a complete slice, milestone or mission)."
         " Nothing is written. Answers `plan_hash` (apply it with `POST /api/missions/apply/?plan_hash=`) and"
-        " `state_version`; a file the import would refuse answers `applicable: false` with its `code`"
-        " (`invalid_mission_file`, `staff_only`, `repository_refused`, ...) and `errors` (`path: message`)."
+        " `state_version`; a file the import would refuse answers `applicable: false` with the `code` the import"
+        " answers (400 `invalid_mission_file`, 403 `staff_only`, 400 `repository_refused`, ...) and its `errors`"
+        " (`path: message`)."
         " Errors: 404 `not_found` (the file's key is a mission you cannot see).",
     ),
     apply=described(

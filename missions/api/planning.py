@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -31,14 +30,28 @@ _FILE_BODY = {
     "application/yaml": files.mission_file_json_schema(inline=True),
     "application/json": files.mission_file_json_schema(inline=True),
 }
-_PLAN = OpenApiResponse(
-    OpenApiTypes.OBJECT,
-    description=(
-        "The dry run: `plan_hash`, `state_version`, `applicable`, and the items `created`, `changed` (with"
-        " `fields`), `unchanged`, `refused` (each `kind`, `key`, `path`), `left_alone`, `reopened`; a"
-        " refused file has `code` and `errors` (`path: message` lines)."
-    ),
-)
+
+
+# The dry run's answer (`missions.services.files.planning.Plan`), declared for the schema.
+class PlanSerializer(serializers.Serializer):
+    mission_key = serializers.CharField()
+    state_version = serializers.CharField(help_text="The digest of the mission's contract as stored.")
+    plan_hash = serializers.CharField(allow_null=True, help_text="What to apply; null when refused.")
+    applicable = serializers.BooleanField()
+    created = serializers.ListField(child=serializers.DictField(), help_text="Each `kind`, `key`, `path`.")
+    changed = serializers.ListField(child=serializers.DictField(), help_text="Each with the `fields` that change.")
+    unchanged = serializers.ListField(child=serializers.DictField())
+    refused = serializers.ListField(child=serializers.DictField(), help_text="Each `kind`, `path`, `message`.")
+    left_alone = serializers.ListField(child=serializers.DictField(), help_text="Stored objects not in the file.")
+    reopened = serializers.ListField(child=serializers.DictField(), help_text="Each with its state `from` and `to`.")
+    code = serializers.CharField(allow_null=True)
+
+    def get_fields(self) -> dict[str, Any]:
+        # `errors` is a Serializer's own attribute: the field is added by name.
+        return {**super().get_fields(), "errors": serializers.ListField(child=serializers.CharField())}
+
+
+_PLAN = OpenApiResponse(PlanSerializer, description="The dry run; nothing was written.")
 
 
 def _document(request) -> str:

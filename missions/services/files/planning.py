@@ -131,6 +131,8 @@ def mission_apply(
         mission = _visible_locked(key, user)
         before = contract(mission)
         version = state_version(before)
+        if doc.errors:  # the file's mistakes come first, in the import's words (it raises them)
+            mission_file_import(document=document, base_dir=base_dir, user=user, from_api=from_api)
         _check_hash(plan_hash_, raw, version)
         result = mission_file_import(document=document, base_dir=base_dir, user=user, from_api=from_api)
         if result.created != (mission is None):  # a concurrent import created it meanwhile
