@@ -186,7 +186,7 @@ TOOLS = [
                 "order": {"type": "integer", "minimum": 0},
                 "features": {"type": "array", "items": {"type": "string", "minLength": 1}},
             },
-            ("milestone", "key", "title"),
+            ("milestone", "key", "title", "statement"),
         ),
         output_schema=schemas.ROW,
         handler=assertion_add,
