@@ -19,7 +19,7 @@ from missions.models import (
 )
 from missions.services.files import mission_import
 from missions.services.files.planning import mission_apply, mission_plan
-from tests.missions.file_helpers import SAMPLE, sample
+from tests.missions.file_helpers import SAMPLE, sample, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -77,7 +77,9 @@ def test_apply_by_the_hash_creates_exactly_what_the_plan_listed(owner):
     again = mission_plan(document=data, user=owner)
     assert again.created == [] and again.changed == [] and len(again.unchanged) == len(plan.created)
     data["milestones"][0]["slices"][0]["features"][1]["title"] = "Cart sum, renamed"
+    stored, events = snapshot(), MissionEvent.objects.count()
     edit = mission_plan(document=data, user=owner)
+    assert snapshot() == stored and MissionEvent.objects.count() == events
     assert edit.changed == [
         {"kind": "feature", "key": "cart-sum", "path": "milestones[0].slices[0].features[1]", "fields": ["title"]}
     ]
