@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.mcp.conftest import child_env, stdio_client, structured
+from tests.missions.file_helpers import mark_passed
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -147,19 +148,10 @@ def test_an_agent_plans_applies_and_extends_a_mission(alice, bob, tmp_path):
 def test_an_added_assertion_linked_to_a_passed_feature_reopens_it(alice, tmp_path):
     from missions.models import LoopState, MissionEvent, MissionFeature
     from missions.services.files import mission_import
-    from validation.models import RunStatus, ValidatorRun
-    from validation.services.run_input import feature_assertion_specs
 
     mission, _ = mission_import(document={**FILE, "mission": {**FILE["mission"], "status": "paused"}}, user=alice)
     feature = MissionFeature.objects.get(key="save")
-    run = ValidatorRun.objects.create(
-        mission=mission,
-        feature=feature,
-        milestone=feature.slice.milestone,
-        status=RunStatus.PASSED,
-        assertions=feature_assertion_specs(feature),
-    )
-    MissionFeature.objects.filter(pk=feature.pk).update(loop_state=LoopState.PASSED, last_run=run)
+    mark_passed(feature)
 
     async def scenario():
         async with stdio_client("alice", mission="notes", env=child_env(tmp_path)) as client:

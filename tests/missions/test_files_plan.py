@@ -19,7 +19,7 @@ from missions.models import (
 )
 from missions.services.files import mission_import
 from missions.services.files.planning import mission_apply, mission_plan
-from tests.missions.file_helpers import SAMPLE, sample, snapshot
+from tests.missions.file_helpers import SAMPLE, mark_passed, sample, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -145,21 +145,12 @@ def test_a_stranger_can_neither_plan_nor_apply_into_someone_elses_mission(owner,
 
 
 def test_applying_a_changed_contract_reopens_the_passed_feature_it_judged(owner):
-    from validation.models import RunStatus, ValidatorRun
-    from validation.services.run_input import feature_assertion_specs
 
     data = _plain()
     data["mission"]["status"] = "planning"
     mission, _ = mission_import(document=data, user=owner)
     feature = MissionFeature.objects.get(key="cart-total")
-    run = ValidatorRun.objects.create(
-        mission=mission,
-        feature=feature,
-        milestone=feature.slice.milestone,
-        status=RunStatus.PASSED,
-        assertions=feature_assertion_specs(feature),
-    )
-    MissionFeature.objects.filter(pk=feature.pk).update(loop_state=LoopState.PASSED, last_run=run)
+    mark_passed(feature)
     data["milestones"][0]["assertions"][0]["statement"] = "cart_total([]) == 0 and never negative"
     plan = mission_plan(document=data, user=owner)
     assert {

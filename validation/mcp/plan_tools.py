@@ -75,13 +75,15 @@ async def mission_apply(call: Call) -> dict[str, Any]:
 # ---------------------------------------------------------------- one assertion, one feature
 
 
-def _assertions(mission_id: int, keys: list[str]) -> list[ContractAssertion]:
-    found = {a.key: a for a in ContractAssertion.objects.filter(mission_id=mission_id, key__in=keys)}
+def _by_keys(model: type[Any], noun: str, field: str, mission_id: int, keys: list[str]) -> list[Any]:
+    """The mission's objects of these keys, in their order; an unknown key is the API's
+    `unknown_<noun>`, each under the argument that named it."""
+    found = {o.key: o for o in model.objects.filter(mission_id=mission_id, key__in=keys)}
     if missing := [k for k in keys if k not in found]:
         raise Invalid(
-            f"no assertion {', '.join(map(repr, missing))} in this mission",
-            code="unknown_assertion",
-            fields={"assertions": [f"unknown in this mission: {k}" for k in missing]},
+            f"no {noun} {', '.join(map(repr, missing))} in this mission",
+            code=f"unknown_{noun}",
+            fields={field: [f"unknown in this mission: {k}" for k in missing]},
         )
     return [found[k] for k in keys]
 
@@ -101,20 +103,11 @@ def _add_assertion(principal: Principal, arguments: dict[str, Any]) -> dict[str,
     body.is_valid(raise_exception=True)
     with transaction.atomic():
         assertion = hierarchy.assertion_create(user=user, **body.validated_data)
-        for feature in _features(milestone.mission_id, arguments.get("features", [])):
+        for feature in _by_keys(
+            MissionFeature, "feature", "features", milestone.mission_id, arguments.get("features", [])
+        ):
             hierarchy.assertion_link(user=user, feature=feature, assertion=assertion)
     return dict(AssertionSerializer(ContractAssertion.objects.get(pk=assertion.pk), context=context).data)
-
-
-def _features(mission_id: int, keys: list[str]) -> list[MissionFeature]:
-    found = {f.key: f for f in MissionFeature.objects.filter(mission_id=mission_id, key__in=keys)}
-    if missing := [k for k in keys if k not in found]:
-        raise Invalid(
-            f"no feature {', '.join(map(repr, missing))} in this mission",
-            code="unknown_feature",
-            fields={"features": [f"unknown in this mission: {k}" for k in missing]},
-        )
-    return [found[k] for k in keys]
 
 
 def _add_feature(principal: Principal, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +119,9 @@ def _add_feature(principal: Principal, arguments: dict[str, Any]) -> dict[str, A
     body.is_valid(raise_exception=True)
     fields = dict(body.validated_data)
     with transaction.atomic():
-        assertions = _assertions(slice_.mission_id, arguments.get("assertions", []))
+        assertions = _by_keys(
+            ContractAssertion, "assertion", "assertions", slice_.mission_id, arguments.get("assertions", [])
+        )
         feature = hierarchy.feature_create(user=user, slice_=fields.pop("slice"), assertions=assertions, **fields)
     return dict(FeatureSerializer(MissionFeature.objects.get(pk=feature.pk), context=context).data)
 
