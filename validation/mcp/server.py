@@ -29,7 +29,8 @@ INSTRUCTIONS = (
     "validation cause of a fix); commit it to the mission's repository; task_complete records it; wait_for_verdict "
     "waits for the judgement; repeat until next_task answers 'nothing' because the mission is complete. "
     "fusion_validate starts an advisory review of the connection's mission; read it once with bg_result after "
-    "its notification."
+    "its notification. mission_plan drafts a change of the contract (a mission file) as a dry run; mission_apply "
+    "applies exactly that plan; assertion_add and feature_add make small edits."
 )
 
 
