@@ -76,7 +76,7 @@ class MissionPlanActions(_GenericViewBase):
         hash_ = request.query_params.get("plan_hash", "").strip()
         if not hash_:
             raise Invalid("plan_hash: required", code="validation_error", fields={"plan_hash": ["required"]})
-        applied = mission_apply(document=_document(request), plan_hash_=hash_, user=request.user, from_api=True)
+        applied = mission_apply(document=_document(request), plan_hash=hash_, user=request.user, from_api=True)
         result = applied.result
         body = {
             **MissionSerializer(result.mission, context={"request": request}).data,

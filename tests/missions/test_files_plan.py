@@ -68,7 +68,7 @@ def _plain() -> dict:
 def test_apply_by_the_hash_creates_exactly_what_the_plan_listed(owner):
     data = _plain()
     plan = mission_plan(document=data, user=owner)
-    applied = mission_apply(document=data, plan_hash_=plan.plan_hash, user=owner)
+    applied = mission_apply(document=data, plan_hash=plan.plan_hash, user=owner)
     assert applied.result.created and applied.result.mission.owner_id == owner.pk
     assert _keys(applied.plan.created) == _keys(plan.created)
     assert sorted(MissionFeature.objects.values_list("key", flat=True)) == ["cart-sum", "cart-total", "charge"]
@@ -94,15 +94,15 @@ def test_a_stale_or_mismatched_hash_is_refused_and_changes_nothing(owner):
     other = {**data, "mission": {**data["mission"], "title": "Another title"}}
     before = _rows()
     with pytest.raises(Conflict) as mismatch:
-        mission_apply(document=other, plan_hash_=plan.plan_hash, user=owner)
+        mission_apply(document=other, plan_hash=plan.plan_hash, user=owner)
     assert mismatch.value.code == "plan_mismatch" and mismatch.value.status == 409
     with pytest.raises(Conflict) as forged:
-        mission_apply(document=data, plan_hash_="0:" + "0" * 64, user=owner)
+        mission_apply(document=data, plan_hash="0:" + "0" * 64, user=owner)
     assert forged.value.code == "plan_mismatch"
     # Someone changes the mission after the plan: the plan is stale.
     Milestone.objects.filter(key="m2").update(description="changed meanwhile")
     with pytest.raises(Conflict) as stale:
-        mission_apply(document=data, plan_hash_=plan.plan_hash, user=owner)
+        mission_apply(document=data, plan_hash=plan.plan_hash, user=owner)
     assert stale.value.code == "plan_stale"
     assert _rows() == before and Milestone.objects.get(key="m1").title == "Cart"
 
@@ -137,10 +137,10 @@ def test_a_stranger_can_neither_plan_nor_apply_into_someone_elses_mission(owner,
     with pytest.raises(NotFound):
         mission_plan(document=data, user=stranger)
     with pytest.raises(NotFound):
-        mission_apply(document=data, plan_hash_="x:y", user=stranger)
+        mission_apply(document=data, plan_hash="x:y", user=stranger)
     plan = mission_plan(document=data, user=member)  # a member edits the plan, as through the API
     assert [c["kind"] for c in plan.changed] == ["mission"]
-    mission_apply(document=data, plan_hash_=plan.plan_hash, user=member)
+    mission_apply(document=data, plan_hash=plan.plan_hash, user=member)
     assert Mission.objects.get(key="shop").title == "Taken over"
 
 
@@ -163,7 +163,7 @@ def test_applying_a_changed_contract_reopens_the_passed_feature_it_judged(owner)
     assert reopened[("feature", "cart-total")] == ("passed", "idle")
     assert ("feature", "charge") not in reopened
     assert MissionFeature.objects.get(pk=feature.pk).loop_state == LoopState.PASSED  # the dry run wrote nothing
-    applied = mission_apply(document=data, plan_hash_=plan.plan_hash, user=owner)
+    applied = mission_apply(document=data, plan_hash=plan.plan_hash, user=owner)
     assert applied.plan.reopened == plan.reopened
     assert MissionFeature.objects.get(pk=feature.pk).loop_state == LoopState.IDLE
     assert MissionEvent.objects.filter(

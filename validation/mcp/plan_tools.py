@@ -54,7 +54,7 @@ def _plan(principal: Principal, arguments: dict[str, Any]) -> dict[str, Any]:
 def _apply(principal: Principal, arguments: dict[str, Any]) -> dict[str, Any]:
     user = load_user(principal)
     _same_mission(principal, arguments["document"])
-    applied = apply_file(document=arguments["document"], plan_hash_=arguments["plan_hash"], user=user, from_api=True)
+    applied = apply_file(document=arguments["document"], plan_hash=arguments["plan_hash"], user=user, from_api=True)
     result = applied.result
     return {
         "mission": dict(MissionSerializer(result.mission, context=api_context(user)).data),

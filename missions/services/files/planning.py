@@ -108,7 +108,7 @@ def mission_plan(*, document: str | dict, user, base_dir: pathlib.Path | None = 
                 plan = _refused(key, version, exc)
             else:
                 after = contract(result.mission)
-                plan = _diff(doc, before, after, key=key, version=version, plan_hash=plan_hash(raw, version))
+                plan = _diff(doc, before, after, key=key, version=version, plan_hash=hash_of(raw, version))
             raise _RollBack(plan)
     except _RollBack as done:
         return done.plan
@@ -117,12 +117,12 @@ def mission_plan(*, document: str | dict, user, base_dir: pathlib.Path | None = 
 def mission_apply(
     *,
     document: str | dict,
-    plan_hash_: str,
+    plan_hash: str,
     user,
     base_dir: pathlib.Path | None = None,
     from_api: bool = False,
 ) -> Applied:
-    """Import `document` as `user` if `plan_hash_` is the hash a plan of it answered
+    """Import `document` as `user` if `plan_hash` is the hash a plan of it answered
     against the mission as it is now; else `plan_mismatch` or `plan_stale` and nothing changes."""
     raw = _read(document)
     doc = validated(document, base_dir, from_api=from_api)
@@ -133,12 +133,12 @@ def mission_apply(
         version = state_version(before)
         if doc.errors:  # the file's mistakes come first, in the import's words (it raises them)
             mission_file_import(document=document, base_dir=base_dir, user=user, from_api=from_api)
-        _check_hash(plan_hash_, raw, version)
+        _check_hash(plan_hash, raw, version)
         result = mission_file_import(document=document, base_dir=base_dir, user=user, from_api=from_api)
         if result.created != (mission is None):  # a concurrent import created it meanwhile
             raise _stale()
         after = contract(result.mission)
-        plan = _diff(doc, before, after, key=key, version=version, plan_hash=plan_hash_)
+        plan = _diff(doc, before, after, key=key, version=version, plan_hash=plan_hash)
     return Applied(result=result, plan=plan)
 
 
@@ -149,14 +149,14 @@ def canonical(raw: Any) -> str:
     return json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def plan_hash(raw: Any, version: str) -> str:
+def hash_of(raw: Any, version: str) -> str:
     digest = hashlib.sha256(f"{canonical(raw)}\n{version}".encode()).hexdigest()
     return f"{version}:{digest}"
 
 
 def _check_hash(given: str, raw: Any, version: str) -> None:
     answered_version, _, _ = given.partition(":")
-    if plan_hash(raw, answered_version) != given:
+    if hash_of(raw, answered_version) != given:
         raise Conflict(
             "this plan hash was not answered for this file: plan it again and apply what it answers",
             code="plan_mismatch",
@@ -316,4 +316,4 @@ def _refused(key: str, version: str, exc: DomainError) -> Plan:
     )
 
 
-__all__ = ["Applied", "Plan", "contract", "mission_apply", "mission_plan", "plan_hash", "state_version"]
+__all__ = ["Applied", "Plan", "contract", "mission_apply", "mission_plan", "hash_of", "state_version"]
