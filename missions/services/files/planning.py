@@ -131,8 +131,12 @@ def mission_apply(
         mission = _visible_locked(key, user)
         before = contract(mission)
         version = state_version(before)
-        if doc.errors:  # the file's mistakes come first, in the import's words (it raises them)
+        if doc.errors:
+            # The file's mistakes come first, as the import words them (with those that need
+            # the stored mission); it raises them, and the raise below rolls back whatever
+            # an import that did not would have written.
             mission_file_import(document=document, base_dir=base_dir, user=user, from_api=from_api)
+            raise invalid(doc.errors)
         _check_hash(plan_hash, raw, version)
         result = mission_file_import(document=document, base_dir=base_dir, user=user, from_api=from_api)
         if result.created != (mission is None):  # a concurrent import created it meanwhile
