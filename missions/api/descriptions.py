@@ -83,6 +83,26 @@ MISSIONS = crud_docs(
         " `repository_refused`, 403 `staff_only` (checks or executor commands from a user who is not staff),"
         " 403 `mission_key_taken` (a mission with this key exists and is not yours).",
     ),
+    plan=described(
+        "Plan a mission file",
+        "The dry run of importing the file (YAML or JSON, as for the import): what it would create, change,"
+        " leave unchanged or refuse, each item with its `kind`, `key` and `path` in the file"
+        " (`milestones[0].slices[1].features[2]`), the stored objects it leaves alone, and what it would"
+        " reopen (`reopened`: a passed feature whose contract changes, a complete slice, milestone or mission)."
+        " Nothing is written. Answers `plan_hash` (apply it with `POST /api/missions/apply/?plan_hash=`) and"
+        " `state_version`; a file the import would refuse answers `applicable: false` with the `code` the import"
+        " answers (400 `invalid_mission_file`, 403 `staff_only`, 400 `repository_refused`, ...) and its `errors`"
+        " (`path: message`)."
+        " Errors: 404 `not_found` (the file's key is a mission you cannot see).",
+    ),
+    apply=described(
+        "Apply a planned mission file",
+        "Imports the file exactly as its plan answered, if `plan_hash` is the hash a plan of this very file"
+        " answered against the mission as it is now; answers as the import (201 created, 200 updated, with"
+        " `changed`) and `plan`, what was done. Errors: 409 `plan_mismatch` (the hash is not a plan of this"
+        " file), 409 `plan_stale` (the mission changed since the plan: plan again), 400 `validation_error`"
+        " (no `plan_hash`), 404 `not_found`, and the import's errors.",
+    ),
     events=described(
         "List a mission's events",
         "The mission's audit log, newest first, 50 per page (`page`): every change with its type, payload and"

@@ -22,6 +22,7 @@ from missions import selectors
 from missions.api import descriptions
 from missions.api import serializers as s
 from missions.api.lifecycle import MissionLifecycleActions
+from missions.api.planning import MissionPlanActions
 from missions.api.plugins import JSONTextParser, YAMLParser
 from missions.api.tree import mission_tree
 from missions.errors import Forbidden, Invalid
@@ -74,7 +75,7 @@ class MissionFilter(filters.FilterSet):
 
 
 @descriptions.MISSIONS
-class MissionViewSet(MissionLifecycleActions, MissionScopedViewSet):
+class MissionViewSet(MissionLifecycleActions, MissionPlanActions, MissionScopedViewSet):
     queryset = Mission.objects.prefetch_related("members").order_by("id")
     serializer_class = s.MissionSerializer
     filterset_class = MissionFilter

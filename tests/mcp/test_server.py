@@ -26,6 +26,10 @@ TOOL_NAMES = {
     "milestone_validate",
     "feature_loop",
     "wait_for_verdict",
+    "mission_plan",
+    "mission_apply",
+    "assertion_add",
+    "feature_add",
 }
 
 

@@ -19,7 +19,7 @@ from missions import selectors
 from missions.api.serializers import FeatureSerializer, TaskCompleteSerializer, TaskSerializer
 from missions.api.tree import mission_tree
 from missions.errors import NotFound
-from missions.models import LoopState, Milestone, MissionFeature, MissionStatus, Task, TaskStatus
+from missions.models import LoopState, Milestone, MissionFeature, MissionStatus, Slice, Task, TaskStatus
 from missions.services import tasks as task_services
 from missions.transitions.loop import DONE_STATES
 from validation.api import serializers as s
@@ -58,6 +58,10 @@ def feature_for(*, user, principal: Principal, ref: int | str, mission_ref: int 
 
 def milestone_for(*, user, principal: Principal, ref: int | str, mission_ref: int | str | None) -> Milestone:
     return _visible_object(Milestone, "milestone", user=user, principal=principal, ref=ref, mission_ref=mission_ref)
+
+
+def slice_for(*, user, principal: Principal, ref: int | str, mission_ref: int | str | None) -> Slice:
+    return _visible_object(Slice, "slice", user=user, principal=principal, ref=ref, mission_ref=mission_ref)
 
 
 def _task_row(task: Task, user) -> dict[str, Any]:

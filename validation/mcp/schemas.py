@@ -210,3 +210,27 @@ VERDICT = shape(
         "waited_seconds": {"type": "number"},
     }
 )
+
+MISSION_DOCUMENT = {
+    "anyOf": [{"type": "string", "minLength": 1}, {"type": "object"}],
+    "description": "A mission file: YAML or JSON text, or the object (docs/mission-file.schema.json).",
+}
+_ITEMS = {"type": "array", "items": OBJECT}
+PLAN = shape(
+    {
+        "mission_key": {"type": "string"},
+        "state_version": {"type": "string"},
+        "plan_hash": {**NULLABLE_STR, "description": "Pass it to mission_apply with the same file; null: refused."},
+        "applicable": {"type": "boolean"},
+        "created": _ITEMS,
+        "changed": _ITEMS,
+        "unchanged": _ITEMS,
+        "refused": _ITEMS,
+        "left_alone": _ITEMS,
+        "reopened": _ITEMS,
+        "code": NULLABLE_STR,
+        "errors": {"type": "array", "items": {"type": "string"}},
+    }
+)
+APPLIED = shape({"mission": OBJECT, "created": {"type": "boolean"}, "changed": {"type": "boolean"}, "plan": PLAN})
+ROW = {"type": "object", "required": ["id", "key"]}

@@ -13,21 +13,24 @@ from mcp.shared.exceptions import MCPError
 
 from missions.errors import NotFound
 from missions.selectors import visible_missions
-from validation.mcp import loop_tools, resources, review_tools, verdict_tools
+from validation.mcp import loop_tools, plan_tools, resources, review_tools, verdict_tools
 from validation.mcp.context import db, load_user, principal_of
 from validation.mcp.live import Live
 from validation.mcp.tooling import Call, Tool, error_body, error_result, ok_result, resource_not_found
 
 logger = logging.getLogger(__name__)
 
-TOOLS: dict[str, Tool] = {t.name: t for t in [*review_tools.TOOLS, *loop_tools.TOOLS, *verdict_tools.TOOLS]}
+TOOLS: dict[str, Tool] = {
+    t.name: t for t in [*review_tools.TOOLS, *loop_tools.TOOLS, *verdict_tools.TOOLS, *plan_tools.TOOLS]
+}
 
 INSTRUCTIONS = (
     "Fusion Missions: drive a mission's implement -> validate -> fix loop. next_task gives the work (with the "
     "validation cause of a fix); commit it to the mission's repository; task_complete records it; wait_for_verdict "
     "waits for the judgement; repeat until next_task answers 'nothing' because the mission is complete. "
     "fusion_validate starts an advisory review of the connection's mission; read it once with bg_result after "
-    "its notification."
+    "its notification. mission_plan drafts a change of the contract (a mission file) as a dry run; mission_apply "
+    "applies exactly that plan; assertion_add and feature_add make small edits."
 )
 
 

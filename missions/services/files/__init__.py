@@ -57,7 +57,9 @@ Where it lives:
 - `validating`: the declaration's verdict as `path: message` errors, then the rules that
   need the whole file (duplicate keys, references, cycles, protection, the repository's
   former name and relative path);
-- `importing` and `exporting`: the database side.
+- `importing` and `exporting`: the database side;
+- `planning`: the import's dry run (the import rolled back, with what it created, changed,
+  refused and reopened) and the apply of exactly what a plan answered, by its hash.
 """
 
 from __future__ import annotations
