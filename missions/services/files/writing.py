@@ -9,14 +9,7 @@ from typing import Any
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from missions.models import (
-    ContractAssertion,
-    FeatureAssertion,
-    Milestone,
-    Mission,
-    MissionFeature,
-    Slice,
-)
+from missions.models import ContractAssertion, FeatureAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.files.validating import Document, Node
 
 
