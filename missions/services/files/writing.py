@@ -1,5 +1,7 @@
 """Writing a mission file's rows: what the mission holds before the import (`Existing`),
-the writer that saves only what differs, and each level of the tree matched by key."""
+the writer that saves only what differs (`Writer`), and one `write_*` function for each
+section of the file, each matched by key; `importing._apply` calls them in the file's
+order (the mission, its milestones, their assertions, their slices and features)."""
 
 from __future__ import annotations
 
