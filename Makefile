@@ -3,7 +3,8 @@
 #   make test       the test suite (PYTEST_ARGS="-k name" to narrow it)
 #   make test-llm   the agent validator against a real small model (installs llama.cpp + SmolLM2 first)
 #   make llm        serve that model on http://$(LLM_HOST):$(LLM_PORT)/v1 (OpenAI-compatible; installs it once)
-#   make lint       ruff check, ruff format --check, mypy and lint-imports (stops at the first that fails)
+#   make lint       ruff check, ruff format --check, mypy, lint-imports and the modules' lengths
+#                   (stops at the first that fails)
 #   make bench      every benchmark in bench/
 #   make clean      test databases and snapshots under var/ (keeps the venv and your data)
 
@@ -93,7 +94,8 @@ test-llm: venv $(LLM_STAMP)
 	exit $$rc
 
 # Each tool in turn; the first that fails stops the target and is named.
-LINT_TOOLS := "ruff check ." "ruff format --check ." "mypy" "lint-imports"
+# The last, tools/module_sizes.py: no module of the apps past 400 lines (docs/ARCHITECTURE.md, "Sizes").
+LINT_TOOLS := "ruff check ." "ruff format --check ." "mypy" "lint-imports" "python tools/module_sizes.py"
 
 lint: venv
 	@for tool in $(LINT_TOOLS); do \

@@ -10,40 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from fusion_site.runtime.env import json_object_from_env
+from fusion_site.database_settings import default_database
+from fusion_site.runtime.env import env_bool, env_float, env_int, json_object_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
-
-
-def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
-
 
 DATA_DIR = Path(os.environ.get("FUSION_DATA_DIR", BASE_DIR / "var")).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -126,58 +98,16 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 DRAMATIQ_WORKER_PROCESS = Path(sys.argv[0]).name in ("dramatiq", "dramatiq-gevent") if sys.argv else False
 # `manage.py serve` (the ASGI server of docs/PRODUCTION.md): many short request threads.
 WEB_SERVER_PROCESS = len(sys.argv) > 1 and Path(sys.argv[0]).name == "manage.py" and sys.argv[1] == "serve"
-if DATABASE_URL:
-    # No persistent connections in web processes: under ASGI (Daphne) requests run in
-    # short-lived threads; connections kept per thread piled up until PostgreSQL refused
-    # more ("too many clients"). Django's advice for ASGI is the same. A Dramatiq worker
-    # process keeps one per worker thread between messages (checked before each message
-    # uses it), instead of connecting anew for every message: a run's check threads and
-    # its lease thread never keep one (the check threads use no database).
-    _keep = env_int("FUSION_WORKER_DB_CONN_MAX_AGE", 600) if DRAMATIQ_WORKER_PROCESS else 0
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=_keep, conn_health_checks=_keep > 0)}
-else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "fusion_site.sqlite",
-            "NAME": str(DATA_DIR / "fusion.sqlite3"),
-        }
-    }
-_db = DATABASES["default"]
-if _db["ENGINE"] == "django.db.backends.postgresql":
-    _options = _db.setdefault("OPTIONS", {})
-    # `manage.py serve` borrows a connection from a pool for each request and gives it
-    # back when the request ends (Django's own pool): not a new PostgreSQL backend (a
-    # fork, authentication, cold catalog caches) for every API call, and never more than
-    # FUSION_WEB_DB_POOL_SIZE of them, whatever the number of request threads.
-    _pool_size = env_int("FUSION_WEB_DB_POOL_SIZE", 20)
-    if WEB_SERVER_PROCESS and _pool_size > 0:
-        _options["pool"] = {"min_size": 2, "max_size": _pool_size, "timeout": 30}
-    # Parameters bound by the server, and a statement run FUSION_DB_PREPARE_THRESHOLD
-    # times on one connection is prepared there (parsed and planned once): the loop runs
-    # the same few statements for every feature (fusion_site/runtime/prepared.py compiles
-    # them once on this side). 1: from its second run, so that on a new connection (a
-    # worker just started, a pool's new one) the loop's statements are parsed twice, not
-    # six times; a statement run once stays unprepared. 0 keeps Django's default, client-side
-    # binding: needed behind a pooler in transaction mode that does not track prepared
-    # statements.
-    _prepare = env_int("FUSION_DB_PREPARE_THRESHOLD", 1)
-    if _prepare > 0:
-        _options.update(server_side_binding=True, prepare_threshold=_prepare)
-if _db["ENGINE"] in ("django.db.backends.sqlite3", "fusion_site.sqlite"):
-    # Writers of this process queue on a lock instead of SQLite's polling (fusion_site/sqlite/base.py).
-    _db["ENGINE"] = "fusion_site.sqlite"
-    # WAL lets readers go on while one writer commits; IMMEDIATE takes the write lock
-    # at BEGIN so two writers queue on the timeout instead of failing on upgrade.
-    _db.setdefault("OPTIONS", {}).update(
-        {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        }
+# Each engine's options for this kind of process: fusion_site/database_settings.py.
+DATABASES = {
+    "default": default_database(
+        url=DATABASE_URL,
+        data_dir=DATA_DIR,
+        worker_process=DRAMATIQ_WORKER_PROCESS,
+        web_server_process=WEB_SERVER_PROCESS,
     )
-    # A file-backed test database: worker threads cannot share an in-memory one.
-    # Per process, so that concurrent test runs never share one file.
-    _db["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.getpid()}.sqlite3")}
+}
+_db = DATABASES["default"]
 IS_SQLITE = _db["ENGINE"] == "fusion_site.sqlite"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

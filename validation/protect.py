@@ -17,25 +17,22 @@ and `?` stay within one folder, `**` crosses folders (`tests/**`, `**/test_*.py`
 pattern that names a folder covers everything under it (`tests`, `tests/`).
 
 Paths are `str` decoded from git's bytes with `os.fsdecode` (surrogate escapes): a file
-name that is not UTF-8 is matched, restored and removed exactly, and shown escaped.
+name that is not UTF-8 is matched, restored and removed exactly, and shown escaped. The
+two commits' trees and the snapshot's writes are `validation/base_tree.py`'s.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
-from fusion_site.repos import mirrors, refs, snapshot_reuse
-from fusion_site.repos.mirrors import LOCAL_TIMEOUT, mirror_git
-from fusion_site.repos.sources import SnapshotError, Source, git_env
-from fusion_site.runtime.proc import run_nicer
+from fusion_site.repos import mirrors, refs
+from fusion_site.repos.sources import SnapshotError, Source
+from validation.base_tree import TreeDiff, read_blobs, restore, rewrite, tree
 from validation.runner_config import RUNNER_CONFIG, SECTIONS, fixes, test_package_inits
 from validation.verdict import escape_invisible
 
@@ -108,89 +105,6 @@ def matches(path: str, patterns: Iterable[str]) -> bool:
     return rx is not None and rx.match(path) is not None
 
 
-# ---------------------------------------------------------------- trees
-
-
-@dataclass(frozen=True)
-class Entry:
-    mode: str
-    kind: str  # blob | commit (a submodule)
-    oid: str
-
-
-def tree(repo: Path, commit: str, prefix: str = "") -> dict[str, Entry]:
-    """Every path of `commit` under the workspace folder `prefix` (relative to it, as
-    protected paths are) with its mode and object id; nothing when the folder is absent.
-    Read as bytes: a file name need not be UTF-8 (`os.fsdecode` keeps it exact)."""
-    treeish = f"{commit}:{prefix}" if prefix else commit
-    if prefix and not _has_tree(repo, treeish):
-        return {}
-    entries = {}
-    for record in _git_bytes(repo, ["ls-tree", "-r", "-z", "--full-tree", treeish]).split(b"\0"):
-        if record:
-            meta, path = record.split(b"\t", 1)
-            mode, kind, oid = meta.decode().split(" ")
-            entries[os.fsdecode(path)] = Entry(mode, kind, oid)
-    return entries
-
-
-def _git_bytes(repo: Path, args: list[str], *, source: Source | None = None, input: bytes | None = None) -> bytes:
-    """A local git command's output as bytes (the text adapter `mirror_git` would replace
-    what is not UTF-8: a file name, a binary file's content)."""
-    try:
-        proc = run_nicer(["git", "-C", str(repo), *args], env=git_env(source), input=input, timeout=LOCAL_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SnapshotError(f"git {args[0]} failed: {exc}") from exc
-    if proc.returncode != 0:
-        raise SnapshotError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()[:500]}")
-    return proc.stdout
-
-
-def _has_tree(repo: Path, treeish: str) -> bool:
-    try:
-        return mirror_git(repo, "cat-file", "-t", treeish).strip() == "tree"
-    except SnapshotError:
-        return False
-
-
-class TreeDiff:
-    """The paths whose entry differs between the base revision and the judged commit."""
-
-    def __init__(self, repo: Path, base: str, commit: str, prefix: str = "", source: Source | None = None):
-        self.repo = repo
-        self.source = source  # what a partial mirror fetches a missing file's content from
-        self.base = tree(repo, base, prefix)
-        self.head = tree(repo, commit, prefix)
-        self.changed = tuple(
-            sorted(p for p in self.base.keys() | self.head.keys() if self.base.get(p) != self.head.get(p))
-        )
-
-
-def _blobs(repo: Path, oids: list[str], source: Source | None = None) -> dict[str, bytes]:
-    """Blob contents in one `git cat-file --batch`, as bytes: a protected file may be binary."""
-    if not oids:
-        return {}
-    out = _git_bytes(repo, ["cat-file", "--batch"], source=source, input="".join(f"{oid}\n" for oid in oids).encode())
-    pos, found = 0, {}
-    while pos < len(out):
-        end = out.index(b"\n", pos)
-        header = out[pos:end].decode().split(" ")
-        if len(header) != 3:  # `<oid> missing`: a repository without the object cannot restore it
-            raise SnapshotError(f"git cat-file: {' '.join(header)[:200]}")
-        oid, _kind, size = header
-        start = end + 1
-        found[oid] = out[start : start + int(size)]
-        pos = start + int(size) + 1
-    return found
-
-
-def base_contents(diff: TreeDiff, paths: list[str]) -> dict[str, bytes]:
-    """The content at the base revision of each of `paths` (files of `diff.base`)."""
-    entries = {p: diff.base[p] for p in paths if p in diff.base and diff.base[p].kind == "blob"}
-    blobs = _blobs(diff.repo, sorted({e.oid for e in entries.values()}), diff.source)
-    return {p: blobs.get(e.oid, b"") for p, e in entries.items()}
-
-
 # ---------------------------------------------------------------- what a run protects
 
 
@@ -233,7 +147,7 @@ def guard(diff: TreeDiff, patterns: Iterable[str], *, runner_config: bool) -> Gu
     added = whole - changed
     rewrites = []
     ends = {p: (diff.base.get(p), diff.head.get(p)) for p in sections}
-    for path, (state, content) in fixes(ends, lambda oids: _blobs(diff.repo, oids, diff.source)).items():
+    for path, (state, content) in fixes(ends, lambda oids: read_blobs(diff.repo, oids, diff.source)).items():
         if state == "whole":
             (changed if path in diff.base else added).add(path)
         elif state != "same":
@@ -242,100 +156,12 @@ def guard(diff: TreeDiff, patterns: Iterable[str], *, runner_config: bool) -> Gu
     return Guard(tuple(sorted(changed)), tuple(sorted(added)), tuple(sorted(rewrites)))
 
 
-# ---------------------------------------------------------------- restoring
-
-
-def restore(root: Path, diff: TreeDiff, paths: list[str]) -> None:
-    """Put `paths` of the snapshot at `root` back as they are at the base revision."""
-    if not paths:
-        return
-    snapshot_reuse.mark_written(root)  # never kept for another run's reuse
-    entries = [diff.base[p] for p in paths if p in diff.base]
-    blobs = _blobs(diff.repo, sorted({e.oid for e in entries if e.kind == "blob"}), diff.source)
-    for rel in paths:  # everything out of the way first: a file may have become a folder, or back
-        _clear(root, rel)
-    for rel in paths:
-        entry = diff.base.get(rel)
-        if entry is not None:
-            _write(root, rel, entry, blobs.get(entry.oid, b""))
-        else:
-            _prune_empty(root, rel)
-
-
 def apply(root: Path, diff: TreeDiff, guarded: Guard) -> None:
     """Protect the tree at `root` as `guarded` says: whole files back as they are at the
     base revision (an added one removed), then each rewritten configuration file."""
     rewritten = dict(guarded.rewrites)
-    if rewritten:
-        snapshot_reuse.mark_written(root)  # never kept for another run's reuse
     restore(root, diff, [p for p in (*guarded.changed, *guarded.added) if p not in rewritten])
-    for rel, content in sorted(rewritten.items()):
-        _clear(root, rel)
-        if content is None:
-            _prune_empty(root, rel)
-        else:
-            _write(root, rel, diff.head[rel], content)
-
-
-@overload
-def _inside(root: Path, rel: str, *, make: Literal[True]) -> Path: ...
-@overload
-def _inside(root: Path, rel: str, *, make: Literal[False]) -> Path | None: ...
-
-
-def _inside(root: Path, rel: str, *, make: bool) -> Path | None:
-    """`root/rel` with every folder on the way a real folder of the snapshot. A symlink or
-    a file in the way is replaced when `make` (writing through it could leave the
-    snapshot); otherwise there is nothing at `rel` inside the snapshot (None)."""
-    current = root
-    for part in rel.split("/")[:-1]:
-        current = current / part
-        if current.is_symlink() or (current.exists() and not current.is_dir()):
-            if not make:
-                return None
-            current.unlink()
-        if not current.exists():
-            if not make:
-                return None
-            current.mkdir()
-    return current / rel.rsplit("/", 1)[-1]
-
-
-def _clear(root: Path, rel: str) -> None:
-    target = _inside(root, rel, make=False)
-    if target is None:
-        return
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    elif target.is_symlink() or target.exists():
-        target.unlink()
-
-
-def _write(root: Path, rel: str, entry: Entry, content: bytes) -> None:
-    target = _inside(root, rel, make=True)
-    if entry.kind != "blob":  # a submodule: an empty folder, as a checkout leaves it
-        target.mkdir(exist_ok=True)
-    elif entry.mode == "120000":
-        os.symlink(content, os.fsencode(target))
-    else:
-        # Read-only like every file of the snapshot.
-        mode = 0o555 if entry.mode == "100755" else 0o444
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        os.chmod(target, mode)
-
-
-def _prune_empty(root: Path, rel: str) -> None:
-    # A folder holding only removed files is not in the base revision either. Only real
-    # folders of the snapshot: through a symlink the empty folder would be another's.
-    target = _inside(root, rel, make=False)
-    if target is None:
-        return
-    parent = target.parent
-    while parent != root and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
-        parent.rmdir()
-        parent = parent.parent
+    rewrite(root, diff, rewritten)
 
 
 # ---------------------------------------------------------------- one run's protection

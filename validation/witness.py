@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validation import protect
+from validation import base_tree, protect
 from validation.pytest_static import TestFile, collect
 
 PLUGIN = Path(__file__).with_name("witness_plugin") / "fusion_witness.py"
@@ -224,7 +224,7 @@ def protected_tests(ctx: Any, patterns: tuple[str, ...]) -> dict[str, TestFile]:
             diff = ctx.protection.diff()
             rx = protect.compile_patterns(patterns)
             paths = [p for p, e in diff.base.items() if e.kind == "blob" and p.endswith(".py") and rx and rx.match(p)]
-            contents = protect.base_contents(diff, paths)
+            contents = base_tree.base_contents(diff, paths)
             cache[patterns] = {p: collect(p, contents.get(p, b"")) for p in paths}
         return cache[patterns]
 

@@ -258,7 +258,7 @@ def run_git(
     """`umask`: the git process's own (-1: this process's). Output is read as UTF-8 with
     undecodable bytes replaced: a file name or a diff line that is not UTF-8 must never
     fail the call (and a lone surrogate would reach the database); a caller that needs a
-    path exactly reads git's bytes itself (`validation.protect.tree`)."""
+    path exactly reads git's bytes itself (`validation.base_tree.tree`)."""
     env = {**git_env(source), **(extra_env or {})}
     command = ["git", *(["-C", str(cwd)] if cwd else []), *args]
     return run_nicer(command, text=True, encoding="utf-8", errors="replace", timeout=timeout, env=env, umask=umask)

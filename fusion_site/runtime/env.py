@@ -1,5 +1,5 @@
-"""Configuration values read from the environment. A plain module (no Django imports):
-`fusion_site.settings` imports it before Django is configured.
+"""Configuration values read from the environment. A plain module (only Django's
+`ImproperlyConfigured`): `fusion_site.settings` imports it before Django is configured.
 
 Every variable is documented in docs/CONFIGURATION.md.
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
 
 
 def json_object(
@@ -35,3 +37,30 @@ def json_object_from_env(
 ) -> dict[str, Any]:
     """The environment variable `name` as a JSON object (see `json_object`)."""
     return json_object(name, os.environ.get(name), default, of=of, error=error)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc

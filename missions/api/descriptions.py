@@ -7,8 +7,8 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from missions.api import serializers as s
 from missions.api.openapi import NOT_VISIBLE, NOT_VISIBLE_MISSION, VISIBLE_MISSIONS, crud_docs, described, read_docs
+from missions.api.task_serializers import TaskSerializer
 
 NOT_VISIBLE_FEATURE = NOT_VISIBLE.format(one="feature")
 NOT_VISIBLE_TASK = NOT_VISIBLE.format(one="task")
@@ -213,7 +213,7 @@ TASKS = crud_docs(
     changing="Changes its `title` or `prompt`; its state changes through start, complete and fail.",
     changing_errors=", 400 `invalid` (another `feature`)",
     deleting="Deletes the task.",
-    create=extend_schema(responses={201: s.TaskSerializer}),
+    create=extend_schema(responses={201: TaskSerializer}),
     start=described(
         "Start a task",
         "Moves a `todo` task to `in_progress`. Answers the task. Errors: 409 `illegal_task_state` from any"

@@ -24,6 +24,13 @@ from missions.api import serializers as s
 from missions.api.lifecycle import MissionLifecycleActions
 from missions.api.planning import MissionPlanActions
 from missions.api.plugins import JSONTextParser, YAMLParser
+from missions.api.task_serializers import (
+    TaskCompleteSerializer,
+    TaskCreateSerializer,
+    TaskFailSerializer,
+    TaskSerializer,
+    represent,
+)
 from missions.api.tree import mission_tree
 from missions.errors import Forbidden, Invalid
 from missions.models import ContractAssertion, Milestone, Mission, MissionEvent, MissionFeature, Slice, Task
@@ -269,11 +276,11 @@ class AssertionViewSet(MissionScopedViewSet):
 @descriptions.TASKS
 class TaskViewSet(MissionScopedViewSet):
     queryset = Task.objects.select_related("feature").order_by("id")
-    serializer_class = s.TaskSerializer
+    serializer_class = TaskSerializer
     filterset_fields = ["mission", "feature", "status"]
 
     def get_serializer_class(self):
-        return s.TaskCreateSerializer if self.action == "create" else s.TaskSerializer
+        return TaskCreateSerializer if self.action == "create" else TaskSerializer
 
     def get_queryset(self):
         qs = super().get_queryset()
@@ -305,28 +312,28 @@ class TaskViewSet(MissionScopedViewSet):
             hierarchy.apply_fields(serializer.instance, data)
 
     def _answer(self, task: Task) -> Response:
-        """`Response(get_serializer(task).data)`, the fields built once (`s.represent`); the
+        """`Response(get_serializer(task).data)`, the fields built once (`represent`); the
         serializer stays attached to the data for the browsable API's form."""
-        return Response(ReturnDict(s.represent(s.TaskSerializer, task), serializer=self.get_serializer(task)))
+        return Response(ReturnDict(represent(TaskSerializer, task), serializer=self.get_serializer(task)))
 
-    @extend_schema(request=None, responses={200: s.TaskSerializer})
+    @extend_schema(request=None, responses={200: TaskSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
         task = task_services.task_start(user=request.user, task=self.get_object())
         return self._answer(task)
 
-    @extend_schema(request=s.TaskCompleteSerializer, responses={200: s.TaskSerializer})
+    @extend_schema(request=TaskCompleteSerializer, responses={200: TaskSerializer})
     @action(detail=True, methods=["post"])
     def complete(self, request, pk=None):
-        body = s.TaskCompleteSerializer(data=request.data)
+        body = TaskCompleteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         task = task_services.task_complete(user=request.user, task=self.get_object(), fresh=True, **body.validated_data)
         return self._answer(task)
 
-    @extend_schema(request=s.TaskFailSerializer, responses={200: s.TaskSerializer})
+    @extend_schema(request=TaskFailSerializer, responses={200: TaskSerializer})
     @action(detail=True, methods=["post"])
     def fail(self, request, pk=None):
-        body = s.TaskFailSerializer(data=request.data)
+        body = TaskFailSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         task = task_services.task_fail(user=request.user, task=self.get_object(), **body.validated_data)
         return self._answer(task)

@@ -294,7 +294,7 @@ def test_the_overall_status_is_recomputed_whatever_the_document_claims(statuses,
 
 
 def _host_findings():
-    from validation.review.accounting import source_findings
+    from validation.review.candidates import source_findings
 
     def f(summary, severity, location):
         return {"severity": severity, "location": location, "evidence": "seen", "impact": "users", "summary": summary}
@@ -351,7 +351,8 @@ def test_the_review_accounting_never_accepts_an_invalid_accounting(data, exclude
     accepted; any single breach hypothesis makes of it is refused with a reason, unless
     the mutation happens to leave the accounting semantically identical (checked)."""
     from tests.review.support import good_evaluation
-    from validation.review.accounting import LABELS, check_evaluation
+    from validation.review.accounting import check_evaluation
+    from validation.review.candidates import LABELS
 
     host = _host_findings()
     blind = {"validation_source_findings": host, "candidates": [{"candidate_id": label} for label in LABELS]}
@@ -381,7 +382,8 @@ def test_the_review_accounting_refuses_a_non_string_id_instead_of_crashing(where
     """An evaluator that answers a JSON array or object where an id string belongs must get
     a repair reason, not crash the host validator (found by the property test above)."""
     from tests.review.support import good_evaluation
-    from validation.review.accounting import LABELS, check_evaluation
+    from validation.review.accounting import check_evaluation
+    from validation.review.candidates import LABELS
 
     host = _host_findings()
     doc = good_evaluation({"validation_source_findings": host, "candidates": [{"candidate_id": x} for x in LABELS]})

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from validation.review.accounting import SEVERITY_RANK
+from validation.review.candidates import SEVERITY_RANK
 
 BASE_REQUEST = {
     "objective": "Add a greeting function",

@@ -9,12 +9,8 @@ import json
 import pytest
 
 from tests.review.support import VIOLATIONS, candidate_answer, fenced, finding, good_evaluation
-from validation.review.accounting import (
-    MAX_PREAMBLE_BYTES,
-    check_evaluation,
-    parse_candidate,
-    source_findings,
-)
+from validation.review.accounting import check_evaluation
+from validation.review.candidates import MAX_PREAMBLE_BYTES, parse_candidate, source_findings
 
 MAX = 48 * 1024
 GOOD = candidate_answer([finding("Bug")], verified=["v"], limitations=["l"])

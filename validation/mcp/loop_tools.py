@@ -16,7 +16,8 @@ import anyio
 from django.conf import settings
 
 from missions import selectors
-from missions.api.serializers import FeatureSerializer, TaskCompleteSerializer, TaskSerializer
+from missions.api.serializers import FeatureSerializer
+from missions.api.task_serializers import TaskCompleteSerializer, TaskSerializer
 from missions.api.tree import mission_tree
 from missions.errors import NotFound
 from missions.models import LoopState, Milestone, MissionFeature, MissionStatus, Slice, Task, TaskStatus

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from validation.journal import canonical
-from validation.review.accounting import CANDIDATE_SCHEMA
+from validation.review.candidates import CANDIDATE_SCHEMA
 from validation.validators import tools as confined
 
 # What the reviewers and the evaluator are told.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from validation.review.accounting import LABELS, SEVERITY_RANK
+from validation.review.candidates import LABELS, SEVERITY_RANK
 
 TITLE = "# Validation report"
 NO_FINDINGS = "No findings were included."

@@ -16,7 +16,8 @@ from django.db.models import F
 from fusion_site.repos.snapshots import SnapshotError, snapshot
 from validation.models import Review
 from validation.review import artifacts
-from validation.review.accounting import LABELS, check_evaluation, parse_candidate, parse_evaluation, source_findings
+from validation.review.accounting import check_evaluation, parse_evaluation
+from validation.review.candidates import LABELS, parse_candidate, source_findings
 from validation.review.llm import (
     CANDIDATE_INSTRUCTIONS,
     EVALUATOR_INSTRUCTIONS,

@@ -57,7 +57,10 @@ Where it lives:
 - `validating`: the declaration's verdict as `path: message` errors, then the rules that
   need the whole file (duplicate keys, references, cycles, protection, the repository's
   former name and relative path);
-- `importing` and `exporting`: the database side;
+- `importing`: the import's transaction, the rules that need the stored mission and what
+  the importer may not do, then what the written work reopens;
+- `writing`: the rows, matched by key, each level of the tree saved only where it differs;
+- `exporting`: the mission back as its file.
 - `planning`: the import's dry run (the import rolled back, with what it created, changed,
   refused and reopened) and the apply of exactly what a plan answered, by its hash.
 """

@@ -1,13 +1,14 @@
-"""Writing a validated mission file: one transaction, matched by key, only what differs is saved."""
+"""Importing a validated mission file: one transaction under the mission's row lock; the
+file's remaining mistakes and what the importer may not do are judged before anything is
+written (`writing` saves the rows), and the work the import placed or changed reopens what
+is above it."""
 
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from django.db import IntegrityError, models, transaction
-from django.utils import timezone
+from django.db import transaction
 
 from fusion_site.repos.sources import SourceRefused, check_repository
 from missions.access import audience, revoke_on_commit
@@ -16,7 +17,6 @@ from missions.locks import locked_mission
 from missions.models import (
     AssertionScope,
     ContractAssertion,
-    FeatureAssertion,
     Milestone,
     Mission,
     MissionFeature,
@@ -24,7 +24,16 @@ from missions.models import (
 )
 from missions.outbox import publish_on_commit
 from missions.selectors import visible_missions
-from missions.services.files.validating import Document, Node, invalid, validated
+from missions.services.files.validating import Document, invalid, validated
+from missions.services.files.writing import (
+    Existing,
+    MissionRace,
+    Writer,
+    write_assertions,
+    write_milestones,
+    write_mission,
+    write_slices_and_features,
+)
 from missions.services.rollup import milestone_rollup_refresh
 from missions.services.verdict_settings import base_changed, settle_milestone_environment, settle_mission_fields
 from missions.transitions.progress import feature_placed, milestone_inputs_changed, milestone_placed, slice_placed
@@ -60,56 +69,13 @@ def mission_file_import(
     doc = validated(document, base_dir, from_api=from_api)
     try:
         return _apply(doc, user, owner)
-    except _MissionRace:
+    except MissionRace:
         # A concurrent import created the same mission between our lookup and insert;
         # run again: this time we find it and update (or leave) it.
         return _apply(doc, user, owner)
 
 
-class _MissionRace(Exception):
-    """The mission insert lost a race with a concurrent import of the same key."""
-
-
-@dataclass
-class _Existing:
-    milestones: dict[str, Milestone] = field(default_factory=dict)
-    assertions: dict[str, ContractAssertion] = field(default_factory=dict)
-    slices: dict[str, Slice] = field(default_factory=dict)
-    features: dict[str, MissionFeature] = field(default_factory=dict)
-    dependencies: set[tuple[int, int]] = field(default_factory=set)
-    links: set[tuple[int, int]] = field(default_factory=set)
-
-    def parents(self) -> tuple[dict[int, int], dict[str, int], dict[str, int]]:
-        """Where each stored slice (by id), feature and assertion (by key) is before the
-        file is written (the writes change these rows in place): their milestone, their
-        slice, their milestone."""
-        return (
-            {s.pk: s.milestone_id for s in self.slices.values()},
-            {k: f.slice_id for k, f in self.features.items()},
-            {k: a.milestone_id for k, a in self.assertions.items()},
-        )
-
-    @classmethod
-    def load(cls, mission: Mission | None) -> _Existing:
-        if mission is None:
-            return cls()
-        return cls(
-            milestones={m.key: m for m in Milestone.objects.filter(mission=mission)},
-            assertions={a.key: a for a in ContractAssertion.objects.filter(mission=mission)},
-            slices={s.key: s for s in Slice.objects.filter(mission=mission)},
-            features={f.key: f for f in MissionFeature.objects.filter(mission=mission)},
-            dependencies=set(
-                Milestone.dependencies.through.objects.filter(from_milestone__mission=mission).values_list(
-                    "from_milestone_id", "to_milestone_id"
-                )
-            ),
-            links=set(
-                FeatureAssertion.objects.filter(feature__mission=mission).values_list("feature_id", "assertion_id")
-            ),
-        )
-
-
-def _link_errors(doc: Document, existing: _Existing) -> list[str]:
+def _link_errors(doc: Document, existing: Existing) -> list[str]:
     """A milestone-scoped assertion must not stay linked from a feature the file leaves alone."""
     file_features = {existing.features[f.key].pk for f in doc.all_features() if f.key in existing.features}
     feature_keys = {f.pk: f.key for f in existing.features.values()}
@@ -129,7 +95,7 @@ def _link_errors(doc: Document, existing: _Existing) -> list[str]:
     return errors
 
 
-def _guard_staff(doc: Document, mission: Mission | None, existing: _Existing, user) -> None:
+def _guard_staff(doc: Document, mission: Mission | None, existing: Existing, user) -> None:
     if user is None or getattr(user, "is_staff", False):
         return
     paths = []
@@ -161,7 +127,7 @@ def _check_repository(doc: Document, mission: Mission | None, user) -> None:
         raise Invalid(line, code="repository_refused", fields={"errors": [line]}) from exc
 
 
-def _settle(doc: Document, mission: Mission | None, existing: _Existing, user) -> None:
+def _settle(doc: Document, mission: Mission | None, existing: Existing, user) -> None:
     """The rules every writer applies (`missions/services/verdict_settings.py`): the base pinned to
     its commit, credentials where they may go, who picks the validators and the
     environments. A refusal names the file's fields (`mission.base_revision: …`) and keeps
@@ -194,52 +160,6 @@ def _actor(user) -> int | None:
     return user.pk if user is not None and getattr(user, "is_authenticated", False) else None
 
 
-class _Writer:
-    """Saves only what differs, so an unchanged file leaves every `updated_at` alone."""
-
-    def __init__(self) -> None:
-        self.changed = False
-        self.saved: set[tuple[type, int]] = set()
-        self.created: set[tuple[type, int]] = set()
-        # Milestones whose assertions or links this import changed (docs/TRUTH.md: they
-        # are not complete any more, and passed features they judge are judged again).
-        self.contract_changed: set[int] = set()
-
-    def upsert(self, model: type[models.Model], current: models.Model | None, values: dict[str, Any]) -> Any:
-        if current is None:
-            obj = model(**values)
-            obj.save()
-            self._mark(obj)
-            self.created.add((model, obj.pk))
-            return obj
-        dirty = [name for name, value in values.items() if getattr(current, name) != value]
-        if dirty:
-            for name in dirty:
-                setattr(current, name, values[name])
-            current.save(update_fields=[*dirty, "updated_at"])
-            self._mark(current)
-        return current
-
-    def touch(self, obj: models.Model) -> None:
-        """A many-to-many change is a write of its owner: bump `updated_at` once."""
-        if (type(obj), obj.pk) not in self.saved:
-            type(obj)._default_manager.filter(pk=obj.pk).update(updated_at=timezone.now())
-            self._mark(obj)
-
-    def _mark(self, obj: models.Model) -> None:
-        self.changed = True
-        self.saved.add((type(obj), obj.pk))
-
-
-def _orders(nodes: list[Node], current: dict[str, Any], parent_attr: str, parent_id: int | None) -> list[int]:
-    """List positions, unless the stored rows already sort (order, id) the way the file lists them."""
-    objs = [o for n in nodes if (o := current.get(n.key)) is not None and getattr(o, parent_attr) == parent_id]
-    stored = [o.pk for o in sorted(objs, key=lambda o: (o.order, o.pk))]
-    if parent_id is not None and len(objs) == len(nodes) and stored == [o.pk for o in objs]:
-        return [o.order for o in objs]
-    return list(range(len(nodes)))
-
-
 def _locked_mission(key: str) -> Mission | None:
     # The row lock serializes concurrent imports of an existing mission (PostgreSQL;
     # SQLite's IMMEDIATE transactions already serialize writers).
@@ -259,7 +179,7 @@ def _apply(doc: Document, user, owner) -> ImportResult:
     with transaction.atomic():
         mission = _locked_mission(doc.mission.key)
         _guard_visible(mission, user)
-        existing = _Existing.load(mission)
+        existing = Existing.load(mission)
         # The file's mistakes, those that need the stored mission included, at once; what
         # the importer may not do (staff, repository, owner) is judged of a valid file.
         if errors := [*doc.errors, *_link_errors(doc, existing)]:
@@ -267,20 +187,20 @@ def _apply(doc: Document, user, owner) -> ImportResult:
         _guard_staff(doc, mission, existing, user)
         _check_repository(doc, mission, user)
         _settle(doc, mission, existing, user)
-        writer = _Writer()
+        writer = Writer()
         created = mission is None
         base = mission.base_commit if mission is not None else ""
         owner_before = mission.owner_id if mission is not None else None
         before = existing.parents()
-        mission = _write_mission(doc.mission, mission, user, owner, writer)
+        mission = write_mission(doc.mission, mission, user, owner, writer)
         if not created:
             base_changed(mission=mission, old=base, actor_id=_actor(user))
             if owner_before is not None and mission.owner_id != owner_before:
                 # The owner `owner` replaced loses the mission's live streams, unless a member.
                 revoke_on_commit(mission.pk, {owner_before} - audience(mission.pk))
-        milestones = _write_milestones(doc, mission, existing, writer)
-        assertions = _write_assertions(doc, milestones, existing, writer)
-        slices, features = _write_slices_and_features(doc, milestones, assertions, existing, writer)
+        milestones = write_milestones(doc, mission, existing, writer)
+        assertions = write_assertions(doc, milestones, existing, writer)
+        slices, features = write_slices_and_features(doc, milestones, assertions, existing, writer)
         if writer.changed:
             milestone_rollup_refresh(
                 milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)
@@ -295,7 +215,7 @@ def _apply(doc: Document, user, owner) -> ImportResult:
 def _reopen(
     mission: Mission,
     before: tuple[dict[int, int], dict[str, int], dict[str, int]],
-    writer: _Writer,
+    writer: Writer,
     written: tuple[dict[str, Milestone], dict[str, ContractAssertion], dict[str, Slice], dict[str, MissionFeature]],
 ) -> None:
     """What the services do for each change, for the changes of this import: new or moved
@@ -325,91 +245,3 @@ def _reopen(
             writer.contract_changed |= {assertion.milestone_id, assertion_was.get(key, assertion.milestone_id)}
     if writer.contract_changed:
         milestone_inputs_changed(milestone_ids=writer.contract_changed, cause="mission_imported")
-
-
-def _write_mission(node: Node, mission: Mission | None, user, owner, writer: _Writer) -> Mission:
-    values = dict(node.values)
-    if owner is not None:
-        values["owner_id"] = owner.pk
-    if mission is not None:
-        values.pop("status")  # states change through services, not files
-        return writer.upsert(Mission, mission, values)
-    if owner is None and user is not None and getattr(user, "is_authenticated", False):
-        values["owner_id"] = user.pk
-    try:
-        with transaction.atomic():
-            return writer.upsert(Mission, None, values)
-    except IntegrityError as exc:
-        if Mission.objects.filter(key=values["key"]).exists():
-            raise _MissionRace from exc
-        raise
-
-
-def _write_milestones(doc: Document, mission: Mission, existing: _Existing, writer: _Writer) -> dict[str, Milestone]:
-    orders = _orders(doc.milestones, existing.milestones, "mission_id", mission.pk)
-    saved = {}
-    for node, order in zip(doc.milestones, orders, strict=True):
-        values = {**node.values, "mission_id": mission.pk, "order": order}
-        saved[node.key] = writer.upsert(Milestone, existing.milestones.get(node.key), values)
-    through = Milestone.dependencies.through
-    for node in doc.milestones:
-        ms = saved[node.key]
-        wanted = {saved[k].pk for k in node.refs}
-        have = {to for frm, to in existing.dependencies if frm == ms.pk}
-        if wanted != have:
-            through.objects.filter(from_milestone_id=ms.pk, to_milestone_id__in=have - wanted).delete()
-            through.objects.bulk_create(
-                [through(from_milestone_id=ms.pk, to_milestone_id=to) for to in sorted(wanted - have)]
-            )
-            writer.touch(ms)
-    return saved
-
-
-def _write_assertions(
-    doc: Document, milestones: dict[str, Milestone], existing: _Existing, writer: _Writer
-) -> dict[str, ContractAssertion]:
-    saved = {}
-    for m in doc.milestones:
-        parent = milestones[m.key]
-        orders = _orders(m.assertions, existing.assertions, "milestone_id", parent.pk)
-        for node, order in zip(m.assertions, orders, strict=True):
-            values = {**node.values, "milestone_id": parent.pk, "order": order}
-            saved[node.key] = writer.upsert(ContractAssertion, existing.assertions.get(node.key), values)
-    return saved
-
-
-def _write_slices_and_features(
-    doc: Document,
-    milestones: dict[str, Milestone],
-    assertions: dict[str, ContractAssertion],
-    existing: _Existing,
-    writer: _Writer,
-) -> tuple[dict[str, Slice], dict[str, MissionFeature]]:
-    slices: dict[str, Slice] = {}
-    features: dict[str, MissionFeature] = {}
-    for m in doc.milestones:
-        parent = milestones[m.key]
-        slice_orders = _orders(m.slices, existing.slices, "milestone_id", parent.pk)
-        for s_node, s_order in zip(m.slices, slice_orders, strict=True):
-            values = {**s_node.values, "milestone_id": parent.pk, "order": s_order}
-            slice_ = slices[s_node.key] = writer.upsert(Slice, existing.slices.get(s_node.key), values)
-            orders = _orders(s_node.features, existing.features, "slice_id", slice_.pk)
-            for f_node, f_order in zip(s_node.features, orders, strict=True):
-                values = {**f_node.values, "slice_id": slice_.pk, "order": f_order}
-                feature = writer.upsert(MissionFeature, existing.features.get(f_node.key), values)
-                features[f_node.key] = feature
-                _write_links(feature, {assertions[k].pk for k in f_node.refs}, existing, writer)
-    return slices, features
-
-
-def _write_links(feature: MissionFeature, wanted: set[int], existing: _Existing, writer: _Writer) -> None:
-    have = {aid for fid, aid in existing.links if fid == feature.pk}
-    if wanted == have:
-        return
-    FeatureAssertion.objects.filter(feature_id=feature.pk, assertion_id__in=have - wanted).delete()
-    for assertion_id in sorted(wanted - have):
-        FeatureAssertion.objects.create(feature_id=feature.pk, assertion_id=assertion_id)
-    writer.touch(feature)
-    writer.contract_changed |= set(
-        ContractAssertion.objects.filter(pk__in=have ^ wanted).values_list("milestone_id", flat=True)
-    ) | {feature.slice.milestone_id}
