@@ -60,7 +60,7 @@ Where it lives:
 - `importing`: the import's transaction, the rules that need the stored mission and what
   the importer may not do, then what the written work reopens;
 - `writing`: the rows, matched by key, each level of the tree saved only where it differs;
-- `exporting`: the mission back as its file.
+- `exporting`: the mission back as its file;
 - `planning`: the import's dry run (the import rolled back, with what it created, changed,
   refused and reopened) and the apply of exactly what a plan answered, by its hash.
 """
