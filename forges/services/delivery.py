@@ -196,7 +196,7 @@ def _record(row: Outbox, token: str, sent: Sent, now: datetime) -> str:
         return "delivered"
     reason = _reason(answer, sent)
     if answer.status is None or answer.status >= 500 or answer.status in RETRIED:
-        delay = retry_delay(attempts=row.attempts + 1, retry_after=answer.retry_after, now=now)
+        delay = retry_delay(attempts=row.attempts, retry_after=answer.retry_after, now=now)
         updated = mine.update(next_attempt_at=now + timedelta(seconds=delay), last_error=reason, **common)
         if updated:
             send_on_commit(DELIVER, row.pk, delay_ms=int(delay * 1000))

@@ -73,7 +73,9 @@ def test_a_status_is_posted_once_however_often_it_is_sent(idle_broker, forge_mis
     sha = git_repo.commit(GOOD)
     feature_admit(feature_id=hello().pk, trigger="manual", cause="validate")
     [row] = Outbox.objects.all()
-    results = race(lambda: deliver(outbox_id=row.pk), lambda: deliver(outbox_id=row.pk), lambda: deliver(outbox_id=row.pk))
+    results = race(
+        lambda: deliver(outbox_id=row.pk), lambda: deliver(outbox_id=row.pk), lambda: deliver(outbox_id=row.pk)
+    )
     assert sorted(results) == ["delivered", "skipped", "skipped"]
     assert deliver(outbox_id=row.pk) == "skipped"
     assert len(fake_forge.statuses_of(sha)) == 1
@@ -107,7 +109,9 @@ def test_an_older_status_never_lands_after_a_newer_one(idle_broker, forge_missio
     assert [s["state"] for s in fake_forge.statuses_of(sha)] == ["success"]
 
 
-def test_a_mission_without_a_forge_costs_a_run_one_query(idle_broker, forge_mission, git_repo, django_assert_num_queries):
+def test_a_mission_without_a_forge_costs_a_run_one_query(
+    idle_broker, forge_mission, git_repo, django_assert_num_queries
+):
     from forges.services.arming import arm_run_ended, arm_run_started
 
     forge = forge_mission()
