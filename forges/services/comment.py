@@ -110,6 +110,7 @@ def _fix_causes(run: ValidatorRun) -> list[str]:
             f"### Fix feature `{fix.key}`: {_cell(fix.title)}",
             "",
             "#### Validation cause",
+            "",
             bounded(cause.strip(), CAUSE_LIMIT),
             "",
         ]

@@ -167,13 +167,16 @@ def _send_comment(row: Outbox, adapter: Adapter, auth: dict[str, str], token: st
     if pull is None:
         return Sent(Answer(404, excerpt="the pull request is no longer followed"), what)
     body = render(run_id=row.payload["run"], pull=pull)
-    place = {"api_url": forge.api_url, "repository": forge.repository, "number": pull.number}
+    api_url, repository, number = forge.api_url, forge.repository, pull.number
     if pull.comment_id:
-        edit = adapter.edit_comment(**place, comment_id=pull.comment_id, body=body)
+        edit = adapter.edit_comment(
+            api_url=api_url, repository=repository, number=number, comment_id=pull.comment_id, body=body
+        )
         answer = send(edit, auth=auth, token=token)
         if answer.status != 404:
             return Sent(answer, what, note)
-    answer = send(adapter.create_comment(**place, body=body), auth=auth, token=token)
+    create = adapter.create_comment(api_url=api_url, repository=repository, number=number, body=body)
+    answer = send(create, auth=auth, token=token)
     if answer.status is not None and 200 <= answer.status < 300 and answer.created_id:
         PullRequest.objects.filter(pk=pull.pk).update(comment_id=answer.created_id, updated_at=timezone.now())
     return Sent(answer, what, note)

@@ -122,8 +122,7 @@ class FakeForge:
     @property
     def base_url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def api_url(self, provider: str) -> str:
         return self.base_url + ROOTS[provider]
