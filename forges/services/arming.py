@@ -20,6 +20,7 @@ from django.utils import timezone
 from forges.models import Forge, Outbox, OutboxKind, OutboxState, PullRequest
 from forges.providers import ADAPTERS
 from fusion_site.repos.mirrors import FULL_COMMIT
+from fusion_site.runtime.prepared import Prepared
 from fusion_site.runtime.queue import send_on_commit
 from validation.models import FixLineage, RunStatus, ValidatorRun
 
@@ -38,12 +39,18 @@ END_STATES = {
 }
 VERDICTS = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED)
 _FORGE_FIELDS = ("id", "provider", "api_url", "repository", "statuses", "comments", "context")
+# Read at every run's start and end (a mission has at most one forge): compiled once per
+# process (`fusion_site/runtime/prepared.py`).
+_FORGE: Prepared[tuple] = Prepared(
+    lambda mission_id: Forge.objects.filter(mission_id=mission_id).values_list(*_FORGE_FIELDS)
+)
 
 
 def _forge_of(run: ValidatorRun) -> dict[str, Any] | None:
     """The run's mission's forge when it answers on the forge: the one query a mission
     without a forge costs a run's start and end."""
-    forge = Forge.objects.filter(mission_id=run.mission_id).values(*_FORGE_FIELDS).first()
+    row = _FORGE.first(mission_id=run.mission_id)
+    forge = dict(zip(_FORGE_FIELDS, row, strict=True)) if row is not None else None
     if forge is None or forge["provider"] not in ADAPTERS or not forge["api_url"] or not forge["repository"]:
         return None
     return forge
