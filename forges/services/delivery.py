@@ -246,3 +246,15 @@ def parse_retry_after(value: str, now: datetime) -> float | None:
     if when.tzinfo is None:
         return None
     return (when - now).total_seconds()
+
+
+def outbox_retry(*, outbox_ids: list[int]) -> int:
+    """Send refused or pending rows again now (a person fixed the token or the repository):
+    the count armed. A row being sent keeps its claim; a delivered row stays delivered."""
+    now = timezone.now()
+    rows = Outbox.objects.filter(pk__in=outbox_ids, state__in=[OutboxState.PENDING, OutboxState.REFUSED])
+    ids = list(rows.values_list("pk", flat=True))
+    armed = Outbox.objects.filter(pk__in=ids).update(state=OutboxState.PENDING, next_attempt_at=now, updated_at=now)
+    for pk in ids:
+        send_on_commit(DELIVER, pk)
+    return armed
