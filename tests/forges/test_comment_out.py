@@ -176,3 +176,40 @@ def test_no_comment_for_a_run_that_did_not_judge(idle_broker, forge_mission, git
     assert comment_rows() == []
     error = Outbox.objects.get(key=f"status:{run.revision}:error")
     assert error.payload["description"] == "Not judged (validator error): validator_error"
+
+
+def test_a_pull_request_updated_three_times_through_the_loop(worker, forge_mission, git_repo, fake_forge, alice):
+    from missions.services.tasks import task_complete, task_create
+
+    forge = forge_mission()
+    pull = follow_pull(forge)
+    heads = []
+    for files in (BAD, RUDE, GOOD):
+        head = git_repo.commit(files)
+        heads.append(head)
+        PullRequest.objects.filter(pk=pull.pk).update(head=head)
+        task_complete(user=alice, task=task_create(user=alice, feature=hello()), revision=head)
+        worker.drain()
+    runs = list(ValidatorRun.objects.order_by("id"))
+    assert [(r.revision, r.status) for r in runs] == list(
+        zip(heads, [RunStatus.FAILED, RunStatus.FAILED, RunStatus.PASSED], strict=True)
+    )
+    assert len(fake_forge.requests_to("POST", "/issues/7/comments")) == 1
+    assert len(fake_forge.requests_to("PATCH", "/issues/comments/")) == 2
+    [comment] = fake_forge.comments.values()
+    assert f"✅ passed at `{heads[-1][:12]}`" in comment["body"]
+    for head, state in zip(heads, ("failure", "failure", "success"), strict=True):
+        assert [s["state"] for s in fake_forge.statuses_of(head)][-1] == state
+
+
+def test_what_the_outbox_holds_commits_with_the_run_or_not_at_all(idle_broker, forge_mission, git_repo, fake_forge):
+    from django.db import transaction
+
+    follow_pull(forge_mission())
+    git_repo.commit(RUDE)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        feature_admit(feature_id=hello().pk, trigger="manual", cause="validate")
+        assert Outbox.objects.count() == 1  # written in the run's own transaction…
+        raise RuntimeError("the start is rolled back")
+    assert Outbox.objects.count() == 0  # …and gone with it
+    assert not ValidatorRun.objects.exists()
