@@ -90,7 +90,11 @@ def deliver(*, outbox_id: int, now: datetime | None = None) -> str:
         order = _status_order(row, token, now)
         if order is not None:
             return order
-    sent = _send(row)
+    try:
+        sent = _send(row)
+    except Exception as exc:  # noqa: BLE001 — a fault of ours is retried with backoff, not left claimed
+        logger.exception("forge delivery %s failed before an answer", row.key)
+        sent = Sent(Answer(None, error=f"not sent: {type(exc).__name__}"), row.key)
     return _record(row, token, sent, now)
 
 
