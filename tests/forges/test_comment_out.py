@@ -213,3 +213,15 @@ def test_what_the_outbox_holds_commits_with_the_run_or_not_at_all(idle_broker, f
         raise RuntimeError("the start is rolled back")
     assert Outbox.objects.count() == 0  # …and gone with it
     assert not ValidatorRun.objects.exists()
+
+
+def test_a_gitea_pull_request_gets_one_comment_edited(idle_broker, forge_mission, git_repo, fake_forge):
+    follow_pull(forge_mission(provider="gitea"), number=4)
+    judge(git_repo, RUDE)
+    judge(git_repo, GOOD)
+    [create] = fake_forge.requests_to("POST", "/comments")
+    [edit] = fake_forge.requests_to("PATCH", "/comments/")
+    [(comment_id, comment)] = fake_forge.comments.items()
+    assert create.path == "/repos/acme/shop/issues/4/comments"
+    assert edit.path == f"/repos/acme/shop/issues/comments/{comment_id}"
+    assert "✅ passed" in comment["body"]
