@@ -11,7 +11,7 @@ from typing import Any, Protocol
 class ForgeRequest:
     method: str
     url: str
-    json: dict[str, Any]
+    json: dict[str, Any] | None
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -38,6 +38,8 @@ class Adapter(Protocol):
     def edit_comment(
         self, *, api_url: str, repository: str, number: int, comment_id: str, body: str
     ) -> ForgeRequest: ...
+
+    def list_comments(self, *, api_url: str, repository: str, number: int) -> ForgeRequest: ...
 
 
 def join(api_url: str, path: str) -> str:

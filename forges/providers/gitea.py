@@ -27,3 +27,7 @@ class Gitea(GitHub):
             api_url=api_url, repository=repository, number=number, comment_id=comment_id, body=body
         )
         return ForgeRequest(request.method, request.url, request.json, dict(JSON))
+
+    def list_comments(self, *, api_url: str, repository: str, number: int) -> ForgeRequest:
+        request = super().list_comments(api_url=api_url, repository=repository, number=number)
+        return ForgeRequest(request.method, request.url.replace("per_page=", "limit="), None, dict(JSON))

@@ -36,3 +36,7 @@ class GitHub:
     def edit_comment(self, *, api_url: str, repository: str, number: int, comment_id: str, body: str) -> ForgeRequest:
         url = join(api_url, f"repos/{repo_path(repository)}/issues/comments/{quote(comment_id, safe='')}")
         return ForgeRequest("PATCH", url, {"body": body}, dict(ACCEPT))
+
+    def list_comments(self, *, api_url: str, repository: str, number: int) -> ForgeRequest:
+        url = join(api_url, f"repos/{repo_path(repository)}/issues/{number}/comments?per_page=100")
+        return ForgeRequest("GET", url, None, dict(ACCEPT))

@@ -43,3 +43,7 @@ class GitLab:
             api_url, f"projects/{project(repository)}/merge_requests/{number}/notes/{quote(comment_id, safe='')}"
         )
         return ForgeRequest("PUT", url, {"body": body}, dict(JSON))
+
+    def list_comments(self, *, api_url: str, repository: str, number: int) -> ForgeRequest:
+        url = join(api_url, f"projects/{project(repository)}/merge_requests/{number}/notes?per_page=100")
+        return ForgeRequest("GET", url, None, dict(JSON))

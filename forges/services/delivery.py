@@ -24,7 +24,7 @@ from forges.models import Forge, Outbox, OutboxKind, OutboxState, PullRequest
 from forges.providers import Adapter, StatusPost, adapter_for
 from forges.providers.http import Answer, send
 from forges.services.arming import DELIVER
-from forges.services.comment import render
+from forges.services.comment import MARKER, render
 from fusion_site.repos.sources import credentials_allowed
 from fusion_site.runtime.queue import send_on_commit
 
@@ -172,6 +172,8 @@ def _send_comment(row: Outbox, adapter: Adapter, auth: dict[str, str], token: st
         return Sent(Answer(404, excerpt="the pull request is no longer followed"), what)
     body = render(run_id=row.payload["run"], pull=pull)
     api_url, repository, number = forge.api_url, forge.repository, pull.number
+    if not pull.comment_id and row.attempts > 1:
+        pull.comment_id = _ours_already(adapter, forge, pull, auth, token)
     if pull.comment_id:
         edit = adapter.edit_comment(
             api_url=api_url, repository=repository, number=number, comment_id=pull.comment_id, body=body
@@ -184,6 +186,24 @@ def _send_comment(row: Outbox, adapter: Adapter, auth: dict[str, str], token: st
     if answer.status is not None and 200 <= answer.status < 300 and answer.created_id:
         PullRequest.objects.filter(pk=pull.pk).update(comment_id=answer.created_id, updated_at=timezone.now())
     return Sent(answer, what, note)
+
+
+def _ours_already(adapter: Adapter, forge: Forge, pull: PullRequest, auth: dict[str, str], token: str) -> str:
+    """Our comment's id when an earlier attempt created it but died before recording it
+    (the first page of the pull request's comments, looked up only when a creation is
+    attempted again); '' when none is found."""
+    listing = send(
+        adapter.list_comments(api_url=forge.api_url, repository=forge.repository, number=pull.number),
+        auth=auth,
+        token=token,
+    )
+    comments = listing.body if isinstance(listing.body, list) else []
+    found = next(
+        (str(c["id"]) for c in comments if isinstance(c, dict) and MARKER in str(c.get("body", "")) and "id" in c), ""
+    )
+    if found:
+        PullRequest.objects.filter(pk=pull.pk).update(comment_id=found, updated_at=timezone.now())
+    return found
 
 
 def _record(row: Outbox, token: str, sent: Sent, now: datetime) -> str:

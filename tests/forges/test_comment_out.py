@@ -225,3 +225,40 @@ def test_a_gitea_pull_request_gets_one_comment_edited(idle_broker, forge_mission
     assert create.path == "/repos/acme/shop/issues/4/comments"
     assert edit.path == f"/repos/acme/shop/issues/comments/{comment_id}"
     assert "✅ passed" in comment["body"]
+
+
+def test_a_comment_created_by_a_worker_that_died_before_recording_it_is_not_posted_again(
+    idle_broker, forge_mission, git_repo, fake_forge, monkeypatch
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    pull = follow_pull(forge_mission())
+    git_repo.commit(RUDE)
+    run = feature_admit(feature_id=hello().pk, trigger="manual", cause="validate").run
+    execute_run(run.pk)
+    [row] = comment_rows()
+
+    send = delivery.send
+
+    def killed_after_the_forge_answered(request, **kwargs):
+        send(request, **kwargs)
+        raise SystemExit("the worker was killed")
+
+    monkeypatch.setattr(delivery, "send", killed_after_the_forge_answered)
+    with pytest.raises(SystemExit):
+        deliver(outbox_id=row.pk)
+    monkeypatch.undo()
+    assert len(fake_forge.comments) == 1
+    pull.refresh_from_db()
+    assert pull.comment_id == ""  # the forge has it; the database never heard
+
+    later = timezone.now() + timedelta(seconds=61)  # its claim has expired
+    assert deliver(outbox_id=row.pk, now=later) == "delivered"
+    assert len(fake_forge.requests_to("POST", "/comments")) == 1
+    assert len(fake_forge.requests_to("GET", "/issues/7/comments")) == 1
+    [(comment_id, _)] = fake_forge.comments.items()
+    assert len(fake_forge.requests_to("PATCH", f"/issues/comments/{comment_id}")) == 1
+    pull.refresh_from_db()
+    assert pull.comment_id == str(comment_id)
