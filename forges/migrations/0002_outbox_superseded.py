@@ -4,15 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('forges', '0001_initial'),
+        ("forges", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='outbox',
-            name='state',
-            field=models.CharField(choices=[('pending', 'Pending'), ('delivered', 'Delivered'), ('refused', 'Refused'), ('superseded', 'Superseded')], db_index=True, default='pending', max_length=16),
+            model_name="outbox",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("delivered", "Delivered"),
+                    ("refused", "Refused"),
+                    ("superseded", "Superseded"),
+                ],
+                db_index=True,
+                default="pending",
+                max_length=16,
+            ),
         ),
     ]

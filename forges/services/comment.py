@@ -13,7 +13,8 @@ from forges.services.arming import run_url
 from fusion_site.runtime.redact import bounded
 from validation.models import FixLineage, RunStatus, ValidatorFailure, ValidatorRun
 
-# Marks our comment, so that a person (or a later tool) can tell it from others.
+# Marks our comment among the pull request's: a creation attempted again finds it
+# (`delivery._ours_already`) instead of posting a second one.
 MARKER = "<!-- fusion-missions:pull-request-comment -->"
 # GitHub refuses a comment past 65,536 characters; GitLab's and Gitea's limits are larger.
 COMMENT_LIMIT = 60_000
