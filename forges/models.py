@@ -134,6 +134,10 @@ class OutboxState(models.TextChoices):
     PENDING = "pending"  # to send at `next_attempt_at`
     DELIVERED = "delivered"
     REFUSED = "refused"  # a permanent refusal (401/403/404/422): `last_error` says why
+    # A status of a revision never sent: a later status of the same revision was armed
+    # before it went out (the forge keeps the last status of a context; an older one sent
+    # after a newer would replace it).
+    SUPERSEDED = "superseded"
 
 
 class Outbox(TimeStamped):

@@ -344,3 +344,22 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}, "daphne": {"level": "WARNING"}},
 }
+
+
+# Forges: statuses and comments out (docs/forges-out.md)
+# The site's address as people reach it: the statuses' and comments' links to run pages.
+FUSION_PUBLIC_URL = os.environ.get("FUSION_PUBLIC_URL", "http://127.0.0.1:8000").strip().rstrip("/")
+# One request to a forge's API: the longest it may take (seconds), and the most of its
+# answer read (bytes).
+FUSION_FORGE_TIMEOUT = env_float("FUSION_FORGE_TIMEOUT", 10.0)
+FUSION_FORGE_MAX_RESPONSE_BYTES = env_int("FUSION_FORGE_MAX_RESPONSE_BYTES", 1024 * 1024)
+# A sender's claim on an outbox row while it talks to the forge; a row whose claim has
+# expired (its worker died) is sent again by the sweep.
+FUSION_FORGE_LEASE_SECONDS = env_int("FUSION_FORGE_LEASE_SECONDS", 60)
+# Retries after 5xx, 429 and network errors: exponential from the base to the cap
+# (seconds), with jitter; a `Retry-After` is honoured up to FUSION_FORGE_RETRY_AFTER_MAX.
+FUSION_FORGE_RETRY_BASE = env_float("FUSION_FORGE_RETRY_BASE", 5.0)
+FUSION_FORGE_RETRY_MAX = env_float("FUSION_FORGE_RETRY_MAX", 600.0)
+FUSION_FORGE_RETRY_AFTER_MAX = env_float("FUSION_FORGE_RETRY_AFTER_MAX", 3600.0)
+# The most outbox rows one sweep sends.
+FUSION_FORGE_SWEEP_BATCH = env_int("FUSION_FORGE_SWEEP_BATCH", 200)

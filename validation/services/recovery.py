@@ -20,6 +20,7 @@ from fusion_site.repos.sources import SnapshotError, Source, SourceUnavailable
 from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, StopReason, Task, TaskStatus
 from missions.relay import redeliver_missing
 from missions.services.executor_lease import executor_redrive
+from validation import hooks
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive
 from validation.selectors import feature_revision
@@ -162,4 +163,11 @@ def recover(*, startup: bool = False) -> dict[str, Any]:
     report["reviews_redriven"] = reviews_redrive(startup=startup)
     # Committed audit events whose live send was lost with the process that committed them.
     report["events_redelivered"] = redeliver_missing(grace_seconds=max(settings.FUSION_REDRIVE_GRACE, 5))
+    # The floors above sweep their own (forges: the outbox's due deliveries).
+    for _receiver, entry in hooks.recovery_swept.send_robust(sender=None, now=timezone.now()):
+        if isinstance(entry, Exception):  # one floor's failed sweep stops no other; the next sweep retries
+            logger.error("recovery sweep: %r", entry)
+        elif entry:
+            name, value = entry
+            report[name] = value
     return report

@@ -14,7 +14,7 @@ from fusion_site.runtime import sandbox
 from missions.models import MissionFeature
 from missions.outbox import publish_on_commit
 from missions.transitions.tables import RUN_EVENT
-from validation import profiles
+from validation import hooks, profiles
 from validation.models import RunScope, ValidatorRun
 from validation.services.queueing import queue_run
 from validation.services.run_input import RunInput
@@ -122,11 +122,15 @@ def run_completed_payload(run: ValidatorRun, **extra: Any) -> dict[str, Any]:
 
 def announce_completed(run: ValidatorRun, **extra: Any) -> None:
     """Publish the run's end after commit (`run_completed_payload`): every end of a run
-    (a verdict, an error, a cancel, a reused pass) announces itself here."""
+    (a verdict, an error, a cancel, a reused pass) announces itself here, and to the floor
+    above in the transaction (`hooks.run_ended`)."""
     publish_on_commit(run.mission_id, RUN_EVENT, run_completed_payload(run, **extra))
+    hooks.run_ended.send(sender=ValidatorRun, run=run)
 
 
 def launch(run: ValidatorRun, *, actor_id: int | None = None, delay_ms: int = 0, **extra: Any) -> None:
-    """Announce a new running run and hand it to the runner after commit (`queueing.queue_run`)."""
+    """Announce a new running run (after commit; to the floor above in the transaction:
+    `hooks.run_started`) and hand it to the runner after commit (`queueing.queue_run`)."""
     publish_on_commit(run.mission_id, "validator-run:started", run_started_payload(run, **extra), actor_id=actor_id)
+    hooks.run_started.send(sender=ValidatorRun, run=run)
     queue_run(run, delay_ms=delay_ms)
