@@ -144,7 +144,7 @@ class Outbox(TimeStamped):
     """What the mission answers on its forge, written in the transaction that decided it
     (the database is the source of truth) and sent after commit, retried until delivered
     or refused. `key` makes each answer once: `status:<sha>:<state>` is never posted twice
-    for the same revision and state; a pull request has one `comment:<number>` row, armed
+    in a row for the same revision and state (armed anew only after another state); a pull request has one `comment:<number>` row, armed
     again (`version`) by each new verdict, so its comment is edited, never posted twice."""
 
     forge = models.ForeignKey(Forge, on_delete=models.CASCADE, related_name="outbox")

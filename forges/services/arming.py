@@ -3,7 +3,8 @@
 the verdict, and is sent after commit (docs/forges-out.md).
 
 A commit status for the run's judged revision: `pending` when it starts, its end's state
-when it ends (one row per revision and state: `status:<sha>:<state>`, never posted twice);
+when it ends (one row per revision and state, `status:<sha>:<state>`, never posted twice
+in a row: armed anew only when another state came since);
 and, for a verdict, the comment of each pull request that follows the run's feature (or
 whose head is the judged revision) armed again (`comment:<number>`, one row per pull
 request, its `version` bumped), rendered from the database when it is sent."""
@@ -17,10 +18,10 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from forges.models import Forge, Outbox, OutboxKind, OutboxState, PullRequest
+from forges import fastpaths
+from forges.models import Outbox, OutboxKind, OutboxState, PullRequest
 from forges.providers import ADAPTERS
 from fusion_site.repos.mirrors import FULL_COMMIT
-from fusion_site.runtime.prepared import Prepared
 from fusion_site.runtime.queue import send_on_commit
 from validation.models import FixLineage, RunStatus, ValidatorRun
 
@@ -38,19 +39,12 @@ END_STATES = {
     RunStatus.CANCELLED: "error",
 }
 VERDICTS = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.BLOCKED)
-_FORGE_FIELDS = ("id", "provider", "api_url", "repository", "statuses", "comments", "context")
-# Read at every run's start and end (a mission has at most one forge): compiled once per
-# process (`fusion_site/runtime/prepared.py`).
-_FORGE: Prepared[tuple] = Prepared(
-    lambda mission_id: Forge.objects.filter(mission_id=mission_id).values_list(*_FORGE_FIELDS)
-)
 
 
 def _forge_of(run: ValidatorRun) -> dict[str, Any] | None:
     """The run's mission's forge when it answers on the forge: the one query a mission
     without a forge costs a run's start and end."""
-    row = _FORGE.first(mission_id=run.mission_id)
-    forge = dict(zip(_FORGE_FIELDS, row, strict=True)) if row is not None else None
+    forge = fastpaths.forge_row(mission_id=run.mission_id)
     if forge is None or forge["provider"] not in ADAPTERS or not forge["api_url"] or not forge["repository"]:
         return None
     return forge
@@ -115,13 +109,18 @@ def _arm_status(forge: dict[str, Any], run: ValidatorRun, state: str, descriptio
         "run": run.pk,
         "run_status": run.status,
     }
-    row, created = Outbox.objects.get_or_create(
-        forge_id=forge["id"],
-        key=f"status:{run.revision}:{state}",
-        defaults={"kind": OutboxKind.STATUS, "payload": payload, "next_attempt_at": timezone.now()},
+    key = f"status:{run.revision}:{state}"
+    statuses = Outbox.objects.filter(forge_id=forge["id"], key__startswith=f"status:{run.revision}:")
+    latest = statuses.order_by("-pk").values_list("key", flat=True).first()
+    if latest == key:
+        return  # the forge shows (or is about to show) this state already: never posted twice in a row
+    # Another state came since (a re-judged revision: passed, failed, passed again): the
+    # forge shows the last status posted, so this one is armed anew, after it.
+    statuses.filter(key=key).delete()
+    row = Outbox.objects.create(
+        forge_id=forge["id"], key=key, kind=OutboxKind.STATUS, payload=payload, next_attempt_at=timezone.now()
     )
-    if created:
-        send_on_commit(DELIVER, row.pk)
+    send_on_commit(DELIVER, row.pk)
 
 
 def _pull_requests_of(forge_id: int, run: ValidatorRun) -> list[PullRequest]:

@@ -9,13 +9,13 @@ from django.conf import settings
 
 from forges.models import Outbox, OutboxState
 from forges.services.delivery import deliver
-from missions.models import MissionFeature
+from missions.models import ContractAssertion, MissionFeature
 from missions.services.tasks import task_complete, task_create
-from tests.forges.conftest import BAD, GOOD, RUDE
+from tests.forges.conftest import BAD, GOOD, POLITE, RUDE
 from tests.reliability.conftest import race
 from validation.models import RunStatus, ValidatorRun
 from validation.services.runner import execute_run
-from validation.services.verdicts.admit import feature_admit
+from validation.services.verdicts.admit import feature_admit, rerun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,6 +94,23 @@ def test_the_same_revision_judged_again_posts_no_state_twice(idle_broker, forge_
     assert deliver_pending() == []
     assert [s["state"] for s in fake_forge.statuses_of(sha)] == ["pending", "success"]
     assert sorted(Outbox.objects.values_list("key", flat=True)) == [f"status:{sha}:pending", f"status:{sha}:success"]
+
+
+def test_a_revision_judged_passed_failed_passed_shows_its_last_verdict(
+    idle_broker, forge_mission, git_repo, fake_forge
+):
+    """The forge shows a context's last status: the revision's last verdict is posted
+    again after a different one, never left behind it."""
+    forge = forge_mission()
+    sha = git_repo.commit(GOOD)
+    polite = ContractAssertion.objects.get(mission=forge.mission, key="POLITE")
+    for check in (POLITE, {"file": "hello.py", "contains": "sorry"}, POLITE):
+        ContractAssertion.objects.filter(pk=polite.pk).update(check_spec=check)
+        run = rerun(feature_id=hello().pk, trigger="manual", cause="validate", revision=sha).run
+        execute_run(run.pk)
+        deliver_pending()
+    # Each run's `pending` was not sent yet when its verdict came: superseded, never sent.
+    assert [s["state"] for s in fake_forge.statuses_of(sha)] == ["success", "failure", "success"]
 
 
 def test_an_older_status_never_lands_after_a_newer_one(idle_broker, forge_mission, git_repo, fake_forge):
