@@ -414,3 +414,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}, "daphne": {"level": "WARNING"}},
 }
+
+
+# Forges: webhooks in (docs/FORGES.md). The largest webhook body read (bytes; a larger one
+# is refused with 413 before any of it is verified), and the deployment's shared secret,
+# used by a mission whose forge has none of its own.
+FUSION_FORGE_HOOK_MAX_BYTES = env_int("FUSION_FORGE_HOOK_MAX_BYTES", 1024 * 1024)
+FUSION_FORGE_WEBHOOK_SECRET = os.environ.get("FUSION_FORGE_WEBHOOK_SECRET", "")

@@ -10,6 +10,7 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from fusion_site.repos.sources import SourceRefused, check_repository
+from missions import hooks
 from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
 from missions.locks import locked_mission
@@ -281,6 +282,9 @@ def _apply(doc: Document, user, owner) -> ImportResult:
         milestones = _write_milestones(doc, mission, existing, writer)
         assertions = _write_assertions(doc, milestones, existing, writer)
         slices, features = _write_slices_and_features(doc, milestones, assertions, existing, writer)
+        # The sections of the floors above (`forge:`), written by their receivers.
+        answers = hooks.mission_file_imported.send(sender=None, mission=mission, forge=doc.forge, user=user)
+        writer.changed |= any(changed for _, changed in answers)
         if writer.changed:
             milestone_rollup_refresh(
                 milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)

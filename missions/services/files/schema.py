@@ -23,6 +23,7 @@ from pydantic import (
 
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.files.fields import Column, EnvName, Key, Text, column, former_name
+from missions.services.files.forge_section import MissionFileForge
 
 
 class _Closed(BaseModel):
@@ -105,6 +106,7 @@ class MissionFile(_Closed):
 
     mission: MissionFileMission
     milestones: list[MissionFileMilestone] = Field(default_factory=list)
+    forge: MissionFileForge | None = None
 
 
 @functools.cache
