@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db import models
 
 from forges.models import Delivery, Forge
 from missions.admin import TIMESTAMPS, admin_link, pretty_json
@@ -25,6 +26,11 @@ class ForgeAdmin(admin.ModelAdmin):
     exclude = ("secret",)
     readonly_fields = ("secret_masked", "refusal", *TIMESTAMPS)
     raw_id_fields = ("mission",)
+
+    def formfield_for_dbfield(self, db_field: Any, request: Any, **kwargs: Any) -> Any:
+        if isinstance(db_field, models.URLField):
+            kwargs["assume_scheme"] = "https"  # an API root typed without its scheme
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     @admin.display(description="secret")
     def secret_masked(self, obj: Forge) -> str:

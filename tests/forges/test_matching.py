@@ -11,7 +11,7 @@ from django.test import Client
 from forges.models import Delivery, PullRequest
 from missions.models import MissionEvent, Task
 from missions.services.executor import result_branch
-from missions.services.tasks import task_complete, task_create
+from missions.services.tasks import task_create
 from tests.repos.conftest import feature, wait_for
 
 from .conftest import github_pr, gitlab_mr, hook, processed, push_payload, tasks_of
