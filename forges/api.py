@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,8 +15,28 @@ from forges.config import forge_rotate_secret, forge_view, visible_forge
 from forges.models import Forge
 from missions.api.openapi import NOT_VISIBLE_MISSION, described
 
+
+
+class ForgeSerializer(serializers.Serializer):
+    """A mission's forge: the repository it follows, and for its owner and staff the webhook's secret and URL."""
+
+    mission = serializers.IntegerField()
+    provider = serializers.CharField()
+    api_url = serializers.CharField()
+    repository = serializers.CharField()
+    token_env = serializers.CharField()
+    feature_pattern = serializers.CharField()
+    statuses = serializers.BooleanField()
+    comments = serializers.BooleanField()
+    context = serializers.CharField()
+    refusal = serializers.CharField()
+    secret_source = serializers.CharField()
+    secret = serializers.CharField(required=False)
+    hook_url = serializers.CharField(required=False)
+
+
 _FORGE = OpenApiResponse(
-    OpenApiTypes.OBJECT,
+    ForgeSerializer,
     description=(
         "`provider`, `api_url`, `repository`, `token_env`, `feature_pattern`, `statuses`, `comments`, `context`,"
         " `refusal` (the forge's last permanent refusal), `secret_source` (`forge`, `deployment` or empty);"
