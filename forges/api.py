@@ -16,7 +16,6 @@ from forges.models import Forge
 from missions.api.openapi import NOT_VISIBLE_MISSION, described
 
 
-
 class ForgeSerializer(serializers.Serializer):
     """A mission's forge: the repository it follows, and for its owner and staff the webhook's secret and URL."""
 
