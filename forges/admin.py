@@ -26,6 +26,13 @@ class ForgeAdmin(admin.ModelAdmin):
     exclude = ("secret",)
     readonly_fields = ("secret_masked", "refusal", *TIMESTAMPS)
     raw_id_fields = ("mission",)
+    actions = ("use_deployment_secret",)
+
+    @admin.action(description="Use the deployment's webhook secret (FUSION_FORGE_WEBHOOK_SECRET)")
+    def use_deployment_secret(self, request: Any, queryset: Any) -> None:
+        # The forge's own secret goes; rotating it (the API) makes a new one.
+        count = queryset.update(secret="")
+        self.message_user(request, f"{count} forge(s) now use the deployment's secret.")
 
     def formfield_for_dbfield(self, db_field: Any, request: Any, **kwargs: Any) -> Any:
         if isinstance(db_field, models.URLField):
