@@ -21,7 +21,7 @@ from missions.locks import lock_mission
 from missions.models import Mission
 from missions.selectors import visible_missions
 
-# The values of a forge a mission file sets (`missions/services/files/forge_section.py`).
+# The values of a forge a mission file sets (`missions/services/files/schema.py: MissionFileForge`).
 FILE_FIELDS = ("provider", "api_url", "repository", "token_env", "feature_pattern", "statuses", "comments", "context")
 
 

@@ -15,8 +15,9 @@ from forges.models import DEFAULT_FEATURE_PATTERN, Delivery, Forge
 from missions.errors import Forbidden, Invalid
 from missions.models import MissionEvent
 from missions.services.files import mission_file_import
-from missions.services.files.forge_section import DEFAULT_CONTEXT, MissionFileForge
+from missions.services.files.forge_section import DEFAULT_CONTEXT
 from missions.services.files.forge_section import DEFAULT_FEATURE_PATTERN as FILE_PATTERN
+from missions.services.files.schema import MissionFileForge
 from tests.missions.file_helpers import sample
 
 from .conftest import github_pr, hook, processed, push_payload

@@ -59,7 +59,7 @@ class Document:
     repository_path: str = "mission.repository"
     # What is wrong with the file, as `path: message` lines, in the order the file is read.
     errors: list[str] = field(default_factory=list)
-    # The `forge:` section's values (`forge_section.MissionFileForge`), None when the file
+    # The `forge:` section's values (`schema.MissionFileForge`), None when the file
     # has none; read only from a file the declaration accepted.
     forge: dict[str, Any] | None = None
 
