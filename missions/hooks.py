@@ -39,6 +39,11 @@ protected_paths_unmatched = Signal()
 # the file's paths) rolls the whole import back.
 mission_file_imported = Signal()
 
+# A question, in the caller's flow, `mission`: the sections the floors above keep in the
+# mission's file (`{"forge": {…}}`), for its export. Each receiver answers a mapping of
+# section names to their values, or None.
+mission_file_sections = Signal()
+
 
 def announce_on_commit(signal: Signal, **kwargs: Any) -> None:
     transaction.on_commit(lambda: signal.send(sender=None, **kwargs))

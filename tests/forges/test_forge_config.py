@@ -8,13 +8,14 @@ import json
 import logging
 
 import pytest
+import yaml
 from django.test import Client
 from django_eventstream.models import Event as StoredEvent
 
 from forges.models import DEFAULT_FEATURE_PATTERN, Delivery, Forge
 from missions.errors import Forbidden, Invalid
 from missions.models import MissionEvent
-from missions.services.files import mission_file_import
+from missions.services.files import mission_export, mission_file_import
 from missions.services.files.forge_section import DEFAULT_CONTEXT
 from missions.services.files.forge_section import DEFAULT_FEATURE_PATTERN as FILE_PATTERN
 from missions.services.files.schema import MissionFileForge
@@ -85,6 +86,15 @@ def test_importing_a_forge_section_creates_the_forge_with_a_secret_and_updates_i
     del document["forge"]
     without = mission_file_import(document=document, user=staff)  # no `forge:`: left alone
     assert without.changed is False and Forge.objects.filter(mission=result.mission).exists()
+
+
+def test_export_writes_the_forge_section_without_its_secret_and_round_trips(staff):
+    mission = mission_file_import(document=with_forge(token_env=""), user=staff).mission
+    text = mission_export(mission=mission)
+    assert Forge.objects.get(mission=mission).secret not in text
+    exported = yaml.safe_load(text)["forge"]
+    assert exported == {**FORGE, "token_env": "", "statuses": True, "comments": True}
+    assert mission_file_import(document=text, user=staff).changed is False
 
 
 def test_the_sections_mistakes_are_named_by_their_path_and_nothing_is_written():

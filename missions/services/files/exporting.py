@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from missions import hooks
 from missions.models import ContractAssertion, FeatureAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.files import yaml_io
 from missions.services.files.fields import plain
@@ -91,6 +92,8 @@ def mission_export(*, mission: Mission) -> str:
             for m in milestones
         ],
     }
+    for _, sections in hooks.mission_file_sections.send(sender=None, mission=mission):
+        document.update(sections or {})  # `forge:`, written by the floor that keeps it
     return yaml_io.dump(document)
 
 
