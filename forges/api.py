@@ -27,7 +27,8 @@ class ForgeSerializer(serializers.Serializer):
     feature_pattern = serializers.CharField()
     statuses = serializers.BooleanField()
     comments = serializers.BooleanField()
-    context = serializers.CharField()
+    # The field's name shadows the serializer's own `context`: harmless, this one only describes.
+    context = serializers.CharField()  # type: ignore[assignment]
     refusal = serializers.CharField()
     secret_source = serializers.CharField()
     secret = serializers.CharField(required=False)

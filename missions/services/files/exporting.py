@@ -74,7 +74,7 @@ def mission_export(*, mission: Mission) -> str:
         data["check"] = _canonical_check(a.check_spec)
         return data
 
-    document = {
+    document: dict[str, Any] = {
         "mission": {name: plain(getattr(mission, name)) for name in MISSION_FIELDS},
         "milestones": [
             {
