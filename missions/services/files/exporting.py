@@ -93,7 +93,8 @@ def mission_export(*, mission: Mission) -> str:
         ],
     }
     for _, sections in hooks.mission_file_sections.send(sender=None, mission=mission):
-        document.update(sections or {})  # `forge:`, written by the floor that keeps it
+        if isinstance(sections, dict):  # `forge:`, written by the floor that keeps it
+            document.update(sections)
     return yaml_io.dump(document)
 
 
