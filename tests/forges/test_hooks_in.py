@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 
 import pytest
+from django.db import close_old_connections
 from django.test import Client
 
 from forges.inbound.receive import delivery_receive
@@ -126,6 +128,32 @@ def test_a_replayed_delivery_is_answered_200_and_changes_nothing(two, provider):
     assert first.status_code == 202
     assert (again.status_code, again.json()) == (200, {"status": "duplicate"})
     assert Delivery.objects.filter(mission=one).exclude(state="rejected").count() == 1
+
+
+def test_copies_of_one_delivery_arriving_at_once_are_recorded_once(two):
+    one, _ = two("github")
+    payload = push_payload("refs/heads/main", HEAD)
+    barrier = threading.Barrier(6)
+    answers, errors = [], []
+
+    def send():
+        try:
+            barrier.wait()
+            answers.append(hook(Client(), one, payload, delivery="burst-1"))
+        except Exception as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+        finally:
+            close_old_connections()
+
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert sorted(a.status_code for a in answers) == [200] * 5 + [202]
+    assert [a.json() for a in answers if a.status_code == 200] == [{"status": "duplicate"}] * 5
+    assert Delivery.objects.filter(mission=one, delivery_id="burst-1").count() == 1
 
 
 def test_a_gitlab_delivery_without_its_uuid_is_known_by_its_body(two):
