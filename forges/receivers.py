@@ -1,6 +1,6 @@
 """What the forges app hears from the plan (`missions/hooks.py`, docs/ARCHITECTURE.md
 "Floors"): the mission file's `forge:` section, written in the import's transaction and
-answered for its export."""
+answered for its export; and from the loop (`validation/hooks.py`), its recovery sweep."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 from django.dispatch import receiver
 
 from forges.config import FILE_FIELDS, forge_from_file
+from forges.inbound.recovery import deliveries_redrive
 from forges.models import Forge
 from missions import hooks
+from validation import hooks as loop_hooks
 
 
 @receiver(hooks.mission_file_imported, dispatch_uid="forges.mission_file_imported")
@@ -27,3 +29,8 @@ def on_mission_file_sections(sender: Any, *, mission: Any, **kwargs: Any) -> dic
     if forge is None:
         return None
     return {"forge": {name: getattr(forge, name) for name in FILE_FIELDS}}
+
+
+@receiver(loop_hooks.recovery_sweep, dispatch_uid="forges.recovery_sweep")
+def on_recovery_sweep(sender: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"forge_deliveries_redriven": deliveries_redrive()}

@@ -217,3 +217,27 @@ def test_a_delivery_is_processed_once(served, shop, idle_broker):
     assert delivery_process(delivery_id=delivery.pk) is None  # a message delivered twice
     assert len(tasks_of(shop, "f1")) == 1
     assert MissionEvent.objects.filter(mission=shop, type="forge-delivery:processed").count() == 1
+
+
+def test_a_delivery_whose_message_was_lost_is_matched_by_the_recovery_sweep(worker, served, shop, monkeypatch):
+    from forges.inbound import receive
+    from validation.services.recovery import recover
+
+    task = task_create(user=None, feature=feature(shop, "f2"))
+    ref, head = push_task_branch(served, task, {"f2.txt": "done f2\n"})
+    with monkeypatch.context() as lost:  # the process dies between its commit and its send
+        lost.setattr(receive, "send_on_commit", lambda *args, **kwargs: None)
+        answer = hook(Client(), shop, push_payload(ref, head))
+    assert answer.status_code == 202
+    delivery_id = answer.json()["delivery"]
+    assert Delivery.objects.get(pk=delivery_id).state == "received"
+
+    report = recover()
+
+    assert report["forge_deliveries_redriven"] == [delivery_id]
+    delivery = wait_for(lambda: Delivery.objects.filter(pk=delivery_id, state="matched").first())
+    assert delivery.task_id == task.pk
+    task.refresh_from_db()
+    assert (task.status, task.revision) == ("done", head)
+    worker.drain()
+    assert recover()["forge_deliveries_redriven"] == []

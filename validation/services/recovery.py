@@ -20,6 +20,7 @@ from fusion_site.repos.sources import SnapshotError, Source, SourceUnavailable
 from missions.models import FeatureStatus, LoopState, MissionFeature, MissionStatus, StopReason, Task, TaskStatus
 from missions.relay import redeliver_missing
 from missions.services.executor_lease import executor_redrive
+from validation import hooks
 from validation.models import FixLineage, RunStatus, ValidatorRun
 from validation.review.pipeline import live_snapshot_labels, reviews_redrive
 from validation.selectors import feature_revision
@@ -162,4 +163,7 @@ def recover(*, startup: bool = False) -> dict[str, Any]:
     report["reviews_redriven"] = reviews_redrive(startup=startup)
     # Committed audit events whose live send was lost with the process that committed them.
     report["events_redelivered"] = redeliver_missing(grace_seconds=max(settings.FUSION_REDRIVE_GRACE, 5))
+    for _, entries in hooks.recovery_sweep.send(sender=None, startup=startup):  # the floor above's own
+        if isinstance(entries, dict):
+            report.update(entries)
     return report
