@@ -60,8 +60,8 @@ class ForgeView(APIView):
         f" secret and URL are shown to the mission's owner and staff only. {_MISSING}",
         responses={200: _FORGE},
     )
-    def get(self, request: Request, mission_id: int) -> Response:
-        return Response(_answer(request, visible_forge(user=request.user, mission_id=mission_id)))
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(_answer(request, visible_forge(user=request.user, mission_id=pk)))
 
 
 class RotateSecretView(APIView):
@@ -73,6 +73,6 @@ class RotateSecretView(APIView):
         request=None,
         responses={200: _FORGE},
     )
-    def post(self, request: Request, mission_id: int) -> Response:
-        forge = forge_rotate_secret(user=request.user, forge=visible_forge(user=request.user, mission_id=mission_id))
+    def post(self, request: Request, pk: int) -> Response:
+        forge = forge_rotate_secret(user=request.user, forge=visible_forge(user=request.user, mission_id=pk))
         return Response(_answer(request, forge))
