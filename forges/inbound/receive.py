@@ -23,6 +23,7 @@ from fusion_site.runtime.queue import send_on_commit
 from missions.models import Mission
 
 PROCESS_ACTOR = "process_delivery"
+_NO_HOOK = "no such hook"
 
 
 class Readable(Protocol):
@@ -56,7 +57,7 @@ def delivery_receive(
     """Verify, record and queue one webhook request; the answer the forge is given."""
     mission = Mission.objects.filter(key=mission_key).first()
     if mission is None:
-        return Answer(404, {"code": "not_found", "detail": "no such hook"})
+        return Answer(404, {"code": "not_found", "detail": _NO_HOOK})
     try:
         forge = _forge_of(mission, provider)
         body = _bounded_body(stream, content_length)
@@ -64,7 +65,9 @@ def delivery_receive(
         payload = _parsed(body)
     except _Refused as refused:
         _reject(mission, provider, headers, refused.reason)
-        return Answer(refused.status, {"code": refused.code, "detail": refused.reason})
+        # A caller without the secret learns nothing of the mission's forge from a 404.
+        detail = _NO_HOOK if refused.status == 404 else refused.reason
+        return Answer(refused.status, {"code": refused.code, "detail": detail})
     return _record(mission, provider, headers, body, payload)
 
 

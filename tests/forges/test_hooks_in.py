@@ -101,7 +101,7 @@ def test_an_unknown_mission_or_a_provider_the_mission_does_not_follow_is_not_fou
     assert not Delivery.objects.exists()
 
     gitlab = hook(client, one, push_payload("refs/heads/main", HEAD), provider="gitlab")
-    assert gitlab.status_code == 404 and gitlab.json()["code"] == "not_found"
+    assert gitlab.status_code == 404 and gitlab.json() == {"code": "not_found", "detail": "no such hook"}
     [rejected] = Delivery.objects.filter(mission=one)
     assert (rejected.state, rejected.provider) == ("rejected", "gitlab")
     assert "not gitlab" in rejected.reason
