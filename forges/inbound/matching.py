@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from forges.inbound.parsing import Event, Ignored, PullRequestChange, Push
+from forges.inbound.parsing import Event, PullRequestChange, Push
 from forges.models import DEFAULT_FEATURE_PATTERN, DeliveryState, Forge, PullRequest
 from missions.errors import DomainError
 from missions.models import MissionFeature, Task, TaskStatus
@@ -44,7 +44,7 @@ def outcome_of(*, forge: Forge, event: Event) -> Outcome:
         return _push(forge, event)
     if isinstance(event, PullRequestChange):
         return _pull_request(forge, event)
-    return Outcome(DeliveryState.IGNORED, event.reason if isinstance(event, Ignored) else "not followed")
+    return Outcome(DeliveryState.IGNORED, event.reason)
 
 
 def _complete(outcome: Outcome, task: Task) -> Outcome:
@@ -66,7 +66,8 @@ def branch_task(forge: Forge, ref: str) -> Task | None:
     if not ref.startswith("refs/heads/fusion/") or not (found := _TASK_ID.search(ref)):
         return None
     task = Task.objects.select_related("mission", "feature").filter(pk=int(found[1]), mission=forge.mission_id).first()
-    if task is None or task.feature_id is None or f"refs/heads/{result_branch(task)}" != ref:
+    # The branch as the executor names it: the feature's key (`task` for a task of no feature).
+    if task is None or f"refs/heads/{result_branch(task)}" != ref:
         return None
     return task
 

@@ -45,6 +45,15 @@ def test_a_push_to_a_task_branch_completes_that_task_at_the_pushed_head(worker, 
     assert event.payload["state"] == "matched" and event.payload["task"] == task.pk
 
 
+def test_a_push_to_the_branch_of_a_task_of_no_feature_completes_it(served, shop, idle_broker):
+    task = task_create(user=None, mission=shop, title="Tidy the README")
+    ref, head = push_task_branch(served, task, {"README.md": "# shop, tidy\n"})
+    assert ref == f"refs/heads/fusion/shop/task-{task.pk}"
+    delivery = processed(hook(Client(), shop, push_payload(ref, head)))
+    task.refresh_from_db()
+    assert (delivery.state, task.status, task.revision) == ("matched", "done", head)
+
+
 def test_pushes_that_name_no_task_of_the_mission_are_ignored_with_their_reason(served, shop, idle_broker, alice):
     client = Client()
     task = task_create(user=None, feature=feature(shop, "f1"))
