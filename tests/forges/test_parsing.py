@@ -81,3 +81,16 @@ def test_events_read_as_one_shape(provider, event, payload, expected):
 
 def test_a_payload_that_is_not_a_mapping_reads_as_an_empty_one():
     assert event_of(provider="github", event="push", payload=["x"]) == Ignored("a push without its ref or head")
+
+
+def test_the_activity_feed_names_a_processed_delivery():
+    from types import SimpleNamespace
+
+    from validation.views.common import describe_event
+
+    def line(**payload):
+        event = {"delivery": 1, "provider": "github", "event": "push", "task": None, "pull_number": None, **payload}
+        return describe_event(SimpleNamespace(type="forge-delivery:processed", payload=event), {})
+
+    assert line(state="matched", reason="", task=5) == "github push matched → task #5"
+    assert line(state="ignored", reason="not a task branch") == "github push ignored — not a task branch"
