@@ -67,6 +67,18 @@ def _push(payload: dict[str, Any], head: Any) -> Event:
     return Push(ref=ref, head=sha)
 
 
+def _unfollowed(what: str, name: str) -> Ignored:
+    return Ignored(f"{what} {name or '(none)'} is not followed")
+
+
+def _not_a_pull_request(event: str, payload: dict[str, Any], push: str, pulls: tuple[str, ...]) -> Event | None:
+    """The event when it is a push or not followed; None for a pull request's, which the
+    provider's reader reads."""
+    if event == push:
+        return _push(payload, payload.get("after"))
+    return None if event in pulls else _unfollowed("event", event)
+
+
 def _change(number: Any, branch: Any, title: Any, head: Any, url: Any, *, only_if_moved: bool = False) -> Event:
     n, sha = _number(number), _text(head)
     if n is None or not sha:
@@ -82,28 +94,24 @@ def _change(number: Any, branch: Any, title: Any, head: Any, url: Any, *, only_i
 
 
 def _github_like(event: str, payload: dict[str, Any], actions: tuple[str, ...], *, titles: bool = False) -> Event:
-    if event == "push":
-        return _push(payload, payload.get("after"))
-    if event not in ("pull_request", "pull_request_sync"):
-        return Ignored(f"event {event or '(none)'} is not followed")
+    if (other := _not_a_pull_request(event, payload, "push", ("pull_request", "pull_request_sync"))) is not None:
+        return other
     action = _text(payload.get("action"))
     titled = titles and action == "edited" and "title" in _dict(payload.get("changes"))
     if action not in actions and not titled:
-        return Ignored(f"pull request action {action or '(none)'} is not followed")
+        return _unfollowed("pull request action", action)
     pr = _dict(payload.get("pull_request"))
     head = _dict(pr.get("head"))
     return _change(pr.get("number"), head.get("ref"), pr.get("title"), head.get("sha"), pr.get("html_url"))
 
 
 def _gitlab(event: str, payload: dict[str, Any]) -> Event:
-    if event == "Push Hook":
-        return _push(payload, payload.get("after"))
-    if event != "Merge Request Hook":
-        return Ignored(f"event {event or '(none)'} is not followed")
+    if (other := _not_a_pull_request(event, payload, "Push Hook", ("Merge Request Hook",))) is not None:
+        return other
     attrs = _dict(payload.get("object_attributes"))
     action = _text(attrs.get("action"))
     if action not in ("open", "reopen", "update"):
-        return Ignored(f"merge request action {action or '(none)'} is not followed")
+        return _unfollowed("merge request action", action)
     head = _dict(attrs.get("last_commit")).get("id")
     only_if_moved = action == "update" and not _text(attrs.get("oldrev"))
     return _change(
@@ -117,13 +125,11 @@ def _gitlab(event: str, payload: dict[str, Any]) -> Event:
 
 
 def _generic(event: str, payload: dict[str, Any]) -> Event:
-    if event == "push":
-        return _push(payload, payload.get("after"))
-    if event != "pull_request":
-        return Ignored(f"event {event or '(none)'} is not followed")
+    if (other := _not_a_pull_request(event, payload, "push", ("pull_request",))) is not None:
+        return other
     action = _text(payload.get("action"))
     if action not in ("opened", "reopened", "synchronize"):
-        return Ignored(f"pull request action {action or '(none)'} is not followed")
+        return _unfollowed("pull request action", action)
     return _change(
         payload.get("number"), payload.get("branch"), payload.get("title"), payload.get("head"), payload.get("url")
     )

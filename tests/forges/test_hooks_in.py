@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 
 import pytest
-from django.db import close_old_connections
 from django.test import Client
 
 from forges.inbound.receive import delivery_receive
 from forges.models import Delivery, Forge
 from missions.models import Mission
+from tests.reliability.conftest import race
 
 from .conftest import follow, hook, push_payload, signed_headers
 
@@ -133,24 +132,8 @@ def test_a_replayed_delivery_is_answered_200_and_changes_nothing(two, provider):
 def test_copies_of_one_delivery_arriving_at_once_are_recorded_once(two):
     one, _ = two("github")
     payload = push_payload("refs/heads/main", HEAD)
-    barrier = threading.Barrier(6)
-    answers, errors = [], []
-
-    def send():
-        try:
-            barrier.wait()
-            answers.append(hook(Client(), one, payload, delivery="burst-1"))
-        except Exception as exc:  # noqa: BLE001 — reported below
-            errors.append(exc)
-        finally:
-            close_old_connections()
-
-    threads = [threading.Thread(target=send) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    answers = race(*(lambda: hook(Client(), one, payload, delivery="burst-1") for _ in range(6)))
+    assert not [a for a in answers if isinstance(a, BaseException)], answers
     assert sorted(a.status_code for a in answers) == [200] * 5 + [202]
     assert [a.json() for a in answers if a.status_code == 200] == [{"status": "duplicate"}] * 5
     assert Delivery.objects.filter(mission=one, delivery_id="burst-1").count() == 1
