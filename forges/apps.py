@@ -8,6 +8,7 @@ class ForgesConfig(AppConfig):
 
     def ready(self) -> None:
         from forges import (
-            actors,  # noqa: F401  (declares the actors that services send to by name)
-            receivers,  # noqa: F401  (subscribes to the verdicts' hooks: validation/hooks.py)
+            actors,  # noqa: F401  (declares the outbox's actor, sent to by name)
+            receivers,  # noqa: F401  (subscribes to missions/hooks.py and validation/hooks.py)
         )
+        from forges.inbound import actors as inbound_actors  # noqa: F401  (the deliveries' actor)

@@ -346,6 +346,12 @@ LOGGING = {
 }
 
 
+# Forges: webhooks in (docs/FORGES.md). The largest webhook body read (bytes; a larger one
+# is refused with 413 before any of it is verified), and the deployment's shared secret,
+# used by a mission whose forge has none of its own.
+FUSION_FORGE_HOOK_MAX_BYTES = env_int("FUSION_FORGE_HOOK_MAX_BYTES", 1024 * 1024)
+FUSION_FORGE_WEBHOOK_SECRET = os.environ.get("FUSION_FORGE_WEBHOOK_SECRET", "")
+
 # Forges: statuses and comments out (docs/forges-out.md)
 # The site's address as people reach it: the statuses' and comments' links to run pages.
 FUSION_PUBLIC_URL = os.environ.get("FUSION_PUBLIC_URL", "http://127.0.0.1:8000").strip().rstrip("/")

@@ -25,7 +25,10 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/", include("forges.api_urls")),
     path("api/", include(api.urls)),
+    # Webhooks in (docs/FORGES.md): the signature is the authentication.
+    path("hooks/", include("forges.inbound.urls")),
     # django-eventstream's protocol and storage, served by an ASGI view that holds no database connection.
     path("events/missions/<int:mission_id>/", streams.events, {"format-channels": ["mission-{mission_id}"]}),
     path("events/missions/", streams.events, {"channels": ["missions"]}),

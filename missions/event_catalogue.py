@@ -68,6 +68,8 @@ EVENT_TYPES: dict[str, str] = {
     "fix-feature:root-blocked": "a fix passed while its root is blocked",
     "follow-up:refused": "a step that follows a verdict was refused (`step`, `code`)",
     "review:progress": "an advisory review moved on",
+    # the forge (docs/FORGES.md)
+    "forge-delivery:processed": "a webhook delivery was matched, ignored or failed (`state`, `reason`)",
 }
 
 # Events that also go to the global channel that feeds mission lists: what changes a

@@ -249,6 +249,19 @@ class ReviewProgress(_ReviewMove):
     failure_stage: NotRequired[str]
 
 
+class ForgeDeliveryProcessed(TypedDict):
+    """A webhook delivery processed (`state`: matched, ignored or failed, with its `reason`);
+    the task it completed, and the pull request it named. Never the hook's secret."""
+
+    delivery: int
+    provider: str
+    event: str
+    state: str
+    reason: str
+    task: int | None
+    pull_number: int | None
+
+
 PAYLOADS: dict[str, type] = {
     "mission:created": MissionRow,
     "mission:imported": MissionImported,
@@ -285,4 +298,5 @@ PAYLOADS: dict[str, type] = {
     "fix-feature:root-blocked": FixRootBlocked,
     "follow-up:refused": FollowUpRefused,
     "review:progress": ReviewProgress,
+    "forge-delivery:processed": ForgeDeliveryProcessed,
 }

@@ -32,5 +32,18 @@ contract_changed = Signal()
 protected_paths_unmatched = Signal()
 
 
+# In the transaction, `mission`, `forge`, `user`: a mission file was imported; `forge` is
+# its `forge:` section's values (None when the file has none: the stored forge is left
+# alone). The receiver (`forges/receivers.py`) writes the mission's forge and answers
+# whether it changed anything; a refusal it raises (an `Invalid` or `Forbidden` naming
+# the file's paths) rolls the whole import back.
+mission_file_imported = Signal()
+
+# A question, in the caller's flow, `mission`: the sections the floors above keep in the
+# mission's file (`{"forge": {…}}`), for its export. Each receiver answers a mapping of
+# section names to their values, or None.
+mission_file_sections = Signal()
+
+
 def announce_on_commit(signal: Signal, **kwargs: Any) -> None:
     transaction.on_commit(lambda: signal.send(sender=None, **kwargs))

@@ -19,6 +19,7 @@ run_started = Signal()
 # writes commits with the end.
 run_ended = Signal()
 
-# Outside any transaction, `now`: the recovery sweep (`services/recovery.py: recover`).
-# Each receiver answers with a report entry (`(name, value)`), merged into the sweep's.
+# Outside any transaction, `now`, `startup`: the recovery sweep (`services/recovery.py:
+# recover`, docs/RELIABILITY.md). A receiver re-drives the work it keeps that a lost
+# message left waiting, and answers a mapping of entries for the sweep's report.
 recovery_swept = Signal()

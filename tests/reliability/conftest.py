@@ -13,6 +13,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from forges.models import Forge
 from missions.models import (
     AssertionScope,
     ContractAssertion,
@@ -115,6 +116,7 @@ def build_world(users, repo, *, key: str = "alpha") -> SimpleNamespace:
         executor_command="",
     )
     mission.members.set([users.member])
+    Forge.objects.create(mission=mission, provider="github", repository="acme/alpha")
     m1 = Milestone.objects.create(mission=mission, key="m1", title="Milestone one", order=1)
     m2 = Milestone.objects.create(mission=mission, key="m2", title="Milestone two", order=2)
     s1 = Slice(milestone=m1, key="s1", title="Slice one")

@@ -109,6 +109,15 @@ API: dict[tuple[str, str], Row] = {
     ("POST", "/api/missions/{id}/autopilot/"): Row(
         lambda w: f"/api/missions/{w.mission.pk}/autopilot/", "action", 200, body=lambda w: {"enabled": False}
     ),
+    # the mission's forge: its secret is the owner's and staff's (the member is not the owner)
+    ("GET", "/api/missions/{id}/forge/"): Row(lambda w: f"/api/missions/{w.mission.pk}/forge/", "read", 200),
+    ("POST", "/api/missions/{id}/forge/rotate-secret/"): Row(
+        lambda w: f"/api/missions/{w.mission.pk}/forge/rotate-secret/",
+        "action",
+        403,
+        staff=200,
+        member_code="owner_only",
+    ),
     ("GET", "/api/missions/{id}/events/"): Row(lambda w: f"/api/missions/{w.mission.pk}/events/", "read", 200),
     ("GET", "/api/missions/{id}/export/"): Row(lambda w: f"/api/missions/{w.mission.pk}/export/", "read", 200),
     ("GET", "/api/missions/{id}/tree/"): Row(

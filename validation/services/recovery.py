@@ -163,11 +163,10 @@ def recover(*, startup: bool = False) -> dict[str, Any]:
     report["reviews_redriven"] = reviews_redrive(startup=startup)
     # Committed audit events whose live send was lost with the process that committed them.
     report["events_redelivered"] = redeliver_missing(grace_seconds=max(settings.FUSION_REDRIVE_GRACE, 5))
-    # The floors above sweep their own (forges: the outbox's due deliveries).
-    for _receiver, entry in hooks.recovery_swept.send_robust(sender=None, now=timezone.now()):
-        if isinstance(entry, Exception):  # one floor's failed sweep stops no other; the next sweep retries
-            logger.error("recovery sweep: %r", entry)
-        elif entry:
-            name, value = entry
-            report[name] = value
+    # The floors above sweep their own (forges: waiting webhook deliveries, the outbox's due sends).
+    for _receiver, entries in hooks.recovery_swept.send_robust(sender=None, now=timezone.now(), startup=startup):
+        if isinstance(entries, Exception):  # one floor's failed sweep stops no other; the next sweep retries
+            logger.error("recovery sweep: %r", entries)
+        elif entries:
+            report.update(entries)
     return report

@@ -205,6 +205,11 @@ TEXTS: dict[str, Callable[[_Event], str]] = {
     ),
     "slice:activated": lambda e: f"slice {e.p.get('key')} activated",
     "review:progress": lambda e: f"review #{e.p.get('review')} {e.p.get('state') or e.p.get('progress') or ''}".strip(),
+    "forge-delivery:processed": lambda e: (
+        f"{e.p.get('provider')} {e.p.get('event') or 'delivery'} {e.p.get('state')}"
+        + (f" → task #{e.p['task']}" if e.p.get("task") else "")
+        + (f" — {e.p['reason']}" if e.p.get("reason") else "")
+    ),
 }
 
 

@@ -53,6 +53,8 @@ Where it lives:
   from the Django model fields) and its JSON schema (`docs/mission-file.schema.json`);
 - `fields`: the rules of one value (a text, a number, a check, a list of patterns) and
   `column`, the file field of a model column;
+- `forge_section`: the rules and defaults of the `forge:` section, which the `forges`
+  app writes (`missions.hooks.mission_file_imported`, in the import's transaction);
 - `yaml_io`: the reader of YAML and JSON (duplicate keys refused) and the writer of exports;
 - `validating`: the declaration's verdict as `path: message` errors, then the rules that
   need the whole file (duplicate keys, references, cycles, protection, the repository's

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from missions import hooks
 from missions.models import ContractAssertion, FeatureAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.files import yaml_io
 from missions.services.files.fields import plain
@@ -73,7 +74,7 @@ def mission_export(*, mission: Mission) -> str:
         data["check"] = _canonical_check(a.check_spec)
         return data
 
-    document = {
+    document: dict[str, Any] = {
         "mission": {name: plain(getattr(mission, name)) for name in MISSION_FIELDS},
         "milestones": [
             {
@@ -91,6 +92,9 @@ def mission_export(*, mission: Mission) -> str:
             for m in milestones
         ],
     }
+    for _, sections in hooks.mission_file_sections.send(sender=None, mission=mission):
+        if isinstance(sections, dict):  # `forge:`, written by the floor that keeps it
+            document.update(sections)
     return yaml_io.dump(document)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from fusion_site.repos.sources import SourceRefused, check_repository
+from missions import hooks
 from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
 from missions.locks import locked_mission
@@ -201,6 +202,9 @@ def _apply(doc: Document, user, owner) -> ImportResult:
         milestones = write_milestones(doc, mission, existing, writer)
         assertions = write_assertions(doc, milestones, existing, writer)
         slices, features = write_slices_and_features(doc, milestones, assertions, existing, writer)
+        # The sections of the floors above (`forge:`), written by their receivers.
+        answers = hooks.mission_file_imported.send(sender=None, mission=mission, forge=doc.forge, user=user)
+        writer.changed |= any(changed for _, changed in answers)
         if writer.changed:
             milestone_rollup_refresh(
                 milestone_ids=Milestone.objects.filter(mission=mission).values_list("id", flat=True)

@@ -12,7 +12,7 @@ the importing user may name that repository is `importing`'s.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,13 @@ from pydantic import (
 
 from missions.models import ContractAssertion, Milestone, Mission, MissionFeature, Slice
 from missions.services.files.fields import Column, EnvName, Key, Text, column, former_name
+from missions.services.files.forge_section import (
+    DEFAULT_CONTEXT,
+    DEFAULT_FEATURE_PATTERN,
+    PROVIDERS,
+    HttpUrl,
+    Regex,
+)
 
 
 class _Closed(BaseModel):
@@ -99,12 +106,39 @@ class MissionFileMission(_Closed):
     retry_budget: int = column(Mission, "retry_budget")
 
 
+class MissionFileForge(_Closed):
+    """The repository the mission follows on a forge: webhooks in complete its tasks,
+    statuses and a pull-request comment go out. The webhook's secret is never in the file
+    (`GET /api/missions/{id}/forge/` shows it to the owner and staff)."""
+
+    provider: Annotated[str, Text(16, True, PROVIDERS)] = Field(description="github, gitlab, gitea or generic.")
+    api_url: Annotated[str, Text(500, False), HttpUrl()] = Field(
+        default="", description="The forge's API root (https://api.github.com, https://gitlab.example.com/api/v4)."
+    )
+    repository: Annotated[str, Text(300, False)] = Field(
+        default="", description="owner/name (GitHub, Gitea); the project's path or id (GitLab)."
+    )
+    token_env: Annotated[str, Text(100, False), EnvName()] = Field(
+        default="", description="The workers' variable holding the API token (FUSION_GIT_CREDENTIALS binds it)."
+    )
+    feature_pattern: Annotated[str, Text(200, False), Regex()] = Field(
+        default=DEFAULT_FEATURE_PATTERN,
+        description="Finds a feature key in a pull request's branch or title: its first group, or the whole match.",
+    )
+    statuses: bool = Field(default=True, description="Post a commit status for each judged revision.")
+    comments: bool = Field(default=True, description="Keep one comment on a pull request up to date.")
+    context: Annotated[str, Text(100, True)] = Field(
+        default=DEFAULT_CONTEXT, description="The commit status's context (GitHub, Gitea) or name (GitLab)."
+    )
+
+
 class MissionFile(_Closed):
     """A mission file (docs/MISSION_FILES.md): entities are matched by key, order comes
     from list positions, an omitted or null field takes its default."""
 
     mission: MissionFileMission
     milestones: list[MissionFileMilestone] = Field(default_factory=list)
+    forge: MissionFileForge | None = None
 
 
 @functools.cache

@@ -59,6 +59,9 @@ class Document:
     repository_path: str = "mission.repository"
     # What is wrong with the file, as `path: message` lines, in the order the file is read.
     errors: list[str] = field(default_factory=list)
+    # The `forge:` section's values (`schema.MissionFileForge`), None when the file
+    # has none; read only from a file the declaration accepted.
+    forge: dict[str, Any] | None = None
 
     def all_slices(self) -> list[Node]:
         return [s for m in self.milestones for s in m.slices]
@@ -91,9 +94,11 @@ def validated(document: str | dict, base_dir: pathlib.Path | None, *, from_api: 
     mission: Node | None = None
     milestones: list[Node] = []
     repository_path = "mission.repository"
+    forge = None
     if not errors:
         try:
             data, failed = MissionFile.model_validate(raw).model_dump(), set()
+            forge = data.pop("forge", None)
         except ValidationError as exc:
             found = exc.errors(include_url=False)
             errors += error_lines(found)
@@ -111,7 +116,7 @@ def validated(document: str | dict, base_dir: pathlib.Path | None, *, from_api: 
             _cross_check(milestones, errors)
     if mission is None:
         raise invalid(errors or [_DOCUMENT])
-    return Document(mission, milestones, repository_path, errors)
+    return Document(mission, milestones, repository_path, errors, forge)
 
 
 # ---------------------------------------------------------------- errors in the file's wording
