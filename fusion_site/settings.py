@@ -352,7 +352,7 @@ LOGGING = {
 FUSION_FORGE_HOOK_MAX_BYTES = env_int("FUSION_FORGE_HOOK_MAX_BYTES", 1024 * 1024)
 FUSION_FORGE_WEBHOOK_SECRET = os.environ.get("FUSION_FORGE_WEBHOOK_SECRET", "")
 
-# Forges: statuses and comments out (docs/forges-out.md)
+# Forges: statuses and comments out (docs/FORGES.md, "Statuses and comments out")
 # The site's address as people reach it: the statuses' and comments' links to run pages.
 FUSION_PUBLIC_URL = os.environ.get("FUSION_PUBLIC_URL", "http://127.0.0.1:8000").strip().rstrip("/")
 # One request to a forge's API: the longest it may take (seconds), and the most of its

@@ -1,4 +1,4 @@
-"""The forges' HTTP APIs, one adapter per provider (docs/forges-out.md).
+"""The forges' HTTP APIs, one adapter per provider (docs/FORGES.md, "Statuses and comments out").
 
 An adapter only shapes requests (`ForgeRequest`) and reads what the forge answered
 (`created_id`); `forges/providers/http.py` sends them. `ADAPTERS` names each provider's;

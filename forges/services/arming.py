@@ -1,6 +1,6 @@
 """What a run's start and end arm in its mission's outbox, in the run's own transaction
 (`validation/hooks.py`, received by `forges/receivers.py`): the outbox row commits with
-the verdict, and is sent after commit (docs/forges-out.md).
+the verdict, and is sent after commit (docs/FORGES.md, "Statuses and comments out").
 
 A commit status for the run's judged revision: `pending` when it starts, its end's state
 when it ends (one row per revision and state, `status:<sha>:<state>`, never posted twice

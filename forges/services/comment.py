@@ -2,7 +2,7 @@
 feature made in the verdict's transaction is in it): the verdict per assertion, the
 failures' expected, actual and evidence (bounded and redacted as the product redacts), the
 fix feature's "Validation cause" (what an agent told "fix this" reads), and a link to the
-run (docs/forges-out.md, "The comment")."""
+run (docs/FORGES.md, "The comment")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sending the outbox (docs/forges-out.md, "Delivery"): a row is claimed by compare-and-
+"""Sending the outbox (docs/FORGES.md, "Delivery"): a row is claimed by compare-and-
 swap on its claim and lease before the forge is called (no transaction nor lock is held
 during the request), then its answer is recorded under that claim: delivered, retried
 with backoff (5xx, 429, 408, no answer; `Retry-After` honoured), or refused (any other
