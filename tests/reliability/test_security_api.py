@@ -132,6 +132,26 @@ API: dict[tuple[str, str], Row] = {
         body=_import_yaml,
         content_type="application/yaml",
     ),
+    # a plan of the member's mission file: nothing is written; the stranger does not see the mission
+    ("POST", "/api/missions/plan/"): Row(
+        lambda w: "/api/missions/plan/",
+        "action",
+        200,
+        stranger=404,
+        body=_import_yaml,
+        content_type="application/yaml",
+    ),
+    # an apply by a hash no plan answered: refused, nothing changes
+    ("POST", "/api/missions/apply/"): Row(
+        lambda w: "/api/missions/apply/?plan_hash=0:0",
+        "action",
+        409,
+        stranger=404,
+        body=_import_yaml,
+        content_type="application/yaml",
+        member_code="plan_mismatch",
+        staff_code="plan_mismatch",
+    ),
     # milestones
     ("GET", "/api/milestones/"): Row(lambda w: "/api/milestones/", "list", 200, obj=lambda w: w.m1),
     ("POST", "/api/milestones/"): Row(
