@@ -118,6 +118,7 @@ def test_a_delivery_survives_a_killed_worker_and_a_forge_down(serve, build_missi
 
     wait_until(settled, "every row delivered (or superseded by a newer status)", first, second)
 
+    assert not fake_forge.failures  # the new worker met the 503s and the 429 before the forge took it
     for row in held:  # sent again by the new worker (or superseded by a newer status sent instead)
         before = row.attempts
         row.refresh_from_db()
