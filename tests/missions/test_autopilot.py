@@ -220,6 +220,26 @@ def test_the_recovery_sweep_redrives_the_autopilot(worker, owner, git_repo):
     assert open_task(feature(mission, "a")) is not None
 
 
+def test_a_mission_file_creating_an_active_mission_starts_its_autopilot(worker, owner, git_repo):
+    from missions.services.files import mission_import
+
+    document = {
+        "mission": {"key": "born", "title": "Born", "status": "active", "autopilot": True},
+        "milestones": [
+            {
+                "key": "m1",
+                "title": "M1",
+                "slices": [{"key": "s1", "title": "S1", "features": [{"key": "a", "title": "A"}]}],
+            }
+        ],
+    }
+    document["mission"]["repository"] = str(git_repo.path)
+    mission, _ = mission_import(document=document, user=None, owner=owner)
+    worker.drain()
+    assert activated_slices(mission) == ["s1"]
+    assert open_task(feature(mission, "a")) is not None
+
+
 def test_turning_the_autopilot_off_holds_the_next_slice(worker, api, owner, git_repo):
     mission = make_mission(owner, git_repo.path, autopilot=True)
     add_slice(mission, "m1", "s1", ["a"])

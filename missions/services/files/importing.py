@@ -14,6 +14,7 @@ from fusion_site.repos.sources import SourceRefused, check_repository
 from missions import hooks
 from missions.access import audience, revoke_on_commit
 from missions.errors import DomainError, Forbidden, Invalid, StaffOnly
+from missions.hooks import announce_on_commit
 from missions.locks import locked_mission
 from missions.models import (
     AssertionScope,
@@ -21,6 +22,7 @@ from missions.models import (
     Milestone,
     Mission,
     MissionFeature,
+    MissionStatus,
     Slice,
 )
 from missions.outbox import publish_on_commit
@@ -213,6 +215,9 @@ def _apply(doc: Document, user, owner) -> ImportResult:
                 _reopen(mission, before, writer, (milestones, assertions, slices, features))
             payload = {"mission": mission.pk, "status": mission.status, "created": created, "owner": mission.owner_id}
             publish_on_commit(mission, "mission:imported", payload, actor_id=_actor(user))
+        if created and mission.autopilot and mission.status == MissionStatus.ACTIVE:
+            # Born active (no activation to tell it): the autopilot takes the new mission up now.
+            announce_on_commit(hooks.mission_may_advance, mission_id=mission.pk)
         return ImportResult(mission=mission, created=created, changed=writer.changed)
 
 
