@@ -153,7 +153,12 @@ def heads(repo: Path, base: str, branches: list[str]) -> list[str]:
     """A distinct commit (base's tree, base as parent) per branch, each at its branch."""
     tree = git(repo, "rev-parse", f"{base}^{{tree}}")
     shas = [git(repo, "commit-tree", tree, "-p", base, "-m", f"head {i}") for i in range(len(branches))]
-    git(repo, "update-ref", "--stdin", stdin="".join(f"create refs/heads/{b} {s}\n" for b, s in zip(branches, shas)))
+    git(
+        repo,
+        "update-ref",
+        "--stdin",
+        stdin="".join(f"create refs/heads/{b} {s}\n" for b, s in zip(branches, shas, strict=True)),
+    )
     return shas
 
 
@@ -165,7 +170,7 @@ def plan(mission, tasks, base: str, repo: Path) -> list[dict]:
     branches = [result_branch(t) if i % 2 == 0 else f"pr/f{i}" for i, t in enumerate(tasks)]
     shas = heads(repo, base, branches)
     out = []
-    for i, (branch, sha) in enumerate(zip(branches, shas)):
+    for i, (branch, sha) in enumerate(zip(branches, shas, strict=True)):
         if i % 2 == 0:
             event = "push"
             payload = {
