@@ -110,7 +110,6 @@ os.environ["FUSION_DATA_DIR"] = str(TMP / "data")  # embedded: the SQLite file s
 os.environ["FUSION_REPO_CACHE"] = str(TMP / "bench" / "repos")
 os.environ["FUSION_SNAPSHOT_DIR"] = str(TMP / "bench" / "snapshots")
 os.environ["DJANGO_SETTINGS_MODULE"] = "fusion_site.settings"
-os.environ.setdefault("LOG_LEVEL", "WARNING")
 os.environ.setdefault("FUSION_SANDBOX", "auto")
 
 import django  # noqa: E402

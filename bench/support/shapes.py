@@ -100,6 +100,11 @@ def start(port: int, home: Path, *, redis: bool, threads: int, worker_processes:
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0
 
-    wait_until(listening, "serve to listen", 60, procs)
-    wait_until(lambda: all("ready for action" in p.text() for p in procs[1:]), "the workers to boot", 60, procs)
+    try:
+        wait_until(listening, "serve to listen", 60, procs)
+        wait_until(lambda: all("ready for action" in p.text() for p in procs[1:]), "the workers to boot", 60, procs)
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
     return procs
