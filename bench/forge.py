@@ -54,6 +54,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -168,11 +169,11 @@ def plan(mission, tasks, base: str, repo: Path) -> list[dict]:
 
     branches = [result_branch(t) if i % 2 == 0 else f"pr/f{i}" for i, t in enumerate(tasks)]
     shas = heads(repo, base, branches)
-    out = []
+    out: list[dict[str, Any]] = []
     for i, (branch, sha) in enumerate(zip(branches, shas, strict=True)):
         if i % 2 == 0:
             event = "push"
-            payload = {
+            payload: dict[str, Any] = {
                 "ref": f"refs/heads/{branch}",
                 "before": base,
                 "after": sha,
@@ -180,7 +181,11 @@ def plan(mission, tasks, base: str, repo: Path) -> list[dict]:
             }
         else:
             event = "pull_request"
-            pull = {"number": i, "title": f"[f{i}] bench", "html_url": f"https://github.com/acme/shop/pull/{i}"}
+            pull: dict[str, Any] = {
+                "number": i,
+                "title": f"[f{i}] bench",
+                "html_url": f"https://github.com/acme/shop/pull/{i}",
+            }
             pull |= {"head": {"ref": branch, "sha": sha}, "base": {"ref": "main"}}
             payload = {"action": "opened", "number": i, "pull_request": pull}
         out.append({"i": i, "event": event, "sha": sha, "body": json.dumps(payload).encode(), "pull": i % 2 == 1})
@@ -330,7 +335,8 @@ def run_shape() -> dict:
     repo, base = make_repo(TMP / "repo", n)
     mission, tasks, token = build_mission(str(repo), n, "forge")
     deliveries = plan(mission, tasks, base, repo)
-    fake = TimedForge().start()
+    fake = TimedForge()
+    fake.start()
     forge = Forge.objects.create(
         mission=mission, provider="github", api_url=fake.api_url("github"), repository="acme/shop"
     )
@@ -341,10 +347,16 @@ def run_shape() -> dict:
     redis = ARGS.mode == "redis"
     procs = shapes.start(port, TMP, redis=redis, threads=ARGS.threads, worker_processes=ARGS.workers_processes)
     hook_url = f"http://127.0.0.1:{port}/hooks/github/{mission.key}/"
-    api = (f"http://127.0.0.1:{port}/api/", None, {"Authorization": f"Token {token}"})
+    api: tuple[str, bytes | None, dict[str, str]] = (
+        f"http://127.0.0.1:{port}/api/",
+        None,
+        {"Authorization": f"Token {token}"},
+    )
     try:
         # Warm-up, not counted: the first requests import and compile what the rest reuse.
-        pings = [{"i": f"ping-{k}", "event": "ping", "body": b'{"zen": "warm"}'} for k in range(10)]
+        pings: list[dict[str, Any]] = [
+            {"i": f"ping-{k}", "event": "ping", "body": b'{"zen": "warm"}'} for k in range(10)
+        ]
         burst([(hook_url, p["body"], signed(forge.secret, p)) for p in pings] + [api] * 10)
         before = [ms for _s, ms, _b in burst([api] * n)]
         calls = [(hook_url, d["body"], signed(forge.secret, d)) for d in deliveries]
