@@ -101,9 +101,15 @@ if ARGS.mode == "embedded":
         os.environ.pop(name, None)
 else:
     import psycopg
+    import redis as redis_client
 
-    with psycopg.connect(f"{ARGS.postgres}/postgres", autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{DB_NAME}"')
+    try:
+        redis_client.Redis.from_url(ARGS.redis_url).ping()
+        with psycopg.connect(f"{ARGS.postgres}/postgres", autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f'CREATE DATABASE "{DB_NAME}"')
+    except (psycopg.Error, redis_client.RedisError) as exc:
+        shutil.rmtree(TMP, ignore_errors=True)
+        sys.exit(f"--mode redis needs PostgreSQL at --postgres and Redis at --redis-url: {exc}")
     os.environ["DATABASE_URL"] = f"{ARGS.postgres}/{DB_NAME}"
     os.environ["REDIS_URL"] = ARGS.redis_url
     os.environ["FUSION_EVENTS_PREFIX"] = f"bench-forge-{os.getpid()}"
