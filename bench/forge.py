@@ -4,7 +4,8 @@ embedded and the production shape, from the hook's answer to the status on the f
     .venv/bin/python bench/forge.py [--mode embedded|redis|both] [--deliveries 200]
 
 Each shape runs in a process of its own (`--mode both`, the default, runs one after the
-other; the exit status is non-zero when either lost or doubled a delivery):
+other; the exit status is non-zero when either lost or doubled a delivery; without
+PostgreSQL or Redis to reach, it says the production shape was not measured):
   embedded  `manage.py serve` (Daphne + in-process Dramatiq worker threads, StubBroker) on
             a fresh SQLite database in a temporary FUSION_DATA_DIR;
   redis     `manage.py serve` plus --workers-processes `manage.py rundramatiq` workers, on a
@@ -81,6 +82,9 @@ parser.add_argument("--keep", action="store_true", help="keep the temporary fold
 ARGS = parser.parse_args()
 
 
+NO_SERVERS = 3  # the exit status of `--mode redis` without PostgreSQL or Redis to use
+
+
 def run_both() -> int:
     """Each shape in its own interpreter: the database and broker are chosen at set-up."""
     passed = [a for a in sys.argv[1:] if not a.startswith("--mode")]
@@ -88,6 +92,10 @@ def run_both() -> int:
         i = sys.argv.index("--mode")
         passed = sys.argv[1:i] + sys.argv[i + 2 :]
     codes = [subprocess.call([sys.executable, __file__, "--mode", mode, *passed]) for mode in ("embedded", "redis")]
+    if codes[1] == NO_SERVERS:
+        # `make bench` on a machine without them: the embedded shape still counts.
+        print("the production shape was not measured (no PostgreSQL or Redis, above)")
+        codes[1] = 0
     return max(codes)
 
 
@@ -109,7 +117,8 @@ else:
             admin.execute(f'CREATE DATABASE "{DB_NAME}"')
     except (psycopg.Error, redis_client.RedisError) as exc:
         shutil.rmtree(TMP, ignore_errors=True)
-        sys.exit(f"--mode redis needs PostgreSQL at --postgres and Redis at --redis-url: {exc}")
+        print(f"--mode redis needs PostgreSQL at --postgres and Redis at --redis-url: {exc}", file=sys.stderr)
+        sys.exit(NO_SERVERS)
     os.environ["DATABASE_URL"] = f"{ARGS.postgres}/{DB_NAME}"
     os.environ["REDIS_URL"] = ARGS.redis_url
     os.environ["FUSION_EVENTS_PREFIX"] = f"bench-forge-{os.getpid()}"
