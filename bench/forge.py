@@ -458,6 +458,10 @@ def main() -> int:
         if ARGS.mode == "redis":
             with psycopg.connect(f"{ARGS.postgres}/postgres", autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+            # The broker's keys (its namespace is the events prefix): the workers' heartbeats.
+            keys = redis_client.Redis.from_url(ARGS.redis_url)
+            for key in keys.scan_iter(match=f"{os.environ['FUSION_EVENTS_PREFIX']}*"):
+                keys.delete(key)
         if ARGS.keep:
             print(f"kept {TMP}")
         else:

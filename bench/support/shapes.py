@@ -91,6 +91,7 @@ def start(port: int, home: Path, *, redis: bool, threads: int, worker_processes:
     procs = [Proc("serve", argv, home / "serve", host_env(home / "serve", threads=threads, own_data=redis))]
     for i in range(worker_processes if redis else 0):
         worker_argv = [py, "manage.py", "rundramatiq", "--processes", "1", "--threads", str(threads)]
+        worker_argv += ["--worker-shutdown-timeout", "10000"]  # within `Proc.stop`'s 20 s
         worker_home = home / f"worker-{i}"
         procs.append(
             Proc(f"worker-{i}", worker_argv, worker_home, host_env(worker_home, threads=threads, own_data=True))
