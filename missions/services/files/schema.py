@@ -132,13 +132,22 @@ class MissionFileForge(_Closed):
     )
 
 
+def _object_when_given(schema: dict[str, Any]) -> None:
+    """`forge:` omitted or null leaves the stored forge alone; the schema names only the
+    object, as OpenAPI 3.0 (which embeds this schema) has no `null` type."""
+    for option in schema.pop("anyOf", []):
+        if option.get("type") != "null":
+            schema.update(option)
+    schema.pop("default", None)
+
+
 class MissionFile(_Closed):
     """A mission file (docs/MISSION_FILES.md): entities are matched by key, order comes
     from list positions, an omitted or null field takes its default."""
 
     mission: MissionFileMission
     milestones: list[MissionFileMilestone] = Field(default_factory=list)
-    forge: MissionFileForge | None = None
+    forge: MissionFileForge | None = Field(default=None, json_schema_extra=_object_when_given)
 
 
 @functools.cache
