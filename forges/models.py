@@ -68,8 +68,17 @@ class DeliveryState(models.TextChoices):
 class Delivery(TimeStamped):
     """One webhook request, as received: every one is recorded, verified or not."""
 
+    # No database constraint: the webhook's insert would otherwise take a key-share lock on
+    # the mission's row, and wait for every transaction holding the mission lock (the loop
+    # judging the mission's work) before the forge gets its answer. Django still cascades a
+    # deleted mission's deliveries (docs/BENCHMARKS.md, "Forge").
     mission = models.ForeignKey(
-        Mission, null=True, blank=True, on_delete=models.CASCADE, related_name="forge_deliveries"
+        Mission,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="forge_deliveries",
+        db_constraint=False,
     )
     provider = models.CharField(max_length=16, choices=Provider.choices)
     # The forge's delivery id (X-GitHub-Delivery, X-Gitea-Delivery, X-Gitlab-Event-UUID,
